@@ -1,0 +1,330 @@
+//! Wire messages: client → relay frames parsed into [`ClientMessage`], relay → client frames
+//! serialized from [`RelayMessage`].
+//!
+//! Owns the frame grammar and the one place a parse failure is mapped to the frame that can be
+//! correlated with it ([`ParseError::reply`]): a bad EVENT gets its `OK`, a bad REQ/COUNT its
+//! `CLOSED`, and only what cannot be tied to an id gets a `NOTICE`.
+
+use std::sync::Arc;
+
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use super::event::{Event, EventError};
+use super::filter::Filter;
+
+/// A parsed client frame.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientMessage {
+    /// `["EVENT", <event>]`
+    Event(Box<Event>),
+    /// `["REQ", <sub id>, <filter>…]`
+    Req {
+        /// Subscription id.
+        sub_id: String,
+        /// One or more filters, OR'ed.
+        filters: Vec<Filter>,
+    },
+    /// `["COUNT", <query id>, <filter>…]` (NIP-45)
+    Count {
+        /// Query id.
+        sub_id: String,
+        /// One or more filters, OR'ed.
+        filters: Vec<Filter>,
+    },
+    /// `["CLOSE", <sub id>]`
+    Close(String),
+    /// `["AUTH", <kind-22242 event>]` (NIP-42)
+    Auth(Box<Event>),
+}
+
+/// Why a frame could not be parsed, with what is needed to answer it correlated.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON, not an array, or no type string: nothing to correlate with.
+    #[error("{0}")]
+    Uncorrelated(String),
+    /// A bad EVENT or AUTH: answered with `OK <id> false "invalid: …"`. `id` is the raw `id` text
+    /// when it was a string, else empty.
+    #[error("{reason}")]
+    BadEvent {
+        /// The id as sent, or `""`.
+        id: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A bad REQ or COUNT whose id could be read: answered with `CLOSED <id> "invalid: …"`.
+    #[error("{reason}")]
+    BadSubscription {
+        /// The subscription / query id.
+        sub_id: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl ParseError {
+    /// The frame that answers this failure, correlated where the frame allows.
+    pub fn reply(&self) -> RelayMessage {
+        match self {
+            ParseError::Uncorrelated(reason) => RelayMessage::Notice(format!("invalid: {reason}")),
+            ParseError::BadEvent { id, reason } => RelayMessage::ok(id, false, format!("invalid: {reason}")),
+            ParseError::BadSubscription { sub_id, reason } => {
+                RelayMessage::Closed { sub_id: sub_id.clone(), message: format!("invalid: {reason}") }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: Option<serde_json::Value>,
+}
+
+fn raw_id(raw: &RawValue) -> String {
+    serde_json::from_str::<IdOnly>(raw.get())
+        .ok()
+        .and_then(|v| v.id)
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn event_from(raw: &RawValue) -> Result<Box<Event>, ParseError> {
+    Event::from_raw(raw).map(Box::new).map_err(|e| ParseError::BadEvent {
+        id: raw_id(raw),
+        reason: match e {
+            EventError::Malformed(m) => format!("malformed event: {m}"),
+            other => other.to_string(),
+        },
+    })
+}
+
+fn sub_request(parts: &[Box<RawValue>], verb: &str) -> Result<(String, Vec<Filter>), ParseError> {
+    let sub_id: String = match parts.get(1).map(|p| serde_json::from_str(p.get())) {
+        Some(Ok(id)) => id,
+        _ => return Err(ParseError::Uncorrelated(format!("{verb} needs a string id"))),
+    };
+    let bad = |reason: String| ParseError::BadSubscription { sub_id: sub_id.clone(), reason };
+    if sub_id.is_empty() {
+        return Err(bad("subscription id must not be empty".into()));
+    }
+    if parts.len() < 3 {
+        return Err(bad(format!("{verb} needs at least one filter")));
+    }
+    let filters = parts[2..]
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            serde_json::from_str::<Filter>(raw.get()).map_err(|e| bad(format!("filter {i}: {}", strip_position(&e))))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((sub_id, filters))
+}
+
+fn strip_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+impl ClientMessage {
+    /// Parses one text frame.
+    pub fn parse(text: &str) -> Result<ClientMessage, ParseError> {
+        let parts: Vec<Box<RawValue>> = serde_json::from_str(text).map_err(|e| {
+            ParseError::Uncorrelated(format!("frame is not a JSON array: {}", strip_position(&e)))
+        })?;
+        let verb: String = match parts.first().map(|p| serde_json::from_str(p.get())) {
+            Some(Ok(v)) => v,
+            _ => return Err(ParseError::Uncorrelated("frame must start with a message type string".into())),
+        };
+        match verb.as_str() {
+            "EVENT" | "AUTH" => {
+                let raw = match parts.get(1) {
+                    Some(raw) if parts.len() == 2 => raw,
+                    _ => {
+                        return Err(ParseError::BadEvent {
+                            id: parts.get(1).map(|r| raw_id(r)).unwrap_or_default(),
+                            reason: format!("{verb} takes exactly one event"),
+                        })
+                    }
+                };
+                let event = event_from(raw)?;
+                Ok(if verb == "EVENT" { ClientMessage::Event(event) } else { ClientMessage::Auth(event) })
+            }
+            "REQ" => sub_request(&parts, "REQ").map(|(sub_id, filters)| ClientMessage::Req { sub_id, filters }),
+            "COUNT" => {
+                sub_request(&parts, "COUNT").map(|(sub_id, filters)| ClientMessage::Count { sub_id, filters })
+            }
+            "CLOSE" => match parts.get(1).map(|p| serde_json::from_str::<String>(p.get())) {
+                Some(Ok(id)) if parts.len() == 2 => Ok(ClientMessage::Close(id)),
+                _ => Err(ParseError::Uncorrelated("CLOSE takes exactly one subscription id".into())),
+            },
+            other => Err(ParseError::Uncorrelated(format!("unknown message type {other:?}"))),
+        }
+    }
+}
+
+/// A relay frame. Serialized with serde, never formatted by hand.
+#[derive(Clone, Debug)]
+pub enum RelayMessage {
+    /// `["EVENT", <sub id>, <event>]`, the event JSON shared between subscribers.
+    Event {
+        /// Subscription id.
+        sub_id: String,
+        /// The event, already serialized once.
+        event: Arc<RawValue>,
+    },
+    /// `["OK", <id>, <accepted>, <message>]`
+    Ok {
+        /// The event id as the client sent it.
+        id: String,
+        /// Whether the event was accepted.
+        accepted: bool,
+        /// `""` or `"<prefix>: <text>"`.
+        message: String,
+    },
+    /// `["EOSE", <sub id>]`
+    Eose(String),
+    /// `["CLOSED", <sub id>, <message>]`
+    Closed {
+        /// Subscription id.
+        sub_id: String,
+        /// `"<prefix>: <text>"`.
+        message: String,
+    },
+    /// `["NOTICE", <message>]`
+    Notice(String),
+    /// `["AUTH", <challenge>]`
+    Auth(String),
+    /// `["COUNT", <query id>, {"count": n}]`
+    Count {
+        /// Query id.
+        sub_id: String,
+        /// How many events match.
+        count: u64,
+    },
+}
+
+impl RelayMessage {
+    /// An `OK` frame.
+    pub fn ok(id: impl Into<String>, accepted: bool, message: impl Into<String>) -> RelayMessage {
+        RelayMessage::Ok { id: id.into(), accepted, message: message.into() }
+    }
+
+    /// The frame as compact JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[derive(Serialize)]
+struct CountBody {
+    count: u64,
+}
+
+impl Serialize for RelayMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        match self {
+            RelayMessage::Event { sub_id, event } => {
+                seq.serialize_element("EVENT")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(&**event)?;
+            }
+            RelayMessage::Ok { id, accepted, message } => {
+                seq.serialize_element("OK")?;
+                seq.serialize_element(id)?;
+                seq.serialize_element(accepted)?;
+                seq.serialize_element(message)?;
+            }
+            RelayMessage::Eose(sub_id) => {
+                seq.serialize_element("EOSE")?;
+                seq.serialize_element(sub_id)?;
+            }
+            RelayMessage::Closed { sub_id, message } => {
+                seq.serialize_element("CLOSED")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(message)?;
+            }
+            RelayMessage::Notice(message) => {
+                seq.serialize_element("NOTICE")?;
+                seq.serialize_element(message)?;
+            }
+            RelayMessage::Auth(challenge) => {
+                seq.serialize_element("AUTH")?;
+                seq.serialize_element(challenge)?;
+            }
+            RelayMessage::Count { sub_id, count } => {
+                seq.serialize_element("COUNT")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(&CountBody { count: *count })?;
+            }
+        }
+        seq.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_uncorrelated() {
+        assert!(matches!(ClientMessage::parse("nope"), Err(ParseError::Uncorrelated(_))));
+        assert!(matches!(ClientMessage::parse("{}"), Err(ParseError::Uncorrelated(_))));
+        assert!(matches!(ClientMessage::parse("[1]"), Err(ParseError::Uncorrelated(_))));
+        assert!(matches!(ClientMessage::parse(r#"["HELLO"]"#), Err(ParseError::Uncorrelated(_))));
+    }
+
+    #[test]
+    fn bad_event_keeps_its_id_for_the_ok() {
+        let err = ClientMessage::parse(r#"["EVENT",{"id":"abc","kind":"x"}]"#).unwrap_err();
+        match err.reply() {
+            RelayMessage::Ok { id, accepted, message } => {
+                assert_eq!(id, "abc");
+                assert!(!accepted);
+                assert!(message.starts_with("invalid: "), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_filter_is_closed_with_its_sub_id() {
+        let err = ClientMessage::parse(r#"["REQ","s1",{"ids":["ab"]}]"#).unwrap_err();
+        assert_eq!(
+            err.reply().to_json(),
+            r#"["CLOSED","s1","invalid: filter 0: id must be 64 lowercase hex characters"]"#
+        );
+    }
+
+    #[test]
+    fn req_parses_several_filters() {
+        let msg = ClientMessage::parse(r#"["REQ","s",{"kinds":[1]},{"limit":2}]"#).unwrap();
+        match msg {
+            ClientMessage::Req { sub_id, filters } => {
+                assert_eq!(sub_id, "s");
+                assert_eq!(filters.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn relay_messages_serialize_exactly() {
+        assert_eq!(RelayMessage::ok("ab", true, "").to_json(), r#"["OK","ab",true,""]"#);
+        assert_eq!(RelayMessage::Eose("s\"1".into()).to_json(), r#"["EOSE","s\"1"]"#);
+        assert_eq!(
+            RelayMessage::Count { sub_id: "q".into(), count: 3 }.to_json(),
+            r#"["COUNT","q",{"count":3}]"#
+        );
+        let raw: Arc<RawValue> = RawValue::from_string(r#"{"a":1}"#.into()).unwrap().into();
+        assert_eq!(
+            RelayMessage::Event { sub_id: "s".into(), event: raw }.to_json(),
+            r#"["EVENT","s",{"a":1}]"#
+        );
+    }
+}

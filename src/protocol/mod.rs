@@ -1,0 +1,18 @@
+//! Pure NIP-01/42/45 protocol types: events, filters and wire messages.
+//!
+//! Owns parsing bytes into typed values and serializing typed values back to bytes. Nothing in here
+//! touches tokio, warp or sled, so every rule is unit-tested without a socket. Hex is parsed once,
+//! at this edge, into fixed-size newtypes ([`EventId`], [`PubKey`], [`Sig`]).
+
+pub mod event;
+pub mod filter;
+pub mod keys;
+pub mod message;
+pub mod nip19;
+pub mod verify;
+
+pub use event::{Event, EventId, Kind, KindClass, PubKey, Sig, Timestamp};
+pub use filter::Filter;
+pub use keys::Keys;
+pub use message::{ClientMessage, ParseError, RelayMessage};
+pub use verify::{VerifiedEvent, VerifyError};
