@@ -1,0 +1,125 @@
+use super::*;
+use crate::protocol::verify::verify;
+use crate::protocol::{Keys, Kind};
+
+fn keys(n: u8) -> Keys {
+    Keys::from_bytes([n; 32]).unwrap()
+}
+
+fn signed(k: &Keys, at: u64, kind: u16, tags: &[&[&str]]) -> VerifiedEvent {
+    let tags = tags.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
+    verify(k.sign(Timestamp(at), Kind(kind), tags, "c")).unwrap()
+}
+
+fn ids(store: &Store, filter: &str) -> Vec<EventId> {
+    let f: Filter = serde_json::from_str(filter).unwrap();
+    store
+        .query(&[f], Timestamp(2_000_000_000))
+        .unwrap()
+        .iter()
+        .map(|raw| Event::from_json(raw.get()).unwrap().id)
+        .collect()
+}
+
+#[tokio::test]
+async fn duplicate_is_stored_once() {
+    let store = Store::temporary().unwrap();
+    let e = signed(&keys(1), 10, 1, &[]);
+    assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Duplicate));
+    assert_eq!(ids(&store, "{}"), vec![e.id]);
+}
+
+#[tokio::test]
+async fn replaceable_keeps_newest_and_refuses_older() {
+    let store = Store::temporary().unwrap();
+    let k = keys(1);
+    let old = signed(&k, 10, 0, &[]);
+    let new = signed(&k, 20, 0, &[]);
+    store.put(old.clone()).await.unwrap();
+    assert!(matches!(store.put(new.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(old.clone()).await.unwrap(), PutOutcome::Superseded));
+    assert_eq!(ids(&store, r#"{"kinds":[0]}"#), vec![new.id]);
+    // The old version left no index entries behind.
+    assert_eq!(store.count_by_author(&k.public_key()), 1);
+}
+
+#[tokio::test]
+async fn addressable_ties_keep_lowest_id() {
+    let store = Store::temporary().unwrap();
+    let k = keys(2);
+    let a = signed(&k, 10, 30023, &[&["d", "x"]]);
+    let b = signed(&k, 10, 30023, &[&["d", "x"], &["t", "other"]]);
+    let (low, high) = if a.id < b.id { (a, b) } else { (b, a) };
+    store.put(high.clone()).await.unwrap();
+    assert!(matches!(store.put(low.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(high.clone()).await.unwrap(), PutOutcome::Superseded));
+    // Another d tag is another address.
+    let other = signed(&k, 5, 30023, &[&["d", "y"]]);
+    store.put(other.clone()).await.unwrap();
+    assert_eq!(ids(&store, r#"{"kinds":[30023]}"#), vec![low.id, other.id]);
+}
+
+#[tokio::test]
+async fn deletion_removes_own_targets_and_tombstones_them() {
+    let store = Store::temporary().unwrap();
+    let (alice, bob) = (keys(1), keys(2));
+    let mine = signed(&alice, 10, 1, &[]);
+    let theirs = signed(&bob, 10, 1, &[]);
+    let article = signed(&alice, 10, 30023, &[&["d", "a"]]);
+    store.put(mine.clone()).await.unwrap();
+    store.put(theirs.clone()).await.unwrap();
+    store.put(article.clone()).await.unwrap();
+    let address = format!("30023:{}:a", alice.public_key());
+    let deletion = signed(
+        &alice,
+        20,
+        5,
+        &[&["e", &mine.id.to_hex()], &["e", &theirs.id.to_hex()], &["a", &address]],
+    );
+    store.put(deletion.clone()).await.unwrap();
+    let mut left = ids(&store, "{}");
+    left.sort();
+    let mut want = vec![theirs.id, deletion.id];
+    want.sort();
+    assert_eq!(left, want);
+    assert!(matches!(store.put(mine).await.unwrap(), PutOutcome::Deleted));
+    assert!(matches!(store.put(signed(&alice, 15, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Deleted));
+    assert!(matches!(store.put(signed(&alice, 25, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Stored(_)));
+}
+
+#[tokio::test]
+async fn expired_events_are_not_served_and_are_swept() {
+    let store = Store::temporary().unwrap();
+    let k = keys(3);
+    let e = signed(&k, 10, 1, &[&["expiration", "100"]]);
+    store.put(e.clone()).await.unwrap();
+    let f: Filter = serde_json::from_str("{}").unwrap();
+    assert_eq!(store.query(std::slice::from_ref(&f), Timestamp(99)).unwrap().len(), 1);
+    assert_eq!(store.query(std::slice::from_ref(&f), Timestamp(100)).unwrap().len(), 0);
+    assert!(store.get(&e.id, Timestamp(100)).unwrap().is_none());
+    assert_eq!(store.sweep_expired(Timestamp(100)).await.unwrap(), 1);
+    assert_eq!(store.count_by_author(&k.public_key()), 0);
+}
+
+#[tokio::test]
+async fn query_orders_newest_first_and_limits_per_filter() {
+    let store = Store::temporary().unwrap();
+    let k = keys(4);
+    let mut all = Vec::new();
+    for (i, at) in [5, 1, 3, 3, 9].into_iter().enumerate() {
+        let e = signed(&k, at, 1, &[&["t", &format!("v{at}")], &["n", &i.to_string()]]);
+        store.put(e.clone()).await.unwrap();
+        all.push(e);
+    }
+    let mut expected: Vec<_> = all.iter().map(|e| (std::cmp::Reverse(e.created_at), e.id)).collect();
+    expected.sort();
+    let expected: Vec<EventId> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids(&store, "{}"), expected);
+    assert_eq!(ids(&store, r#"{"limit":2}"#), expected[..2].to_vec());
+    assert_eq!(ids(&store, r#"{"since":3,"until":5}"#), expected[1..4].to_vec());
+    assert_eq!(ids(&store, r##"{"#t":["v3"]}"##), expected[2..4].to_vec());
+    assert_eq!(ids(&store, r#"{"limit":0}"#), Vec::<EventId>::new());
+    let f: Filter = serde_json::from_str(r#"{"kinds":[1]}"#).unwrap();
+    assert_eq!(store.count(&[f.clone(), f], Timestamp(0)).unwrap(), 5);
+}
