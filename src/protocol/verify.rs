@@ -59,11 +59,6 @@ pub fn verify(event: Event) -> Result<VerifiedEvent, VerifyError> {
     Ok(VerifiedEvent(event))
 }
 
-/// Wraps an event read back from our own store, which only ever holds verified events.
-pub(crate) fn trusted(event: Event) -> VerifiedEvent {
-    VerifiedEvent(event)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,27 @@
+//! Shared application state: built once in [`crate::run`], handed to every transport.
+//!
+//! Owns nothing but handles: the configuration, the store, the fan-out registry, and the
+//! shutdown token and task tracker that every long-lived task obeys.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::fanout::Fanout;
+use crate::store::Store;
+
+/// Everything a request handler needs; shared as `Arc<AppState>`.
+pub struct AppState {
+    /// The loaded, validated configuration.
+    pub config: Config,
+    /// Durable event storage.
+    pub store: Store,
+    /// Live subscriptions.
+    pub fanout: Arc<Fanout>,
+    /// Cancelled when the relay shuts down.
+    pub shutdown: CancellationToken,
+    /// Every WebSocket connection and background task, awaited at shutdown.
+    pub tasks: TaskTracker,
+}

@@ -1,0 +1,204 @@
+//! The one publish path for every transport: policy → verify → store → fan-out → outcome.
+//!
+//! Owns deciding what happens to a submitted event and the typed [`Outcome`] that each transport
+//! maps to its wire (`OK` on WebSocket, a status code over HTTP). Signature checks run on the
+//! blocking pool, never on the async reactor. It does not parse frames or bill the arrival of
+//! frames; it does bill the durable `messages` quota, after verification and the duplicate check.
+
+use std::fmt;
+
+use crate::app::AppState;
+use crate::protocol::verify::verify;
+use crate::protocol::{Event, PubKey, Timestamp};
+use crate::store::PutOutcome;
+
+/// The machine-readable prefix of a refusal (NIP-01).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefix {
+    /// `invalid:`
+    Invalid,
+    /// `duplicate:`
+    Duplicate,
+    /// `blocked:`
+    Blocked,
+    /// `rate-limited:`
+    RateLimited,
+    /// `restricted:`
+    Restricted,
+    /// `auth-required:`
+    AuthRequired,
+    /// `error:`
+    Error,
+}
+
+impl Prefix {
+    /// The prefix text, without the colon.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Prefix::Invalid => "invalid",
+            Prefix::Duplicate => "duplicate",
+            Prefix::Blocked => "blocked",
+            Prefix::RateLimited => "rate-limited",
+            Prefix::Restricted => "restricted",
+            Prefix::AuthRequired => "auth-required",
+            Prefix::Error => "error",
+        }
+    }
+}
+
+/// A refusal: prefix and human text, shown as `"<prefix>: <text>"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Category.
+    pub prefix: Prefix,
+    /// Human-readable reason.
+    pub text: String,
+}
+
+impl Refusal {
+    /// A refusal with `prefix` and `text`.
+    pub fn new(prefix: Prefix, text: impl Into<String>) -> Refusal {
+        Refusal { prefix, text: text.into() }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.prefix.as_str(), self.text)
+    }
+}
+
+/// What happened to a published event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stored durably (or, for ephemeral kinds, delivered live).
+    Accepted,
+    /// Already stored: accepted, never stored twice.
+    Duplicate,
+    /// Not accepted.
+    Refused(Refusal),
+}
+
+impl Outcome {
+    /// True for `Accepted` and `Duplicate`.
+    pub fn accepted(&self) -> bool {
+        !matches!(self, Outcome::Refused(_))
+    }
+
+    /// The `OK` message text: `""`, `"duplicate: …"` or the refusal.
+    pub fn message(&self) -> String {
+        match self {
+            Outcome::Accepted => String::new(),
+            Outcome::Duplicate => "duplicate: already have this event".into(),
+            Outcome::Refused(r) => r.to_string(),
+        }
+    }
+
+    fn refused(prefix: Prefix, text: impl Into<String>) -> Outcome {
+        Outcome::Refused(Refusal::new(prefix, text))
+    }
+}
+
+/// Who is publishing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Publisher {
+    /// The NIP-42 / NIP-98 authenticated pubkey, if any.
+    pub authed: Option<PubKey>,
+}
+
+/// Cheap checks against the configured limits, before any hashing.
+fn policy(app: &AppState, event: &Event, now: Timestamp) -> Result<(), Refusal> {
+    let lim = &app.config.limitation;
+    if event.content.len() > lim.max_content_length {
+        return Err(Refusal::new(
+            Prefix::Invalid,
+            format!("content is {} bytes, the limit is {}", event.content.len(), lim.max_content_length),
+        ));
+    }
+    if event.tags.len() > lim.max_event_tags {
+        return Err(Refusal::new(
+            Prefix::Invalid,
+            format!("event has {} tags, the limit is {}", event.tags.len(), lim.max_event_tags),
+        ));
+    }
+    if lim.created_at_lower_limit > 0 && event.created_at.0 < now.0.saturating_sub(lim.created_at_lower_limit) {
+        return Err(Refusal::new(
+            Prefix::Invalid,
+            format!("created_at is more than {} seconds in the past", lim.created_at_lower_limit),
+        ));
+    }
+    if lim.created_at_upper_limit > 0 && event.created_at.0 > now.0.saturating_add(lim.created_at_upper_limit) {
+        return Err(Refusal::new(
+            Prefix::Invalid,
+            format!("created_at is more than {} seconds in the future", lim.created_at_upper_limit),
+        ));
+    }
+    if event.kind == crate::protocol::Kind::AUTH {
+        return Err(Refusal::new(Prefix::Invalid, "kind 22242 is sent with AUTH, not published"));
+    }
+    Ok(())
+}
+
+/// Publishes one event: the same path for WebSocket and REST.
+pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outcome {
+    let now = Timestamp::now();
+    if let Err(refusal) = policy(app, &event, now) {
+        metrics::counter!("hearth_events_invalid_total").increment(1);
+        return Outcome::Refused(refusal);
+    }
+    let verified = match tokio::task::spawn_blocking(move || verify(event)).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            metrics::counter!("hearth_events_invalid_total").increment(1);
+            return Outcome::refused(Prefix::Invalid, e.to_string());
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "verification task failed");
+            return Outcome::refused(Prefix::Error, "internal error");
+        }
+    };
+    if verified.is_protected() {
+        match publisher.authed {
+            None => {
+                return Outcome::refused(Prefix::AuthRequired, "this event may only be published by its author");
+            }
+            Some(pk) if pk != verified.pubkey => {
+                return Outcome::refused(Prefix::Blocked, "this event may only be published by its author");
+            }
+            Some(_) => {}
+        }
+    }
+    if verified.expiration().is_some_and(|t| t <= now) && !verified.kind.is_ephemeral() {
+        metrics::counter!("hearth_events_invalid_total").increment(1);
+        return Outcome::refused(Prefix::Invalid, "event has expired");
+    }
+    if verified.kind.is_ephemeral() {
+        let json = match serde_json::value::RawValue::from_string(verified.to_json()) {
+            Ok(raw) => raw.into(),
+            Err(e) => {
+                tracing::error!(error = %e, "event did not serialize");
+                return Outcome::refused(Prefix::Error, "internal error");
+            }
+        };
+        app.fanout.publish(&verified, &json);
+        return Outcome::Accepted;
+    }
+    let event_for_fanout = verified.clone();
+    match app.store.put(verified).await {
+        Ok(PutOutcome::Stored(json)) => {
+            metrics::counter!("hearth_events_stored_total").increment(1);
+            app.fanout.publish(&event_for_fanout, &json);
+            Outcome::Accepted
+        }
+        Ok(PutOutcome::Duplicate) => {
+            metrics::counter!("hearth_events_duplicate_total").increment(1);
+            Outcome::Duplicate
+        }
+        Ok(PutOutcome::Superseded) => Outcome::refused(Prefix::Duplicate, "a newer version is stored"),
+        Ok(PutOutcome::Deleted) => Outcome::refused(Prefix::Blocked, "deleted by its author"),
+        Err(e) => {
+            tracing::error!(error = %e, "store failed");
+            Outcome::refused(Prefix::Error, "could not store the event")
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! NIP-11 relay information document.
+//!
+//! Owns the JSON served at `GET /` with `Accept: application/nostr+json`: the `[info]` fields,
+//! the NIPs hearth actually implements, and `limitation` built from the live configuration.
+
+use serde::Serialize;
+
+use crate::config::Config;
+
+/// NIPs implemented end to end.
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 70];
+
+/// The NIP-11 document.
+#[derive(Debug, Serialize)]
+pub struct RelayInfo {
+    name: String,
+    description: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pubkey: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    contact: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    icon: String,
+    supported_nips: &'static [u16],
+    software: &'static str,
+    version: &'static str,
+    limitation: Limitation,
+}
+
+#[derive(Debug, Serialize)]
+struct Limitation {
+    max_message_length: usize,
+    max_subscriptions: usize,
+    max_filters: usize,
+    max_limit: u64,
+    default_limit: u64,
+    max_subid_length: usize,
+    max_event_tags: usize,
+    max_content_length: usize,
+    min_pow_difficulty: u32,
+    auth_required: bool,
+    payment_required: bool,
+    restricted_writes: bool,
+    created_at_lower_limit: u64,
+    created_at_upper_limit: u64,
+}
+
+impl RelayInfo {
+    /// The document for `config`.
+    pub fn from_config(config: &Config) -> RelayInfo {
+        let lim = &config.limitation;
+        RelayInfo {
+            name: config.info.name.clone(),
+            description: config.info.description.clone(),
+            pubkey: config.info.pubkey.clone(),
+            contact: config.info.contact.clone(),
+            icon: config.info.icon.clone(),
+            supported_nips: SUPPORTED_NIPS,
+            software: "hearth",
+            version: env!("CARGO_PKG_VERSION"),
+            limitation: Limitation {
+                max_message_length: lim.max_message_length,
+                max_subscriptions: lim.max_subscriptions,
+                max_filters: lim.max_filters,
+                max_limit: lim.max_limit,
+                default_limit: lim.default_limit,
+                max_subid_length: lim.max_subid_length,
+                max_event_tags: lim.max_event_tags,
+                max_content_length: lim.max_content_length,
+                min_pow_difficulty: 0,
+                auth_required: false,
+                payment_required: false,
+                restricted_writes: false,
+                created_at_lower_limit: lim.created_at_lower_limit,
+                created_at_upper_limit: lim.created_at_upper_limit,
+            },
+        }
+    }
+}

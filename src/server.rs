@@ -1,0 +1,104 @@
+//! The HTTP surface on the relay's port: WebSocket upgrade, NIP-11, metrics, and the JSON
+//! fallback for unknown routes.
+//!
+//! Owns routing only (warp filters); each route hands typed values to its module. Rejections are
+//! mapped to JSON error bodies in one place ([`recover`]).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+use warp::http::StatusCode;
+use warp::{Filter, Rejection, Reply};
+
+use crate::app::AppState;
+use crate::nip11::RelayInfo;
+use crate::ws::conn::{self, ConnInfo};
+
+/// Largest frame tungstenite accepts at all; frames between `max_message_length` and this are
+/// answered with a correlated refusal instead of a dropped connection.
+fn hard_frame_cap(max_message_length: usize) -> usize {
+    max_message_length.saturating_mul(2).max(max_message_length.saturating_add(64 * 1024))
+}
+
+fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
+    warp::any().map(move || app.clone())
+}
+
+fn cors(reply: impl Reply) -> impl Reply {
+    let reply = warp::reply::with_header(reply, "Access-Control-Allow-Origin", "*");
+    let reply = warp::reply::with_header(reply, "Access-Control-Allow-Headers", "*");
+    warp::reply::with_header(reply, "Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+}
+
+#[derive(Debug)]
+struct NotNip11;
+impl warp::reject::Reject for NotNip11 {}
+
+/// Every route of the relay's port.
+pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error = Infallible> + Clone {
+    // GET / (WebSocket upgrade)
+    let ws = warp::path::end()
+        .and(warp::ws())
+        .and(with_app(app.clone()))
+        .and(warp::addr::remote())
+        .and(warp::header::optional::<String>("host"))
+        .map(|ws: warp::ws::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, host: Option<String>| {
+            let cap = hard_frame_cap(app.config.limitation.max_message_length);
+            ws.max_message_size(cap).max_frame_size(cap).on_upgrade(move |socket| {
+                let tasks = app.tasks.clone();
+                tasks.track_future(conn::serve(app, socket, ConnInfo { peer, host }))
+            })
+        });
+    // GET / with Accept: application/nostr+json (NIP-11)
+    let nip11 = warp::path::end()
+        .and(warp::get())
+        .and(warp::header::optional::<String>("accept"))
+        .and_then(|accept: Option<String>| async move {
+            match accept {
+                Some(a) if a.contains("application/nostr+json") => Ok(()),
+                _ => Err(warp::reject::custom(NotNip11)),
+            }
+        })
+        .untuple_one()
+        .and(with_app(app.clone()))
+        .map(|app: Arc<AppState>| {
+            let reply = warp::reply::json(&RelayInfo::from_config(&app.config));
+            cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json"))
+        });
+    // OPTIONS / (CORS preflight for NIP-11)
+    let preflight = warp::path::end()
+        .and(warp::options())
+        .map(|| cors(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT)));
+    // GET / (anything else: a human-readable pointer)
+    let home = warp::path::end().and(warp::get()).map(|| {
+        "hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n"
+    });
+    // GET /metrics
+    let metrics = warp::path("metrics")
+        .and(warp::path::end())
+        .and(warp::get())
+        .map(|| warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4"));
+    ws.or(nip11).or(preflight).or(home).or(metrics).recover(recover)
+}
+
+#[derive(Serialize)]
+struct ErrorBody {
+    error: String,
+}
+
+/// The one place rejections become responses: a JSON body with an `error` field.
+async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
+    let (status, error) = if rejection.is_not_found() {
+        (StatusCode::NOT_FOUND, "not found".to_string())
+    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
+        (StatusCode::METHOD_NOT_ALLOWED, "method not allowed".to_string())
+    } else if rejection.find::<NotNip11>().is_some() {
+        (StatusCode::NOT_FOUND, "not found".to_string())
+    } else {
+        tracing::debug!(?rejection, "request rejected");
+        (StatusCode::BAD_REQUEST, format!("bad request: {rejection:?}"))
+    };
+    Ok(warp::reply::with_status(warp::reply::json(&ErrorBody { error }), status))
+}

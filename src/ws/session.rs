@@ -1,0 +1,96 @@
+//! Per-connection session state, pure and unit-tested: open subscriptions and request limits.
+//!
+//! Owns which subscription ids are open on one connection (with a generation, so a query that
+//! finishes after its subscription was closed or replaced is dropped) and the NIP-11 limits that
+//! apply to a REQ/COUNT before it reaches the store.
+
+use std::collections::HashMap;
+
+use crate::config::Limitation;
+use crate::protocol::Filter;
+
+/// State of one WebSocket connection.
+#[derive(Debug, Default)]
+pub struct Session {
+    subs: HashMap<String, u64>,
+    next_generation: u64,
+}
+
+impl Session {
+    /// Opens (or replaces) `sub_id`; refuses a new id beyond `max_subscriptions`.
+    pub fn open(&mut self, sub_id: &str, max_subscriptions: usize) -> Result<u64, String> {
+        if !self.subs.contains_key(sub_id) && self.subs.len() >= max_subscriptions {
+            return Err(format!("too many subscriptions: at most {max_subscriptions} per connection"));
+        }
+        self.next_generation += 1;
+        self.subs.insert(sub_id.to_string(), self.next_generation);
+        Ok(self.next_generation)
+    }
+
+    /// Closes `sub_id`; true when it was open.
+    pub fn close(&mut self, sub_id: &str) -> bool {
+        self.subs.remove(sub_id).is_some()
+    }
+
+    /// True when `sub_id` is still the subscription opened as `generation`.
+    pub fn is_current(&self, sub_id: &str, generation: u64) -> bool {
+        self.subs.get(sub_id) == Some(&generation)
+    }
+
+    /// Open subscriptions.
+    pub fn len(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// True when no subscription is open.
+    pub fn is_empty(&self) -> bool {
+        self.subs.is_empty()
+    }
+}
+
+/// Checks a REQ/COUNT against the limits and applies `default_limit` / clamps to `max_limit`.
+pub fn prepare_filters(lim: &Limitation, sub_id: &str, filters: &mut [Filter]) -> Result<(), String> {
+    let chars = sub_id.chars().count();
+    if chars > lim.max_subid_length {
+        return Err(format!("subscription id is {chars} characters, the limit is {}", lim.max_subid_length));
+    }
+    if filters.len() > lim.max_filters {
+        return Err(format!("{} filters, the limit is {}", filters.len(), lim.max_filters));
+    }
+    for f in filters.iter_mut() {
+        f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replacing_a_sub_does_not_count_twice_and_bumps_generation() {
+        let mut s = Session::default();
+        let g1 = s.open("a", 1).unwrap();
+        let g2 = s.open("a", 1).unwrap();
+        assert_ne!(g1, g2);
+        assert!(!s.is_current("a", g1));
+        assert!(s.is_current("a", g2));
+        assert!(s.open("b", 1).is_err());
+        assert!(s.close("a"));
+        assert!(s.open("b", 1).is_ok());
+    }
+
+    #[test]
+    fn limits_are_defaulted_and_clamped() {
+        let lim = Limitation { default_limit: 10, max_limit: 20, ..Limitation::default() };
+        let mut filters: Vec<Filter> = vec![
+            serde_json::from_str("{}").unwrap(),
+            serde_json::from_str(r#"{"limit":500}"#).unwrap(),
+            serde_json::from_str(r#"{"limit":0}"#).unwrap(),
+        ];
+        prepare_filters(&lim, "s", &mut filters).unwrap();
+        let limits: Vec<_> = filters.iter().map(|f| f.limit).collect();
+        assert_eq!(limits, vec![Some(10), Some(20), Some(0)]);
+        assert!(prepare_filters(&lim, &"x".repeat(65), &mut []).is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! Test harness: a real hearth on 127.0.0.1:0 with a temporary data directory, and a real
+//! WebSocket client. Every network await has a timeout.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use hearth::config::Config;
+use hearth::protocol::{Event, Keys, Kind, Timestamp};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long any single network step may take.
+pub const STEP: Duration = Duration::from_secs(10);
+
+/// A running relay.
+pub struct TestRelay {
+    pub addr: SocketAddr,
+    pub dir: Option<tempfile::TempDir>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), hearth::RunError>>>,
+}
+
+impl TestRelay {
+    /// Starts a relay with default configuration, adjusted by `tweak`.
+    pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestRelay {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, tweak).await
+    }
+
+    /// Starts a relay on an existing data directory.
+    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestRelay {
+        let mut config = Config::default();
+        config.server.bind = "127.0.0.1:0".into();
+        config.storage.data_dir = dir.path().join("data");
+        tweak(&mut config);
+        config.validate().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(hearth::run(listener, config, async move {
+            let _ = rx.await;
+        }));
+        TestRelay { addr, dir: Some(dir), stop: Some(stop), task: Some(task) }
+    }
+
+    /// Stops the relay gracefully and waits for it; returns the data directory.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(STEP, task).await.unwrap().unwrap().unwrap();
+        }
+        self.dir.take().unwrap()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.as_ref().unwrap().path().join("data")
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/", self.addr)
+    }
+
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn connect(&self) -> Client {
+        let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::connect_async(self.ws_url()))
+            .await
+            .unwrap()
+            .unwrap();
+        Client { ws }
+    }
+}
+
+impl Drop for TestRelay {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A WebSocket client speaking raw JSON frames.
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Client {
+    pub async fn send_text(&mut self, text: &str) {
+        tokio::time::timeout(STEP, self.ws.send(Message::text(text.to_string()))).await.unwrap().unwrap();
+    }
+
+    pub async fn send(&mut self, frame: Value) {
+        self.send_text(&frame.to_string()).await;
+    }
+
+    /// The next text frame, parsed.
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let msg = tokio::time::timeout(STEP, self.ws.next())
+                .await
+                .expect("timed out waiting for a frame")
+                .expect("connection closed")
+                .expect("read failed");
+            match msg {
+                Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+                Message::Close(_) => panic!("connection closed by relay"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// The next frame, or None if nothing arrives within `wait`.
+    pub async fn recv_within(&mut self, wait: Duration) -> Option<Value> {
+        match tokio::time::timeout(wait, self.recv()).await {
+            Ok(v) => Some(v),
+            Err(_) => None,
+        }
+    }
+
+    /// Sends an EVENT and returns its OK frame.
+    pub async fn publish(&mut self, event: &Event) -> Value {
+        self.send(json!(["EVENT", event])).await;
+        self.recv().await
+    }
+
+    /// Sends a raw EVENT text and returns the next frame.
+    pub async fn publish_raw(&mut self, event_json: &str) -> Value {
+        self.send_text(&format!("[\"EVENT\",{event_json}]")).await;
+        self.recv().await
+    }
+
+    /// Sends a REQ and collects events until EOSE; returns the event objects.
+    pub async fn req(&mut self, sub: &str, filters: Vec<Value>) -> Vec<Value> {
+        let mut frame = vec![json!("REQ"), json!(sub)];
+        frame.extend(filters);
+        self.send(Value::Array(frame)).await;
+        let mut events = Vec::new();
+        loop {
+            let msg = self.recv().await;
+            match msg[0].as_str() {
+                Some("EVENT") if msg[1] == sub => events.push(msg[2].clone()),
+                Some("EOSE") if msg[1] == sub => return events,
+                _ => panic!("unexpected frame during REQ {sub}: {msg}"),
+            }
+        }
+    }
+
+    /// Ids of the events a REQ returns.
+    pub async fn req_ids(&mut self, sub: &str, filters: Vec<Value>) -> Vec<String> {
+        self.req(sub, filters).await.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+    }
+}
+
+/// A deterministic test key.
+pub fn keys(n: u8) -> Keys {
+    Keys::from_bytes([n; 32]).unwrap()
+}
+
+pub fn now() -> u64 {
+    Timestamp::now().0
+}
+
+/// Signs a kind/content/tags event at `at`.
+pub fn sign(keys: &Keys, at: u64, kind: u16, tags: &[&[&str]], content: &str) -> Event {
+    let tags = tags.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
+    keys.sign(Timestamp(at), Kind(kind), tags, content)
+}
+
+/// Asserts an OK frame for `id` with the given acceptance and message prefix.
+pub fn assert_ok(frame: &Value, id: &str, accepted: bool, prefix: &str) {
+    assert_eq!(frame[0], "OK", "{frame}");
+    assert_eq!(frame[1], id, "{frame}");
+    assert_eq!(frame[2], accepted, "{frame}");
+    let msg = frame[3].as_str().unwrap();
+    assert!(msg.starts_with(prefix), "expected {prefix:?}, got {frame}");
+}
