@@ -77,9 +77,7 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// The parsed bind address (validated at load).
     pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.bind
-            .parse()
-            .map_err(|e| invalid("server.bind", format!("is not an address like 127.0.0.1:7777 ({e})")))
+        self.bind.parse().map_err(|e| invalid("server.bind", format!("is not an address like 127.0.0.1:7777 ({e})")))
     }
 }
 
@@ -180,8 +178,7 @@ impl Config {
     /// `env` is the process environment (passed in so tests can supply their own).
     pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
         use config::{Environment, File, FileFormat};
-        let mut builder = config::Config::builder()
-            .add_source(File::from_str(EMBEDDED_RELAY_TOML, FileFormat::Toml));
+        let mut builder = config::Config::builder().add_source(File::from_str(EMBEDDED_RELAY_TOML, FileFormat::Toml));
         match path {
             Some(path) => builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true)),
             None if Path::new("relay.toml").exists() => {
@@ -214,9 +211,8 @@ impl Config {
     /// Checks every value, naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.server.bind_addr()?;
-        if !self.server.public_url.is_empty()
-            && !(self.server.public_url.starts_with("ws://") || self.server.public_url.starts_with("wss://"))
-        {
+        let url = &self.server.public_url;
+        if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
         let positive: [(&str, u64); 12] = [

@@ -66,12 +66,11 @@ impl Fanout {
 
     /// Adds or replaces subscription `sub_id` of connection `conn`.
     pub fn subscribe(&self, conn: ConnId, sub_id: &str, filters: Vec<Filter>) {
-        if let Ok(mut conns) = self.conns.write() {
-            if let Some(entry) = conns.get_mut(&conn) {
-                if entry.subs.insert(sub_id.to_string(), Arc::new(filters)).is_none() {
-                    self.subscriptions.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+        if let Ok(mut conns) = self.conns.write()
+            && let Some(entry) = conns.get_mut(&conn)
+            && entry.subs.insert(sub_id.to_string(), Arc::new(filters)).is_none()
+        {
+            self.subscriptions.fetch_add(1, Ordering::Relaxed);
         }
     }
 

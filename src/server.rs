@@ -72,9 +72,9 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(warp::options())
         .map(|| cors(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT)));
     // GET / (anything else: a human-readable pointer)
-    let home = warp::path::end().and(warp::get()).map(|| {
-        "hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n"
-    });
+    let home = warp::path::end()
+        .and(warp::get())
+        .map(|| "hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n");
     // GET /metrics
     let metrics = warp::path("metrics")
         .and(warp::path::end())

@@ -1,4 +1,5 @@
 //! NIP-01 over a real WebSocket: exact frames for EVENT, REQ, CLOSE, COUNT and bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
 mod common;
 
@@ -85,9 +86,7 @@ async fn filters_or_together_and_limit_zero_sends_only_eose() {
     let eb = sign(&b, 200, 7, &[], "b");
     c.publish(&ea).await;
     c.publish(&eb).await;
-    let ids = c
-        .req_ids("or", vec![json!({"authors": [a.public_key().to_hex()]}), json!({"kinds": [7]})])
-        .await;
+    let ids = c.req_ids("or", vec![json!({"authors": [a.public_key().to_hex()]}), json!({"kinds": [7]})]).await;
     assert_eq!(ids, vec![eb.id.to_hex(), ea.id.to_hex()]);
     assert!(c.req("zero", vec![json!({"limit": 0})]).await.is_empty());
 }
@@ -172,7 +171,10 @@ async fn nip11_limits_are_enforced_with_correlated_answers() {
     .await;
     let mut c = relay.connect().await;
     c.send(json!(["REQ", "123456789", {}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "123456789", "error: subscription id is 9 characters, the limit is 8"]));
+    assert_eq!(
+        c.recv().await,
+        json!(["CLOSED", "123456789", "error: subscription id is 9 characters, the limit is 8"])
+    );
     c.send(json!(["REQ", "f", {}, {}, {}])).await;
     assert_eq!(c.recv().await, json!(["CLOSED", "f", "error: 3 filters, the limit is 2"]));
     c.req("a", vec![json!({})]).await;
@@ -184,9 +186,15 @@ async fn nip11_limits_are_enforced_with_correlated_answers() {
 
     let k = keys(9);
     let long = sign(&k, now(), 1, &[], "01234567890");
-    assert_eq!(c.publish(&long).await, json!(["OK", long.id.to_hex(), false, "invalid: content is 11 bytes, the limit is 10"]));
+    assert_eq!(
+        c.publish(&long).await,
+        json!(["OK", long.id.to_hex(), false, "invalid: content is 11 bytes, the limit is 10"])
+    );
     let tags = sign(&k, now(), 1, &[&["t", "1"], &["t", "2"], &["t", "3"]], "");
-    assert_eq!(c.publish(&tags).await, json!(["OK", tags.id.to_hex(), false, "invalid: event has 3 tags, the limit is 2"]));
+    assert_eq!(
+        c.publish(&tags).await,
+        json!(["OK", tags.id.to_hex(), false, "invalid: event has 3 tags, the limit is 2"])
+    );
     let old = sign(&k, now() - 7200, 1, &[], "");
     assert_eq!(
         c.publish(&old).await,

@@ -124,10 +124,7 @@ pub struct Timestamp(pub u64);
 impl Timestamp {
     /// The current wall-clock time.
     pub fn now() -> Self {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         Timestamp(secs)
     }
 }
@@ -194,8 +191,7 @@ pub struct Event {
 impl Event {
     /// Parses one event object from JSON text, strictly.
     pub fn from_json(json: &str) -> Result<Event, EventError> {
-        let event: Event =
-            serde_json::from_str(json).map_err(|e| EventError::Malformed(strip_position(&e)))?;
+        let event: Event = serde_json::from_str(json).map_err(|e| EventError::Malformed(strip_position(&e)))?;
         event.check_tags()?;
         Ok(event)
     }
@@ -215,15 +211,8 @@ impl Event {
     /// The exact string whose sha256 is the id: compact JSON of
     /// `[0,pubkey,created_at,kind,tags,content]`, escaped as `JSON.stringify` does.
     pub fn canonical_json(&self) -> String {
-        serde_json::to_string(&(
-            0u8,
-            &self.pubkey,
-            self.created_at.0,
-            self.kind.0,
-            &self.tags,
-            &self.content,
-        ))
-        .unwrap_or_default()
+        serde_json::to_string(&(0u8, &self.pubkey, self.created_at.0, self.kind.0, &self.tags, &self.content))
+            .unwrap_or_default()
     }
 
     /// The id computed from the fields, whatever `id` claims.
@@ -252,10 +241,7 @@ impl Event {
 
     /// The NIP-40 expiration time, when a well-formed `expiration` tag is present.
     pub fn expiration(&self) -> Option<Timestamp> {
-        self.tag_values("expiration")
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(Timestamp)
+        self.tag_values("expiration").next().and_then(|v| v.parse::<u64>().ok()).map(Timestamp)
     }
 
     /// True when the event carries the NIP-70 `["-"]` tag.
@@ -335,10 +321,7 @@ mod tests {
         assert!(Event::from_json(&base.replace("CA", "1").replace("K", "1")).is_ok());
         for (ca, k) in [("1.5", "1"), ("\"1\"", "1"), ("-1", "1"), ("1", "65536"), ("1", "-1")] {
             let json = base.replace("CA", ca).replace("K", k);
-            assert!(
-                matches!(Event::from_json(&json), Err(EventError::Malformed(_))),
-                "{json}"
-            );
+            assert!(matches!(Event::from_json(&json), Err(EventError::Malformed(_))), "{json}");
         }
     }
 

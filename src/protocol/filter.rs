@@ -35,20 +35,20 @@ pub struct Filter {
 impl Filter {
     /// True when `event` satisfies every condition.
     pub fn matches(&self, event: &Event) -> bool {
-        if let Some(ids) = &self.ids {
-            if !ids.contains(&event.id) {
-                return false;
-            }
+        if let Some(ids) = &self.ids
+            && !ids.contains(&event.id)
+        {
+            return false;
         }
-        if let Some(authors) = &self.authors {
-            if !authors.contains(&event.pubkey) {
-                return false;
-            }
+        if let Some(authors) = &self.authors
+            && !authors.contains(&event.pubkey)
+        {
+            return false;
         }
-        if let Some(kinds) = &self.kinds {
-            if !kinds.contains(&event.kind) {
-                return false;
-            }
+        if let Some(kinds) = &self.kinds
+            && !kinds.contains(&event.kind)
+        {
+            return false;
         }
         if self.since.is_some_and(|s| event.created_at < s) {
             return false;
@@ -59,9 +59,7 @@ impl Filter {
         self.tags.iter().all(|(letter, values)| {
             let mut buf = [0u8; 4];
             let name: &str = letter.encode_utf8(&mut buf);
-            event
-                .tag_values(name)
-                .any(|v| values.iter().any(|want| want == v))
+            event.tag_values(name).any(|v| values.iter().any(|want| want == v))
         })
     }
 
@@ -94,14 +92,11 @@ impl<'de> Deserialize<'de> for Filter {
                         "until" => set_once(&mut filter.until, map.next_value()?, "until")?,
                         "limit" => set_once(&mut filter.limit, map.next_value()?, "limit")?,
                         _ => {
-                            let letter = tag_letter(&key).ok_or_else(|| {
-                                de::Error::custom(format_args!("unsupported filter field `{key}`"))
-                            })?;
+                            let letter = tag_letter(&key)
+                                .ok_or_else(|| de::Error::custom(format_args!("unsupported filter field `{key}`")))?;
                             let values: Vec<String> = map.next_value()?;
                             if filter.tags.insert(letter, values).is_some() {
-                                return Err(de::Error::custom(format_args!(
-                                    "duplicate filter field `{key}`"
-                                )));
+                                return Err(de::Error::custom(format_args!("duplicate filter field `{key}`")));
                             }
                         }
                     }
@@ -164,10 +159,7 @@ mod tests {
 
     fn event(kind: u16, at: u64, tags: &[(&str, &str)]) -> Event {
         let keys = Keys::parse(&"02".repeat(32)).unwrap();
-        let tags = tags
-            .iter()
-            .map(|(n, v)| vec![n.to_string(), v.to_string()])
-            .collect();
+        let tags = tags.iter().map(|(n, v)| vec![n.to_string(), v.to_string()]).collect();
         keys.sign(Timestamp(at), Kind(kind), tags, "x")
     }
 

@@ -46,8 +46,7 @@ impl Keys {
 
     /// A keypair from 32 secret bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> Result<Keys, KeyError> {
-        let keypair =
-            Keypair::from_seckey_byte_array(SECP256K1, bytes).map_err(|_| KeyError::Range)?;
+        let keypair = Keypair::from_seckey_byte_array(SECP256K1, bytes).map_err(|_| KeyError::Range)?;
         Ok(Keys { keypair })
     }
 

@@ -133,9 +133,8 @@ fn strip_position(e: &serde_json::Error) -> String {
 impl ClientMessage {
     /// Parses one text frame.
     pub fn parse(text: &str) -> Result<ClientMessage, ParseError> {
-        let parts: Vec<Box<RawValue>> = serde_json::from_str(text).map_err(|e| {
-            ParseError::Uncorrelated(format!("frame is not a JSON array: {}", strip_position(&e)))
-        })?;
+        let parts: Vec<Box<RawValue>> = serde_json::from_str(text)
+            .map_err(|e| ParseError::Uncorrelated(format!("frame is not a JSON array: {}", strip_position(&e))))?;
         let verb: String = match parts.first().map(|p| serde_json::from_str(p.get())) {
             Some(Ok(v)) => v,
             _ => return Err(ParseError::Uncorrelated("frame must start with a message type string".into())),
@@ -148,16 +147,14 @@ impl ClientMessage {
                         return Err(ParseError::BadEvent {
                             id: parts.get(1).map(|r| raw_id(r)).unwrap_or_default(),
                             reason: format!("{verb} takes exactly one event"),
-                        })
+                        });
                     }
                 };
                 let event = event_from(raw)?;
                 Ok(if verb == "EVENT" { ClientMessage::Event(event) } else { ClientMessage::Auth(event) })
             }
             "REQ" => sub_request(&parts, "REQ").map(|(sub_id, filters)| ClientMessage::Req { sub_id, filters }),
-            "COUNT" => {
-                sub_request(&parts, "COUNT").map(|(sub_id, filters)| ClientMessage::Count { sub_id, filters })
-            }
+            "COUNT" => sub_request(&parts, "COUNT").map(|(sub_id, filters)| ClientMessage::Count { sub_id, filters }),
             "CLOSE" => match parts.get(1).map(|p| serde_json::from_str::<String>(p.get())) {
                 Some(Ok(id)) if parts.len() == 2 => Ok(ClientMessage::Close(id)),
                 _ => Err(ParseError::Uncorrelated("CLOSE takes exactly one subscription id".into())),
@@ -317,14 +314,8 @@ mod tests {
     fn relay_messages_serialize_exactly() {
         assert_eq!(RelayMessage::ok("ab", true, "").to_json(), r#"["OK","ab",true,""]"#);
         assert_eq!(RelayMessage::Eose("s\"1".into()).to_json(), r#"["EOSE","s\"1"]"#);
-        assert_eq!(
-            RelayMessage::Count { sub_id: "q".into(), count: 3 }.to_json(),
-            r#"["COUNT","q",{"count":3}]"#
-        );
+        assert_eq!(RelayMessage::Count { sub_id: "q".into(), count: 3 }.to_json(), r#"["COUNT","q",{"count":3}]"#);
         let raw: Arc<RawValue> = RawValue::from_string(r#"{"a":1}"#.into()).unwrap().into();
-        assert_eq!(
-            RelayMessage::Event { sub_id: "s".into(), event: raw }.to_json(),
-            r#"["EVENT","s",{"a":1}]"#
-        );
+        assert_eq!(RelayMessage::Event { sub_id: "s".into(), event: raw }.to_json(), r#"["EVENT","s",{"a":1}]"#);
     }
 }

@@ -4,7 +4,7 @@
 //! fields and checks the BIP-340 signature over it. Storage and fan-out take `VerifiedEvent`, so an
 //! unchecked event cannot reach them. CPU-heavy: callers run it off the async reactor.
 
-use secp256k1::{schnorr, XOnlyPublicKey, SECP256K1};
+use secp256k1::{SECP256K1, XOnlyPublicKey, schnorr};
 
 use super::event::{Event, EventId};
 
@@ -53,9 +53,7 @@ pub fn verify(event: Event) -> Result<VerifiedEvent, VerifyError> {
     }
     let key = XOnlyPublicKey::from_byte_array(event.pubkey.0).map_err(|_| VerifyError::BadPubKey)?;
     let sig = schnorr::Signature::from_byte_array(event.sig.0);
-    SECP256K1
-        .verify_schnorr(&sig, &event.id.0, &key)
-        .map_err(|_| VerifyError::BadSignature)?;
+    SECP256K1.verify_schnorr(&sig, &event.id.0, &key).map_err(|_| VerifyError::BadSignature)?;
     Ok(VerifiedEvent(event))
 }
 
@@ -82,11 +80,7 @@ mod tests {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let text = v["event"].to_string();
             let outcome = Event::from_json(&text).map(verify);
-            assert!(
-                !matches!(outcome, Ok(Ok(_))),
-                "defect {} was accepted",
-                v["defect"]
-            );
+            assert!(!matches!(outcome, Ok(Ok(_))), "defect {} was accepted", v["defect"]);
         }
     }
 }

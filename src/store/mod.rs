@@ -111,22 +111,14 @@ impl Store {
     /// deletion apply. Returns once the outcome is on disk.
     pub async fn put(&self, event: VerifiedEvent) -> Result<PutOutcome, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.inner
-            .tx
-            .send(writer::WriteOp::Put { event, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
+        self.inner.tx.send(writer::WriteOp::Put { event, reply }).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Deletes events whose NIP-40 expiration is at or before `now`; returns how many.
     pub async fn sweep_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.inner
-            .tx
-            .send(writer::WriteOp::Sweep { now, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
+        self.inner.tx.send(writer::WriteOp::Sweep { now, reply }).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -258,27 +250,25 @@ impl Plan {
             return Plan::Ids(ids.clone());
         }
         let has_tags = !f.tags.is_empty();
-        if let (Some(authors), Some(kinds)) = (&f.authors, &f.kinds) {
-            if authors.len() * kinds.len() <= MAX_PAIRS {
-                let prefixes = authors
-                    .iter()
-                    .flat_map(|a| kinds.iter().map(move |k| IndexPrefix::AuthorKind(*a, *k)))
-                    .collect();
-                return Plan::Scan { prefixes, needs_check: has_tags };
-            }
+        if let (Some(authors), Some(kinds)) = (&f.authors, &f.kinds)
+            && authors.len() * kinds.len() <= MAX_PAIRS
+        {
+            let prefixes =
+                authors.iter().flat_map(|a| kinds.iter().map(move |k| IndexPrefix::AuthorKind(*a, *k))).collect();
+            return Plan::Scan { prefixes, needs_check: has_tags };
         }
         if let Some(authors) = &f.authors {
             let prefixes = authors.iter().map(|a| IndexPrefix::Author(*a)).collect();
             return Plan::Scan { prefixes, needs_check: has_tags || f.kinds.is_some() };
         }
-        if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len()) {
-            if letter.is_ascii() {
-                let letter = *letter as u8;
-                let prefixes = values.iter().map(|v| IndexPrefix::Tag(letter, v.clone())).collect();
-                // Long values are hashed in the key; several tag letters need the others checked.
-                let hashed = values.iter().any(|v| v.len() > 64);
-                return Plan::Scan { prefixes, needs_check: hashed || f.tags.len() > 1 || f.kinds.is_some() };
-            }
+        if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len())
+            && letter.is_ascii()
+        {
+            let letter = *letter as u8;
+            let prefixes = values.iter().map(|v| IndexPrefix::Tag(letter, v.clone())).collect();
+            // Long values are hashed in the key; several tag letters need the others checked.
+            let hashed = values.iter().any(|v| v.len() > 64);
+            return Plan::Scan { prefixes, needs_check: hashed || f.tags.len() > 1 || f.kinds.is_some() };
         }
         if let Some(kinds) = &f.kinds {
             let prefixes = kinds.iter().map(|k| IndexPrefix::Kind(*k)).collect();

@@ -71,12 +71,7 @@ async fn deletion_removes_own_targets_and_tombstones_them() {
     store.put(theirs.clone()).await.unwrap();
     store.put(article.clone()).await.unwrap();
     let address = format!("30023:{}:a", alice.public_key());
-    let deletion = signed(
-        &alice,
-        20,
-        5,
-        &[&["e", &mine.id.to_hex()], &["e", &theirs.id.to_hex()], &["a", &address]],
-    );
+    let deletion = signed(&alice, 20, 5, &[&["e", &mine.id.to_hex()], &["e", &theirs.id.to_hex()], &["a", &address]]);
     store.put(deletion.clone()).await.unwrap();
     let mut left = ids(&store, "{}");
     left.sort();

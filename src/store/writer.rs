@@ -146,12 +146,11 @@ fn remove_into(tree: &Tree, batch: &mut Batch, id: &EventId) -> Result<Option<Ev
     if expiration != 0 {
         batch.remove(keys::expiry(Timestamp(expiration), id));
     }
-    if let Some(address) = address_of(&event) {
-        if let Some(current) = tree.get(&address)? {
-            if decode_address(&current)?.0 == *id {
-                batch.remove(address);
-            }
-        }
+    if let Some(address) = address_of(&event)
+        && let Some(current) = tree.get(&address)?
+        && decode_address(&current)?.0 == *id
+    {
+        batch.remove(address);
     }
     Ok(Some(event))
 }
@@ -161,19 +160,18 @@ fn put(tree: &Tree, verified: &VerifiedEvent) -> Result<PutOutcome, StoreError> 
     if tree.contains_key(keys::event(&event.id))? {
         return Ok(PutOutcome::Duplicate);
     }
-    if let Some(deleter) = tree.get(keys::tombstone(&event.id))? {
-        if deleter.as_ref() == event.pubkey.0 {
-            return Ok(PutOutcome::Deleted);
-        }
+    if let Some(deleter) = tree.get(keys::tombstone(&event.id))?
+        && deleter.as_ref() == event.pubkey.0
+    {
+        return Ok(PutOutcome::Deleted);
     }
     let mut batch = Batch::default();
     if let Some(address) = address_of(event) {
-        if let Some(tombstone_key) = address_tombstone_of(event) {
-            if let Some(deleted_at) = tree.get(tombstone_key)? {
-                if event.created_at.0 <= read_u64(&deleted_at) {
-                    return Ok(PutOutcome::Deleted);
-                }
-            }
+        if let Some(tombstone_key) = address_tombstone_of(event)
+            && let Some(deleted_at) = tree.get(tombstone_key)?
+            && event.created_at.0 <= read_u64(&deleted_at)
+        {
+            return Ok(PutOutcome::Deleted);
         }
         if let Some(current) = tree.get(&address)? {
             let (old_id, old_at) = decode_address(&current)?;
@@ -255,9 +253,8 @@ fn sweep(tree: &Tree, now: Timestamp) -> Result<usize, StoreError> {
     let mut removed = 0;
     for item in tree.range(start..=end) {
         let (key, _) = item?;
-        let id: [u8; 32] = key[key.len().saturating_sub(32)..]
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("expiry key".into()))?;
+        let id: [u8; 32] =
+            key[key.len().saturating_sub(32)..].try_into().map_err(|_| StoreError::Corrupt("expiry key".into()))?;
         batch.remove(key);
         if remove_into(tree, &mut batch, &EventId(id))?.is_some() {
             removed += 1;

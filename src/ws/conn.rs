@@ -8,10 +8,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, SplitSink};
 use futures_util::{SinkExt, StreamExt};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use warp::ws::{Message, WebSocket};
 
@@ -47,6 +49,13 @@ enum Action {
 
 type Sink = SplitSink<WebSocket, Message>;
 
+/// How long a closing connection may take to finish its in-flight frames.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a slow consumer's last NOTICE may wait for room in its socket.
+const SLOW_NOTICE_WAIT: Duration = Duration::from_secs(10);
+/// How long the close frame may take to write.
+const FINAL_WRITE: Duration = Duration::from_secs(1);
+
 /// Serves one upgraded WebSocket until the client leaves or the relay shuts down.
 pub async fn serve(app: Arc<AppState>, ws: WebSocket, info: ConnInfo) {
     let mut reg = app.fanout.register(app.config.server.max_outbound_queue);
@@ -71,21 +80,14 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
         tokio::select! {
             biased;
             _ = app.shutdown.cancelled() => break,
-            _ = reg.slow.cancelled() => {
-                let notice = RelayMessage::Notice(
-                    "error: disconnected: the client is not reading its events fast enough".into(),
-                );
-                let _ = send(&mut sink, &notice).await;
-                tracing::info!("disconnected a slow consumer");
-                break;
-            }
+            _ = reg.slow.cancelled() => break,
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                if !deliver(&mut sink, &session, done).await {
+                if !guarded(deliver(&mut sink, &session, done), &reg.slow, &app.shutdown).await {
                     break;
                 }
             }
             Some(live) = reg.rx.recv() => {
-                if !send(&mut sink, &live).await {
+                if !guarded(send(&mut sink, &live), &reg.slow, &app.shutdown).await {
                     break;
                 }
             }
@@ -110,7 +112,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
                 };
                 match action {
                     Action::Reply(reply) => {
-                        if !send(&mut sink, &reply).await {
+                        if !guarded(send(&mut sink, &reply), &reg.slow, &app.shutdown).await {
                             break;
                         }
                     }
@@ -120,13 +122,41 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
             }
         }
     }
-    // Finish what was accepted for processing: stored events still get their OK if the socket
-    // is open, and are durable either way.
-    while let Some(done) = in_flight.next().await {
-        deliver(&mut sink, &session, done).await;
+    if reg.slow.is_cancelled() {
+        tracing::info!("disconnecting a slow consumer");
+        let notice =
+            RelayMessage::Notice("error: disconnected: the client is not reading its events fast enough".into());
+        // The socket is full: give the client a while to drain it and learn why.
+        let _ = tokio::time::timeout(SLOW_NOTICE_WAIT, send(&mut sink, &notice)).await;
+    }
+    // Finish what was accepted for processing: EVENTs complete (durable either way) and get
+    // their OK while the client still reads, within a deadline so a stuck client cannot hold
+    // shutdown.
+    let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
+    let mut writable = !reg.slow.is_cancelled();
+    while let Ok(Some(done)) = tokio::time::timeout_at(deadline, in_flight.next()).await {
+        if writable {
+            writable = tokio::time::timeout_at(deadline, deliver(&mut sink, &session, done)).await.unwrap_or(false);
+        }
     }
     // The registration's drop removes every subscription of the connection.
-    let _ = sink.send(Message::close()).await;
+    if writable {
+        let _ = tokio::time::timeout(FINAL_WRITE, sink.send(Message::close())).await;
+    }
+}
+
+/// Awaits a write unless the connection is cut off or the relay shuts down meanwhile (a client
+/// that stops reading must not hold either up); false = stop serving.
+async fn guarded(
+    write: impl std::future::Future<Output = bool>,
+    slow: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        ok = write => ok,
+        _ = slow.cancelled() => false,
+        _ = shutdown.cancelled() => false,
+    }
 }
 
 async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {
@@ -234,10 +264,8 @@ async fn query(app: Arc<AppState>, conn: ConnId, sub_id: String, generation: u64
     let store = app.store.clone();
     let frames = match blocking(move || store.query(&filters, Timestamp::now())).await {
         Ok(events) => {
-            let mut frames: Vec<RelayMessage> = events
-                .into_iter()
-                .map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event })
-                .collect();
+            let mut frames: Vec<RelayMessage> =
+                events.into_iter().map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event }).collect();
             frames.push(RelayMessage::Eose(sub_id.clone()));
             frames
         }

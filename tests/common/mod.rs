@@ -1,6 +1,6 @@
 //! Test harness: a real hearth on 127.0.0.1:0 with a temporary data directory, and a real
 //! WebSocket client. Every network await has a timeout.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -73,10 +73,8 @@ impl TestRelay {
     }
 
     pub async fn connect(&self) -> Client {
-        let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::connect_async(self.ws_url()))
-            .await
-            .unwrap()
-            .unwrap();
+        let (ws, _) =
+            tokio::time::timeout(STEP, tokio_tungstenite::connect_async(self.ws_url())).await.unwrap().unwrap();
         Client { ws }
     }
 }
@@ -121,10 +119,7 @@ impl Client {
 
     /// The next frame, or None if nothing arrives within `wait`.
     pub async fn recv_within(&mut self, wait: Duration) -> Option<Value> {
-        match tokio::time::timeout(wait, self.recv()).await {
-            Ok(v) => Some(v),
-            Err(_) => None,
-        }
+        tokio::time::timeout(wait, self.recv()).await.ok()
     }
 
     /// Sends an EVENT and returns its OK frame.

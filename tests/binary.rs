@@ -1,0 +1,105 @@
+//! The `hearth` binary itself: configuration errors, the start-up line, and SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::json;
+
+fn hearth() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+#[test]
+fn zero_limit_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hearth().current_dir(dir.path()).env("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "0").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limitation.max_subscriptions"), "{err}");
+}
+
+#[test]
+fn unknown_key_and_bad_address_stop_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("custom.toml");
+    std::fs::write(&file, "[server]\nbindd = \"127.0.0.1:1\"\n").unwrap();
+    let out = hearth().current_dir(dir.path()).arg("--config").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bindd"));
+    let out = hearth().current_dir(dir.path()).env("HEARTH_SERVER__BIND", "not-an-address").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server.bind"));
+}
+
+/// Kills the relay if a test fails before it stops it.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(dir: &std::path::Path) -> (Running, String) {
+    let mut child = hearth()
+        .current_dir(dir)
+        .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
+        .env("HEARTH_STORAGE__DATA_DIR", dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("hearth exited before listening").unwrap();
+        if let Some(i) = line.find("listening on ") {
+            break line[i + "listening on ".len()..].trim().to_string();
+        }
+    };
+    // Keep draining the log so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (Running(child), addr)
+}
+
+fn sigterm(running: &mut Running) -> std::process::ExitStatus {
+    let status = Command::new("kill").arg("-TERM").arg(running.0.id().to_string()).status().unwrap();
+    assert!(status.success());
+    running.0.wait().unwrap()
+}
+
+fn frame(msg: tokio_tungstenite::tungstenite::Message) -> serde_json::Value {
+    serde_json::from_str(msg.into_text().unwrap().as_str()).unwrap()
+}
+
+#[tokio::test]
+async fn binary_serves_on_the_logged_address_and_exits_0_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = start(dir.path());
+    let e = sign(&keys(1), now(), 1, &[], "via the binary");
+    {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/")).await.unwrap();
+        use futures_util::{SinkExt, StreamExt};
+        ws.send(tokio_tungstenite::tungstenite::Message::text(json!(["EVENT", e]).to_string())).await.unwrap();
+        let ok = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(frame(ok), json!(["OK", e.id.to_hex(), true, ""]));
+    }
+    let status = sigterm(&mut child);
+    assert_eq!(status.code(), Some(0));
+    // Acknowledged means durable: a new process on the same directory serves it.
+    let (mut child, addr) = start(dir.path());
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/")).await.unwrap();
+    use futures_util::{SinkExt, StreamExt};
+    ws.send(tokio_tungstenite::tungstenite::Message::text(json!(["REQ", "s", {}]).to_string())).await.unwrap();
+    let first = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(frame(first), json!(["EVENT", "s", e]));
+    drop(ws);
+    assert_eq!(sigterm(&mut child).code(), Some(0));
+}

@@ -1,0 +1,182 @@
+//! Storage through the real server: restarts, concurrent duplicates, large query sets, slow
+//! consumers.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use hearth::protocol::{Event, Filter};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn events_survive_a_restart() {
+    let relay = TestRelay::start(|_| {}).await;
+    let mut c = relay.connect().await;
+    let k = keys(1);
+    let events: Vec<_> = (0..20).map(|i| sign(&k, 1000 + i, 1, &[], &format!("n{i}"))).collect();
+    for e in &events {
+        assert_eq!(c.publish(e).await[2], true);
+    }
+    let replaceable = sign(&k, 5000, 0, &[], "profile");
+    c.publish(&replaceable).await;
+    drop(c);
+    let dir = relay.stop().await;
+    let relay = TestRelay::start_in(dir, |_| {}).await;
+    let mut c = relay.connect().await;
+    let mut expected: Vec<String> = events.iter().rev().map(|e| e.id.to_hex()).collect();
+    expected.insert(0, replaceable.id.to_hex());
+    assert_eq!(c.req_ids("s", vec![json!({})]).await, expected);
+    // A re-sent event is still a duplicate after the restart.
+    assert_eq!(c.publish(&events[0]).await[3], "duplicate: already have this event");
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_are_stored_once() {
+    let relay = TestRelay::start(|_| {}).await;
+    let k = keys(2);
+    let events: Vec<_> = (0..100).map(|i| sign(&k, 1000 + i, 1, &[], &format!("d{i}"))).collect();
+    let mut senders = Vec::new();
+    for _ in 0..3 {
+        let mut c = relay.connect().await;
+        let events = events.clone();
+        senders.push(tokio::spawn(async move {
+            for e in &events {
+                c.send(json!(["EVENT", e])).await;
+            }
+            let mut oks = Vec::new();
+            for _ in 0..events.len() {
+                oks.push(c.recv().await);
+            }
+            oks
+        }));
+    }
+    let mut messages: HashMap<String, Vec<String>> = HashMap::new();
+    for s in senders {
+        for ok in s.await.unwrap() {
+            assert_eq!(ok[0], "OK");
+            assert_eq!(ok[2], true, "{ok}");
+            messages.entry(ok[1].as_str().unwrap().to_string()).or_default().push(ok[3].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(messages.len(), 100);
+    for (id, msgs) in &messages {
+        let fresh = msgs.iter().filter(|m| m.is_empty()).count();
+        let dups = msgs.iter().filter(|m| *m == "duplicate: already have this event").count();
+        assert_eq!((fresh, dups), (1, 2), "{id}: {msgs:?}");
+    }
+    let mut c = relay.connect().await;
+    assert_eq!(c.req("all", vec![json!({"limit": 500})]).await.len(), 100);
+}
+
+/// The expected answer of a filter, computed from the list of events by brute force.
+fn model(events: &[Event], filter: &Value) -> Vec<String> {
+    let f: Filter = serde_json::from_value(filter.clone()).unwrap();
+    let mut hits: Vec<&Event> = events.iter().filter(|e| f.matches(e)).collect();
+    hits.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+    hits.truncate(f.limit.unwrap_or(u64::MAX) as usize);
+    hits.iter().map(|e| e.id.to_hex()).collect()
+}
+
+#[tokio::test]
+async fn query_over_ten_thousand_events_returns_exactly_the_right_events_in_order() {
+    let relay = TestRelay::start(|c| c.limitation.max_limit = 10_000).await;
+    let authors: Vec<_> = (1..=20).map(keys).collect();
+    let topics = ["rust", "nostr", "sled", "tokio", "warp"];
+    let events: Vec<Event> = (0..10_000u64)
+        .map(|i| {
+            let author = &authors[(i % 20) as usize];
+            let kind = [1, 7, 30023][(i % 3) as usize];
+            let d = format!("d{i}");
+            let topic = topics[(i % 5) as usize];
+            let at = 1_700_000_000 + (i * 7919) % 5000; // many equal timestamps
+            sign(author, at, kind, &[&["t", topic], &["d", &d]], &format!("event {i}"))
+        })
+        .collect();
+    // Publish over 4 connections, pipelined.
+    let mut tasks = Vec::new();
+    for chunk in events.chunks(2500) {
+        let mut c = relay.connect().await;
+        let chunk = chunk.to_vec();
+        tasks.push(tokio::spawn(async move {
+            for e in &chunk {
+                c.send(json!(["EVENT", e])).await;
+            }
+            for _ in 0..chunk.len() {
+                let ok = c.recv().await;
+                assert_eq!(ok[2], true, "{ok}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let a0 = authors[0].public_key().to_hex();
+    let a1 = authors[1].public_key().to_hex();
+    let some_ids: Vec<String> = events.iter().step_by(500).map(|e| e.id.to_hex()).collect();
+    let filters = vec![
+        json!({"limit": 10_000}),
+        json!({"limit": 50}),
+        json!({"ids": some_ids}),
+        json!({"ids": some_ids, "kinds": [7]}),
+        json!({"authors": [a0], "limit": 10_000}),
+        json!({"authors": [a0, a1], "limit": 37}),
+        json!({"kinds": [7], "limit": 10_000}),
+        json!({"authors": [a1], "kinds": [1, 30023], "limit": 10_000}),
+        json!({"#t": ["sled"], "limit": 10_000}),
+        json!({"#t": ["sled", "warp"], "kinds": [1], "limit": 100}),
+        json!({"#d": ["d42", "d4242"], "limit": 10}),
+        json!({"since": 1_700_001_000, "until": 1_700_001_100, "limit": 10_000}),
+        json!({"authors": [a0], "since": 1_700_002_000, "until": 1_700_003_000, "limit": 10_000}),
+        json!({"kinds": [30023], "#t": ["rust"], "since": 1_700_004_000, "limit": 10_000}),
+    ];
+    let mut c = relay.connect().await;
+    for (i, f) in filters.iter().enumerate() {
+        let want = model(&events, f);
+        let got = c.req_ids(&format!("q{i}"), vec![f.clone()]).await;
+        assert!(!want.is_empty(), "filter {f} matches nothing: a weak check");
+        assert_eq!(got, want, "filter {f}");
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_disconnected_and_others_are_unaffected() {
+    let relay = TestRelay::start(|c| c.server.max_outbound_queue = 4).await;
+    let mut slow = relay.connect().await;
+    slow.req("all", vec![json!({"kinds": [1]})]).await;
+    let mut publisher = relay.connect().await;
+    let mut bystander = relay.connect().await;
+    let k = keys(3);
+    let big = "x".repeat(30_000);
+    // ~12 MB of live events: more than the socket buffers hold for a client that never reads.
+    let events: Vec<_> = (0..400).map(|i| sign(&k, 1000 + i, 1, &[], &format!("{i}{big}"))).collect();
+    for e in &events {
+        publisher.send(json!(["EVENT", e])).await;
+    }
+    for _ in &events {
+        assert_eq!(publisher.recv().await[2], true);
+    }
+    // The slow client finds a NOTICE saying why, then the connection ends.
+    let mut got_notice = false;
+    loop {
+        match tokio::time::timeout(STEP, futures_util::StreamExt::next(&mut slow.ws)).await.unwrap() {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                if v[0] == "NOTICE" {
+                    assert_eq!(v[1], "error: disconnected: the client is not reading its events fast enough");
+                    got_notice = true;
+                }
+            }
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => {}
+        }
+    }
+    assert!(got_notice);
+    // Everyone else is fine.
+    let e = sign(&k, 9999, 1, &[], "after");
+    assert_eq!(publisher.publish(&e).await[2], true);
+    bystander.send(json!(["COUNT", "n", {"kinds": [1]}])).await;
+    assert_eq!(bystander.recv_within(Duration::from_secs(5)).await, Some(json!(["COUNT", "n", {"count": 401}])));
+}
