@@ -3,6 +3,8 @@
 //! Owns nothing but handles: the configuration, the store, the fan-out registry, and the
 //! shutdown token and task tracker that every long-lived task obeys.
 
+use std::collections::HashSet;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -10,6 +12,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::fanout::Fanout;
+use crate::limiter::Limiter;
+use crate::protocol::PubKey;
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -20,6 +24,12 @@ pub struct AppState {
     pub store: Store,
     /// Live subscriptions.
     pub fanout: Arc<Fanout>,
+    /// The one admission limiter every transport bills.
+    pub limiter: Arc<Limiter>,
+    /// `auth.members`, parsed: when non-empty only these authors may publish.
+    pub members: HashSet<PubKey>,
+    /// `auth.trusted_proxies`, parsed.
+    pub trusted_proxies: Vec<IpAddr>,
     /// Cancelled when the relay shuts down.
     pub shutdown: CancellationToken,
     /// Every WebSocket connection and background task, awaited at shutdown.

@@ -47,6 +47,10 @@ pub struct Config {
     pub limitation: Limitation,
     /// `[info]`: NIP-11 relay information.
     pub info: Info,
+    /// `[limits]`: the shared admission limiter's quotas.
+    pub limits: LimitsConfig,
+    /// `[auth]`: NIP-42 requirements and client address trust.
+    pub auth: AuthConfig,
 }
 
 /// `[server]`
@@ -170,6 +174,79 @@ impl Default for Info {
     }
 }
 
+/// One tier's quotas (`[limits.human]`, `[limits.agent]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TierLimits {
+    /// Sustained WebSocket EVENT/REQ/COUNT frames per second.
+    pub ws_events_per_sec: u64,
+    /// Burst of WebSocket frames = `ws_events_per_sec × ws_burst_window_secs`.
+    pub ws_burst_window_secs: u64,
+    /// Durable events per minute (burst of that many, refilling over a minute).
+    pub messages_per_min: u64,
+    /// REST calls per minute (burst of that many, refilling over a minute).
+    pub api_calls_per_min: u64,
+}
+
+impl Default for TierLimits {
+    fn default() -> Self {
+        TierLimits { ws_events_per_sec: 10, ws_burst_window_secs: 5, messages_per_min: 120, api_calls_per_min: 60 }
+    }
+}
+
+/// `[limits]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Quotas of ordinary users.
+    pub human: TierLimits,
+    /// Quotas of pubkeys in `agent_pubkeys`.
+    pub agent: TierLimits,
+    /// Pubkeys (hex or npub) billed at the agent tier.
+    pub agent_pubkeys: Vec<String>,
+    /// Most principals whose limiter state is kept (least recently used are forgotten).
+    pub max_tracked_principals: u64,
+    /// EVENT/REQ/COUNT frames handled at once across the relay.
+    pub handler_permits: usize,
+    /// How long a frame may wait for a handler permit before `relay busy (unavailable)`.
+    pub handler_wait_ms: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            human: TierLimits::default(),
+            agent: TierLimits::default(),
+            agent_pubkeys: Vec::new(),
+            max_tracked_principals: 100_000,
+            handler_permits: 256,
+            handler_wait_ms: 500,
+        }
+    }
+}
+
+/// `[auth]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// REQ, COUNT and EVENT need NIP-42 authentication first.
+    pub required: bool,
+    /// When non-empty, only these pubkeys (hex or npub) may publish.
+    pub members: Vec<String>,
+    /// Peer addresses whose `X-Forwarded-For` / `Forwarded` header names the client.
+    pub trusted_proxies: Vec<String>,
+}
+
+/// Parses a pubkey given as 64 lowercase hex characters or an `npub`.
+pub fn parse_pubkey(text: &str) -> Option<PubKey> {
+    let text = text.trim();
+    if text.starts_with("npub1") {
+        crate::protocol::nip19::decode("npub", text).map(PubKey)
+    } else {
+        PubKey::from_hex(text)
+    }
+}
+
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &["auth.members", "auth.trusted_proxies", "limits.agent_pubkeys", "admin.pubkeys"];
 
@@ -232,6 +309,36 @@ impl Config {
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(invalid(key, "must be a positive number"));
         }
+        for (tier, t) in [("human", &self.limits.human), ("agent", &self.limits.agent)] {
+            for (key, v) in [
+                ("ws_events_per_sec", t.ws_events_per_sec),
+                ("ws_burst_window_secs", t.ws_burst_window_secs),
+                ("messages_per_min", t.messages_per_min),
+                ("api_calls_per_min", t.api_calls_per_min),
+            ] {
+                if v == 0 {
+                    return Err(invalid(&format!("limits.{tier}.{key}"), "must be a positive number"));
+                }
+            }
+        }
+        for (key, v) in [
+            ("limits.max_tracked_principals", self.limits.max_tracked_principals),
+            ("limits.handler_permits", self.limits.handler_permits as u64),
+            ("limits.handler_wait_ms", self.limits.handler_wait_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be a positive number"));
+            }
+        }
+        for (key, list) in [("limits.agent_pubkeys", &self.limits.agent_pubkeys), ("auth.members", &self.auth.members)]
+        {
+            if let Some(bad) = list.iter().find(|p| parse_pubkey(p).is_none()) {
+                return Err(invalid(key, format!("has {bad:?}, which is not a hex pubkey or npub")));
+            }
+        }
+        if let Some(bad) = self.auth.trusted_proxies.iter().find(|p| p.trim().parse::<std::net::IpAddr>().is_err()) {
+            return Err(invalid("auth.trusted_proxies", format!("has {bad:?}, which is not an IP address")));
+        }
         if self.limitation.default_limit > self.limitation.max_limit {
             return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));
         }
@@ -278,12 +385,36 @@ mod tests {
     }
 
     #[test]
+    fn list_keys_accept_comma_separated_env_values() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let c = Config::load(
+            None,
+            &env(&[
+                ("HEARTH_LIMITS__AGENT_PUBKEYS", &format!("{a},{b}")),
+                ("HEARTH_AUTH__TRUSTED_PROXIES", "127.0.0.1"),
+                ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "20"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.limits.agent_pubkeys, vec![a, b]);
+        assert_eq!(c.auth.trusted_proxies, vec!["127.0.0.1".to_string()]);
+        assert_eq!(c.limits.human.ws_events_per_sec, 20);
+        assert_eq!(c.limits.agent.ws_events_per_sec, 10);
+    }
+
+    #[test]
     fn bad_values_name_their_key() {
         let cases = [
             ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "0", "limitation.max_subscriptions"),
             ("HEARTH_SERVER__BIND", "nowhere", "server.bind"),
             ("HEARTH_SERVER__BINDD", "x", "bindd"),
             ("HEARTH_LIMITATION__MAX_LIMIT", "-3", "max_limit"),
+            ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "0", "limits.human.ws_events_per_sec"),
+            ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "-1", "messages_per_min"),
+            ("HEARTH_LIMITS__HANDLER_PERMITS", "0", "limits.handler_permits"),
+            ("HEARTH_AUTH__MEMBERS", "nope", "auth.members"),
+            ("HEARTH_AUTH__TRUSTED_PROXIES", "x.y", "auth.trusted_proxies"),
         ];
         for (k, v, named) in cases {
             let err = Config::load(None, &env(&[(k, v)])).unwrap_err().to_string();

@@ -21,7 +21,8 @@ pub type ConnId = u64;
 struct Entry {
     tx: mpsc::Sender<RelayMessage>,
     slow: CancellationToken,
-    subs: HashMap<String, Arc<Vec<Filter>>>,
+    /// sub id → (generation, filters); generations only grow within a connection.
+    subs: HashMap<String, (u64, Arc<Vec<Filter>>)>,
 }
 
 /// The subscription registry shared by every connection.
@@ -47,7 +48,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let removed = self.fanout.conns.write().ok().and_then(|mut c| c.remove(&self.id));
         if let Some(entry) = removed {
-            self.fanout.subscriptions.fetch_sub(entry.subs.len() as u64, Ordering::Relaxed);
+            self.fanout.count_subscriptions(-(entry.subs.len() as i64));
         }
     }
 }
@@ -64,28 +65,53 @@ impl Fanout {
         Registration { fanout: self.clone(), id, rx, slow }
     }
 
-    /// Adds or replaces subscription `sub_id` of connection `conn`.
-    pub fn subscribe(&self, conn: ConnId, sub_id: &str, filters: Vec<Filter>) {
+    /// Adds subscription `sub_id` of connection `conn` as `generation`, replacing an older
+    /// generation of the same id (never a newer one: queries of replaced REQs finish late).
+    pub fn subscribe(&self, conn: ConnId, sub_id: &str, generation: u64, filters: Vec<Filter>) {
         if let Ok(mut conns) = self.conns.write()
             && let Some(entry) = conns.get_mut(&conn)
-            && entry.subs.insert(sub_id.to_string(), Arc::new(filters)).is_none()
         {
-            self.subscriptions.fetch_add(1, Ordering::Relaxed);
+            match entry.subs.get(sub_id) {
+                Some((existing, _)) if *existing > generation => {}
+                Some(_) => {
+                    entry.subs.insert(sub_id.to_string(), (generation, Arc::new(filters)));
+                }
+                None => {
+                    entry.subs.insert(sub_id.to_string(), (generation, Arc::new(filters)));
+                    self.count_subscriptions(1);
+                }
+            }
         }
     }
 
-    /// Removes subscription `sub_id` of connection `conn`; true when it existed.
-    pub fn unsubscribe(&self, conn: ConnId, sub_id: &str) -> bool {
+    /// Removes subscription `sub_id` of connection `conn` if it is `generation` (or any
+    /// generation, for `None`); true when something was removed.
+    pub fn unsubscribe(&self, conn: ConnId, sub_id: &str, generation: Option<u64>) -> bool {
         let removed = self
             .conns
             .write()
             .ok()
-            .and_then(|mut conns| conns.get_mut(&conn).and_then(|e| e.subs.remove(sub_id)))
+            .and_then(|mut conns| {
+                let entry = conns.get_mut(&conn)?;
+                match entry.subs.get(sub_id) {
+                    Some((g, _)) if generation.is_none_or(|want| want == *g) => entry.subs.remove(sub_id),
+                    _ => None,
+                }
+            })
             .is_some();
         if removed {
-            self.subscriptions.fetch_sub(1, Ordering::Relaxed);
+            self.count_subscriptions(-1);
         }
         removed
+    }
+
+    fn count_subscriptions(&self, delta: i64) {
+        let total = if delta >= 0 {
+            self.subscriptions.fetch_add(delta.unsigned_abs(), Ordering::Relaxed) + delta.unsigned_abs()
+        } else {
+            self.subscriptions.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed) - delta.unsigned_abs()
+        };
+        metrics::gauge!("hearth_subscriptions_open").set(total as f64);
     }
 
     /// Open subscriptions of connection `conn`.
@@ -110,7 +136,7 @@ impl Fanout {
             if entry.slow.is_cancelled() {
                 continue;
             }
-            for (sub_id, filters) in &entry.subs {
+            for (sub_id, (_, filters)) in &entry.subs {
                 if !filters.iter().any(|f| f.matches(event)) {
                     continue;
                 }
@@ -142,9 +168,9 @@ mod tests {
         let fanout = Arc::new(Fanout::default());
         let mut a = fanout.register(8);
         let mut b = fanout.register(8);
-        fanout.subscribe(a.id, "s1", vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
-        fanout.subscribe(a.id, "s2", vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
-        fanout.subscribe(b.id, "s1", vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
+        fanout.subscribe(a.id, "s1", 1, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
+        fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
+        fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
         let (e, json) = event();
         fanout.publish(&e, &json);
         assert!(matches!(a.rx.try_recv(), Ok(RelayMessage::Event { sub_id, .. }) if sub_id == "s1"));
@@ -157,10 +183,24 @@ mod tests {
     }
 
     #[test]
+    fn a_late_older_generation_never_replaces_a_newer_one() {
+        let fanout = Arc::new(Fanout::default());
+        let mut reg = fanout.register(8);
+        fanout.subscribe(reg.id, "s", 2, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
+        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
+        assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
+        let (e, json) = event();
+        fanout.publish(&e, &json);
+        assert!(reg.rx.try_recv().is_ok());
+        assert!(fanout.unsubscribe(reg.id, "s", None));
+        assert_eq!(fanout.total_subscriptions(), 0);
+    }
+
+    #[test]
     fn a_full_queue_cuts_the_connection_off() {
         let fanout = Arc::new(Fanout::default());
         let reg = fanout.register(1);
-        fanout.subscribe(reg.id, "s", vec![serde_json::from_str("{}").unwrap()]);
+        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
         let (e, json) = event();
         fanout.publish(&e, &json);
         assert!(!reg.slow.is_cancelled());

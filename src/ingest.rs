@@ -3,11 +3,13 @@
 //! Owns deciding what happens to a submitted event and the typed [`Outcome`] that each transport
 //! maps to its wire (`OK` on WebSocket, a status code over HTTP). Signature checks run on the
 //! blocking pool, never on the async reactor. It does not parse frames or bill the arrival of
-//! frames; it does bill the durable `messages` quota, after verification and the duplicate check.
+//! frames; it does bill the durable `messages` quota, after verification and the duplicate check,
+//! and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
 use std::fmt;
 
 use crate::app::AppState;
+use crate::limiter::{LimitType, Principal, Refused};
 use crate::protocol::verify::verify;
 use crate::protocol::{Event, PubKey, Timestamp};
 use crate::store::PutOutcome;
@@ -75,6 +77,8 @@ pub enum Outcome {
     Accepted,
     /// Already stored: accepted, never stored twice.
     Duplicate,
+    /// Refused by the limiter (`messages` quota or the handler bound), with its retry time.
+    RateLimited(Refused),
     /// Not accepted.
     Refused(Refusal),
 }
@@ -82,7 +86,7 @@ pub enum Outcome {
 impl Outcome {
     /// True for `Accepted` and `Duplicate`.
     pub fn accepted(&self) -> bool {
-        !matches!(self, Outcome::Refused(_))
+        matches!(self, Outcome::Accepted | Outcome::Duplicate)
     }
 
     /// The `OK` message text: `""`, `"duplicate: …"` or the refusal.
@@ -90,6 +94,7 @@ impl Outcome {
         match self {
             Outcome::Accepted => String::new(),
             Outcome::Duplicate => "duplicate: already have this event".into(),
+            Outcome::RateLimited(r) => r.message(),
             Outcome::Refused(r) => r.to_string(),
         }
     }
@@ -100,10 +105,12 @@ impl Outcome {
 }
 
 /// Who is publishing.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Publisher {
     /// The NIP-42 / NIP-98 authenticated pubkey, if any.
     pub authed: Option<PubKey>,
+    /// Who is billed: the authenticated pubkey, else the client IP.
+    pub principal: Principal,
 }
 
 /// Cheap checks against the configured limits, before any hashing.
@@ -139,13 +146,19 @@ fn policy(app: &AppState, event: &Event, now: Timestamp) -> Result<(), Refusal> 
     Ok(())
 }
 
-/// Publishes one event: the same path for WebSocket and REST.
+/// Publishes one event: the same path for WebSocket and REST. The caller has billed the
+/// frame's arrival (`ws_events` / `api_calls`); this bills `unavailable` (a handler permit, held
+/// for the CPU work, not while the event waits for its flush) and `messages`.
 pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outcome {
     let now = Timestamp::now();
     if let Err(refusal) = policy(app, &event, now) {
         metrics::counter!("hearth_events_invalid_total").increment(1);
         return Outcome::Refused(refusal);
     }
+    let permit = match app.limiter.acquire_handler(&publisher.principal).await {
+        Ok(permit) => permit,
+        Err(refused) => return Outcome::RateLimited(refused),
+    };
     let verified = match tokio::task::spawn_blocking(move || verify(event)).await {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
@@ -168,6 +181,9 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Some(_) => {}
         }
     }
+    if !app.members.is_empty() && !app.members.contains(&verified.pubkey) {
+        return Outcome::refused(Prefix::Restricted, "only members of this relay may publish here");
+    }
     if verified.expiration().is_some_and(|t| t <= now) && !verified.kind.is_ephemeral() {
         metrics::counter!("hearth_events_invalid_total").increment(1);
         return Outcome::refused(Prefix::Invalid, "event has expired");
@@ -183,6 +199,22 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         app.fanout.publish(&verified, &json);
         return Outcome::Accepted;
     }
+    // A duplicate is never billed: a client retrying after a lost OK pays nothing twice.
+    match app.store.contains(&verified.id) {
+        Ok(true) => {
+            metrics::counter!("hearth_events_duplicate_total").increment(1);
+            return Outcome::Duplicate;
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "store failed");
+            return Outcome::refused(Prefix::Error, "could not store the event");
+        }
+    }
+    if let Err(refused) = app.limiter.admit(&publisher.principal, LimitType::Messages) {
+        return Outcome::RateLimited(refused);
+    }
+    drop(permit);
     let event_for_fanout = verified.clone();
     match app.store.put(verified).await {
         Ok(PutOutcome::Stored(json)) => {

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! client ─ws───► ws::conn ──┐
-//! client ─HTTP─► server ────┴─► protocol (parse, verify) ─► ingest ─► store (sled) ─► fanout ─► ws subscriptions
-//! REQ:   ws::conn ─► store.query ─► EVENT… EOSE ─► then live events from fanout
+//! client ─HTTP─► server ────┴─► limiter.admit ─► protocol (parse, verify) ─► ingest ─► store (sled) ─► fanout ─► ws subscriptions
+//! REQ:   ws::conn ─► limiter.admit ─► store.query ─► EVENT… EOSE ─► then live events from fanout
 //! ```
 //!
 //! [`run`] takes a bound listener and a shutdown future: the caller binds, the library serves.
@@ -12,6 +12,7 @@ pub mod app;
 pub mod config;
 pub mod fanout;
 pub mod ingest;
+pub mod limiter;
 pub mod metrics;
 pub mod nip11;
 pub mod protocol;
@@ -27,8 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::AppState;
-use crate::config::Config;
+use crate::config::{Config, parse_pubkey};
 use crate::fanout::Fanout;
+use crate::limiter::{Clock, Limiter, SystemClock};
 use crate::protocol::Timestamp;
 use crate::store::{Store, StoreError};
 
@@ -43,40 +45,72 @@ pub enum RunError {
     Io(#[from] std::io::Error),
 }
 
-/// Serves the relay on `listener` until `shutdown` resolves; then stops accepting, lets every
-/// connection finish its in-flight writes, flushes the store and returns.
+/// A relay with its storage open, ready to serve.
+pub struct Relay {
+    app: Arc<AppState>,
+}
+
+impl Relay {
+    /// Opens the data directory and builds the shared state; `clock` times the limiter.
+    pub fn open(config: Config, clock: Arc<dyn Clock>) -> Result<Relay, RunError> {
+        std::fs::create_dir_all(&config.storage.data_dir)?;
+        let store = Store::open(&config.storage.data_dir, config.storage.cache_capacity_mb)?;
+        metrics::install();
+        let members = config.auth.members.iter().filter_map(|m| parse_pubkey(m)).collect();
+        let trusted_proxies = config.auth.trusted_proxies.iter().filter_map(|p| p.trim().parse().ok()).collect();
+        let app = Arc::new(AppState {
+            limiter: Arc::new(Limiter::new(&config.limits, clock)),
+            members,
+            trusted_proxies,
+            config,
+            store,
+            fanout: Arc::new(Fanout::default()),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        Ok(Relay { app })
+    }
+
+    /// The relay's limiter (tests and embedding programs tune it live).
+    pub fn limiter(&self) -> Arc<Limiter> {
+        self.app.limiter.clone()
+    }
+
+    /// Serves on `listener` until `shutdown` resolves; then stops accepting, lets every
+    /// connection finish its in-flight writes, flushes the store and returns.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), RunError> {
+        let app = self.app;
+        let addr = listener.local_addr()?;
+        app.tasks.spawn(sweep_expired(app.clone()));
+        tracing::info!("listening on {addr}");
+        let token = app.shutdown.clone();
+        let signal = async move {
+            tokio::select! {
+                _ = shutdown => token.cancel(),
+                _ = token.cancelled() => {}
+            }
+        };
+        warp::serve(server::routes(app.clone())).incoming(listener).graceful(signal).run().await;
+        app.shutdown.cancel();
+        app.tasks.close();
+        app.tasks.wait().await;
+        app.store.shutdown().await?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Serves the relay on `listener` with the real clock until `shutdown` resolves.
 pub async fn run(
     listener: tokio::net::TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    let addr = listener.local_addr()?;
-    std::fs::create_dir_all(&config.storage.data_dir)?;
-    let store = Store::open(&config.storage.data_dir, config.storage.cache_capacity_mb)?;
-    metrics::install();
-    let app = Arc::new(AppState {
-        config,
-        store,
-        fanout: Arc::new(Fanout::default()),
-        shutdown: CancellationToken::new(),
-        tasks: TaskTracker::new(),
-    });
-    app.tasks.spawn(sweep_expired(app.clone()));
-    tracing::info!("listening on {addr}");
-    let token = app.shutdown.clone();
-    let signal = async move {
-        tokio::select! {
-            _ = shutdown => token.cancel(),
-            _ = token.cancelled() => {}
-        }
-    };
-    warp::serve(server::routes(app.clone())).incoming(listener).graceful(signal).run().await;
-    app.shutdown.cancel();
-    app.tasks.close();
-    app.tasks.wait().await;
-    app.store.shutdown().await?;
-    tracing::info!("stopped");
-    Ok(())
+    Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, shutdown).await
 }
 
 /// Deletes expired (NIP-40) events every `storage.expiration_sweep_secs`.

@@ -5,10 +5,10 @@
 
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, LimitsConfig, TierLimits};
 
 /// NIPs implemented end to end.
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 45, 70];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70];
 
 /// The NIP-11 document.
 #[derive(Debug, Serialize)]
@@ -25,6 +25,14 @@ pub struct RelayInfo {
     software: &'static str,
     version: &'static str,
     limitation: Limitation,
+    /// hearth's own per-tier quotas (no NIP describes rate limits; clients ignore unknown fields).
+    hearth_limits: HearthLimits,
+}
+
+#[derive(Debug, Serialize)]
+struct HearthLimits {
+    human: TierLimits,
+    agent: TierLimits,
 }
 
 #[derive(Debug, Serialize)]
@@ -46,8 +54,8 @@ struct Limitation {
 }
 
 impl RelayInfo {
-    /// The document for `config`.
-    pub fn from_config(config: &Config) -> RelayInfo {
+    /// The document for `config`, with the live `limits`.
+    pub fn new(config: &Config, limits: LimitsConfig) -> RelayInfo {
         let lim = &config.limitation;
         RelayInfo {
             name: config.info.name.clone(),
@@ -68,12 +76,13 @@ impl RelayInfo {
                 max_event_tags: lim.max_event_tags,
                 max_content_length: lim.max_content_length,
                 min_pow_difficulty: 0,
-                auth_required: false,
+                auth_required: config.auth.required,
                 payment_required: false,
-                restricted_writes: false,
+                restricted_writes: !config.auth.members.is_empty(),
                 created_at_lower_limit: lim.created_at_lower_limit,
                 created_at_upper_limit: lim.created_at_upper_limit,
             },
+            hearth_limits: HearthLimits { human: limits.human, agent: limits.agent },
         }
     }
 }

@@ -9,10 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde::Serialize;
-use warp::http::StatusCode;
+use warp::http::{HeaderMap, StatusCode};
 use warp::{Filter, Rejection, Reply};
 
 use crate::app::AppState;
+use crate::limiter::principal::client_ip;
 use crate::nip11::RelayInfo;
 use crate::ws::conn::{self, ConnInfo};
 
@@ -43,12 +44,16 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(warp::ws())
         .and(with_app(app.clone()))
         .and(warp::addr::remote())
-        .and(warp::header::optional::<String>("host"))
-        .map(|ws: warp::ws::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, host: Option<String>| {
+        .and(warp::header::headers_cloned())
+        .map(|ws: warp::ws::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap| {
+            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+            let client_ip =
+                client_ip(peer.map(|p| p.ip()), header("x-forwarded-for"), header("forwarded"), &app.trusted_proxies);
+            let info = ConnInfo { peer, client_ip, host: header("host").map(str::to_string) };
             let cap = hard_frame_cap(app.config.limitation.max_message_length);
             ws.max_message_size(cap).max_frame_size(cap).on_upgrade(move |socket| {
                 let tasks = app.tasks.clone();
-                tasks.track_future(conn::serve(app, socket, ConnInfo { peer, host }))
+                tasks.track_future(conn::serve(app, socket, info))
             })
         });
     // GET / with Accept: application/nostr+json (NIP-11)
@@ -64,7 +69,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .untuple_one()
         .and(with_app(app.clone()))
         .map(|app: Arc<AppState>| {
-            let reply = warp::reply::json(&RelayInfo::from_config(&app.config));
+            let reply = warp::reply::json(&RelayInfo::new(&app.config, app.limiter.limits()));
             cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json"))
         });
     // OPTIONS / (CORS preflight for NIP-11)

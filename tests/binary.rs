@@ -87,6 +87,8 @@ async fn binary_serves_on_the_logged_address_and_exits_0_on_sigterm() {
     {
         let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/")).await.unwrap();
         use futures_util::{SinkExt, StreamExt};
+        let challenge = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(frame(challenge)[0], "AUTH");
         ws.send(tokio_tungstenite::tungstenite::Message::text(json!(["EVENT", e]).to_string())).await.unwrap();
         let ok = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
         assert_eq!(frame(ok), json!(["OK", e.id.to_hex(), true, ""]));
@@ -97,6 +99,8 @@ async fn binary_serves_on_the_logged_address_and_exits_0_on_sigterm() {
     let (mut child, addr) = start(dir.path());
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/")).await.unwrap();
     use futures_util::{SinkExt, StreamExt};
+    let challenge = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(frame(challenge)[0], "AUTH");
     ws.send(tokio_tungstenite::tungstenite::Message::text(json!(["REQ", "s", {}]).to_string())).await.unwrap();
     let first = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
     assert_eq!(frame(first), json!(["EVENT", "s", e]));

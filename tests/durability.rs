@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 #[tokio::test]
 async fn events_survive_a_restart() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let k = keys(1);
     let events: Vec<_> = (0..20).map(|i| sign(&k, 1000 + i, 1, &[], &format!("n{i}"))).collect();
@@ -24,7 +24,7 @@ async fn events_survive_a_restart() {
     c.publish(&replaceable).await;
     drop(c);
     let dir = relay.stop().await;
-    let relay = TestRelay::start_in(dir, |_| {}).await;
+    let relay = TestRelay::start_in(dir, generous).await;
     let mut c = relay.connect().await;
     let mut expected: Vec<String> = events.iter().rev().map(|e| e.id.to_hex()).collect();
     expected.insert(0, replaceable.id.to_hex());
@@ -35,7 +35,7 @@ async fn events_survive_a_restart() {
 
 #[tokio::test]
 async fn concurrent_duplicates_are_stored_once() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let k = keys(2);
     let events: Vec<_> = (0..100).map(|i| sign(&k, 1000 + i, 1, &[], &format!("d{i}"))).collect();
     let mut senders = Vec::new();
@@ -82,7 +82,11 @@ fn model(events: &[Event], filter: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn query_over_ten_thousand_events_returns_exactly_the_right_events_in_order() {
-    let relay = TestRelay::start(|c| c.limitation.max_limit = 10_000).await;
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.limitation.max_limit = 10_000;
+    })
+    .await;
     let authors: Vec<_> = (1..=20).map(keys).collect();
     let topics = ["rust", "nostr", "sled", "tokio", "warp"];
     let events: Vec<Event> = (0..10_000u64)
@@ -143,7 +147,11 @@ async fn query_over_ten_thousand_events_returns_exactly_the_right_events_in_orde
 
 #[tokio::test]
 async fn a_client_that_does_not_read_is_disconnected_and_others_are_unaffected() {
-    let relay = TestRelay::start(|c| c.server.max_outbound_queue = 4).await;
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.server.max_outbound_queue = 4;
+    })
+    .await;
     let mut slow = relay.connect().await;
     slow.req("all", vec![json!({"kinds": [1]})]).await;
     let mut publisher = relay.connect().await;

@@ -27,17 +27,22 @@ async fn nip11_document_reflects_the_config_with_cors() {
     assert_eq!(resp.headers()["content-type"], "application/nostr+json");
     let doc: Value = resp.json().await.unwrap();
     assert_eq!(doc["name"], "test relay");
-    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 40, 45, 70]));
+    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 40, 42, 45, 70]));
     assert_eq!(doc["limitation"]["max_limit"], 321);
     assert_eq!(doc["limitation"]["max_subscriptions"], 7);
     assert_eq!(doc["limitation"]["default_limit"], 100);
     assert_eq!(doc["limitation"]["created_at_upper_limit"], 900);
     assert_eq!(doc["limitation"]["restricted_writes"], false);
+    assert_eq!(doc["limitation"]["auth_required"], false);
+    assert_eq!(
+        doc["hearth_limits"]["human"],
+        json!({"ws_events_per_sec": 10, "ws_burst_window_secs": 5, "messages_per_min": 120, "api_calls_per_min": 60})
+    );
 }
 
 #[tokio::test]
 async fn plain_get_is_a_human_pointer_and_unknown_routes_are_json_404() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let client = reqwest::Client::new();
     let home = client.get(relay.http_url("/")).send().await.unwrap();
     assert_eq!(home.status(), 200);
@@ -52,7 +57,7 @@ async fn plain_get_is_a_human_pointer_and_unknown_routes_are_json_404() {
 
 #[tokio::test]
 async fn metrics_count_stored_events() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     c.publish(&sign(&keys(1), now(), 1, &[], "counted")).await;
     let text = reqwest::get(relay.http_url("/metrics")).await.unwrap().text().await.unwrap();

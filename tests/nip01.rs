@@ -10,7 +10,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn event_is_accepted_then_duplicate_is_reported() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let e = sign(&keys(1), now(), 1, &[], "hello");
     let ok = c.publish(&e).await;
@@ -22,7 +22,7 @@ async fn event_is_accepted_then_duplicate_is_reported() {
 
 #[tokio::test]
 async fn bad_signature_is_rejected_invalid_and_not_stored() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let mut e = sign(&keys(1), now(), 1, &[], "hello");
     e.sig.0[0] ^= 1;
@@ -37,7 +37,7 @@ async fn bad_signature_is_rejected_invalid_and_not_stored() {
 
 #[tokio::test]
 async fn req_returns_stored_then_eose_then_live_events() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut publisher = relay.connect().await;
     let mut reader = relay.connect().await;
     let k = keys(2);
@@ -64,7 +64,7 @@ async fn req_returns_stored_then_eose_then_live_events() {
 
 #[tokio::test]
 async fn req_with_existing_id_replaces_the_subscription() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut publisher = relay.connect().await;
     let mut reader = relay.connect().await;
     assert!(reader.req("s", vec![json!({"kinds": [1]})]).await.is_empty());
@@ -79,7 +79,7 @@ async fn req_with_existing_id_replaces_the_subscription() {
 
 #[tokio::test]
 async fn filters_or_together_and_limit_zero_sends_only_eose() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let (a, b) = (keys(4), keys(5));
     let ea = sign(&a, 100, 1, &[], "a");
@@ -94,6 +94,7 @@ async fn filters_or_together_and_limit_zero_sends_only_eose() {
 #[tokio::test]
 async fn limit_is_defaulted_and_clamped_to_max_limit() {
     let relay = TestRelay::start(|c| {
+        generous(c);
         c.limitation.max_limit = 3;
         c.limitation.default_limit = 2;
     })
@@ -109,7 +110,7 @@ async fn limit_is_defaulted_and_clamped_to_max_limit() {
 
 #[tokio::test]
 async fn count_returns_the_number_of_matches() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let k = keys(7);
     for i in 0..4 {
@@ -124,7 +125,7 @@ async fn count_returns_the_number_of_matches() {
 
 #[tokio::test]
 async fn malformed_json_gets_a_notice_and_the_connection_stays_usable() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     c.send_text("{not json").await;
     let notice = c.recv().await;
@@ -138,7 +139,7 @@ async fn malformed_json_gets_a_notice_and_the_connection_stays_usable() {
 
 #[tokio::test]
 async fn malformed_event_gets_ok_false_with_its_id() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let ok = c.publish_raw(r#"{"id":"abc","kind":1}"#).await;
     assert_ok(&ok, "abc", false, "invalid: malformed event");
@@ -148,7 +149,7 @@ async fn malformed_event_gets_ok_false_with_its_id() {
 
 #[tokio::test]
 async fn bad_filter_is_closed_with_its_sub_id() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     c.send(json!(["REQ", "bad", {"ids": ["abcd"]}])).await;
     assert_eq!(c.recv().await, json!(["CLOSED", "bad", "invalid: filter 0: id must be 64 lowercase hex characters"]));
@@ -159,6 +160,7 @@ async fn bad_filter_is_closed_with_its_sub_id() {
 #[tokio::test]
 async fn nip11_limits_are_enforced_with_correlated_answers() {
     let relay = TestRelay::start(|c| {
+        generous(c);
         c.limitation.max_subscriptions = 2;
         c.limitation.max_filters = 2;
         c.limitation.max_subid_length = 8;
@@ -219,7 +221,7 @@ async fn nip11_limits_are_enforced_with_correlated_answers() {
 
 #[tokio::test]
 async fn binary_frames_get_a_notice() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     use futures_util::SinkExt;
     c.ws.send(tokio_tungstenite::tungstenite::Message::binary(vec![1u8, 2, 3])).await.unwrap();
@@ -228,7 +230,7 @@ async fn binary_frames_get_a_notice() {
 
 #[tokio::test]
 async fn ephemeral_events_are_delivered_live_but_never_stored() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut publisher = relay.connect().await;
     let mut reader = relay.connect().await;
     reader.req("live", vec![json!({"kinds": [20001]})]).await;
@@ -240,7 +242,7 @@ async fn ephemeral_events_are_delivered_live_but_never_stored() {
 
 #[tokio::test]
 async fn replaceable_event_keeps_newest_and_refuses_older() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let k = keys(11);
     let v1 = sign(&k, 1000, 0, &[], "v1");
@@ -253,7 +255,7 @@ async fn replaceable_event_keeps_newest_and_refuses_older() {
 
 #[tokio::test]
 async fn deletion_removes_targets_and_tombstones_refuse_them() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let k = keys(12);
     let note = sign(&k, 1000, 1, &[], "oops");
@@ -266,7 +268,7 @@ async fn deletion_removes_targets_and_tombstones_refuse_them() {
 
 #[tokio::test]
 async fn expired_event_is_refused_on_arrival() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let e = sign(&keys(13), now(), 1, &[&["expiration", &(now() - 1).to_string()]], "");
     assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), false, "invalid: event has expired"]));
@@ -276,7 +278,7 @@ async fn expired_event_is_refused_on_arrival() {
 
 #[tokio::test]
 async fn protected_event_is_refused_without_auth() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let e = sign(&keys(14), now(), 1, &[&["-"]], "members only");
     assert_eq!(
@@ -287,7 +289,7 @@ async fn protected_event_is_refused_without_auth() {
 
 #[tokio::test]
 async fn every_event_in_a_pipelined_burst_gets_exactly_one_ok() {
-    let relay = TestRelay::start(|_| {}).await;
+    let relay = TestRelay::start(generous).await;
     let mut c = relay.connect().await;
     let k = keys(15);
     let events: Vec<_> = (0..300).map(|i| sign(&k, 1000 + i, 1, &[], &i.to_string())).collect();

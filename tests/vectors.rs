@@ -36,6 +36,7 @@ fn event_text(line: &str) -> String {
 
 async fn vector_relay() -> TestRelay {
     TestRelay::start(|c| {
+        generous(c);
         // Vectors are dated from 1970 to 2^53-1: no created_at window for this test.
         c.limitation.created_at_upper_limit = 0;
         c.limitation.max_limit = 1000;

@@ -9,6 +9,7 @@ pub mod filter;
 pub mod keys;
 pub mod message;
 pub mod nip19;
+pub mod nip42;
 pub mod verify;
 
 pub use event::{Event, EventId, Kind, KindClass, PubKey, Sig, Timestamp};

@@ -133,6 +133,11 @@ impl Store {
         Ok(())
     }
 
+    /// True when an event with this id is stored.
+    pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        Ok(self.inner.tree.contains_key(keys::event(id))?)
+    }
+
     /// One stored event by id (expired events are not served).
     pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<Arc<RawValue>>, StoreError> {
         match self.inner.tree.get(keys::event(id))? {

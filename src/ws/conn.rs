@@ -6,7 +6,7 @@
 //! this loop, so an `OK` is never dropped; only live events pass through the bounded fan-out queue,
 //! and a client that lets that queue fill is disconnected with a NOTICE.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,10 @@ use warp::ws::{Message, WebSocket};
 use crate::app::AppState;
 use crate::fanout::{ConnId, Registration};
 use crate::ingest::{self, Publisher};
-use crate::protocol::{ClientMessage, Filter, ParseError, RelayMessage, Timestamp};
+use crate::limiter::{LimitType, Principal, Refused};
+use crate::protocol::nip42::{self, RelayMatch};
+use crate::protocol::verify::verify;
+use crate::protocol::{ClientMessage, Event, Filter, ParseError, PubKey, RelayMessage, Timestamp};
 use crate::ws::session::{Session, prepare_filters};
 
 /// What the HTTP upgrade knew about the client.
@@ -28,6 +31,8 @@ use crate::ws::session::{Session, prepare_filters};
 pub struct ConnInfo {
     /// The TCP peer.
     pub peer: Option<SocketAddr>,
+    /// The client's address (the peer, or what a trusted proxy says).
+    pub client_ip: Option<IpAddr>,
     /// The `Host` header of the upgrade request.
     pub host: Option<String>,
 }
@@ -38,6 +43,10 @@ enum Done {
     Frames(Vec<RelayMessage>),
     /// Stored events + EOSE of a REQ; dropped if the subscription changed meanwhile.
     Query { sub_id: String, generation: u64, frames: Vec<RelayMessage> },
+    /// A REQ refused before it ran: its reserved slot is released, its CLOSED sent.
+    SubRefused { sub_id: String, generation: u64, closed: RelayMessage },
+    /// A checked AUTH: on success the connection is bound to the pubkey.
+    Auth { id: String, result: Result<PubKey, String> },
 }
 
 /// What handling one frame asks of the loop.
@@ -63,7 +72,7 @@ pub async fn serve(app: Arc<AppState>, ws: WebSocket, info: ConnInfo) {
     async move {
         tracing::debug!("connected");
         metrics::gauge!("hearth_connections_open").increment(1.0);
-        run(&app, ws, &mut reg).await;
+        run(&app, ws, &mut reg, info).await;
         metrics::gauge!("hearth_connections_open").decrement(1.0);
         tracing::debug!("disconnected");
     }
@@ -71,9 +80,16 @@ pub async fn serve(app: Arc<AppState>, ws: WebSocket, info: ConnInfo) {
     .await
 }
 
-async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
+async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: ConnInfo) {
     let (mut sink, mut stream) = ws.split();
-    let mut session = Session::default();
+    let mut session = Session::new(info.client_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), challenge());
+    let relay_match = match app.config.server.public_url.as_str() {
+        "" => info.host.clone().map(RelayMatch::Host),
+        url => Some(RelayMatch::Url(url.to_string())),
+    };
+    if !send(&mut sink, &RelayMessage::Auth(session.challenge.clone())).await {
+        return;
+    }
     let mut in_flight: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
     let max_in_flight = app.config.server.max_in_flight;
     loop {
@@ -82,7 +98,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
             _ = app.shutdown.cancelled() => break,
             _ = reg.slow.cancelled() => break,
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                if !guarded(deliver(&mut sink, &session, done), &reg.slow, &app.shutdown).await {
+                if !guarded(deliver(&mut sink, &mut session, app, reg.id, done), &reg.slow, &app.shutdown).await {
                     break;
                 }
             }
@@ -104,7 +120,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
                     break;
                 }
                 let action = if let Ok(text) = msg.to_str() {
-                    handle(app, &mut session, reg.id, text)
+                    handle(app, &mut session, reg.id, text, relay_match.as_ref())
                 } else if msg.is_binary() {
                     Action::Reply(RelayMessage::Notice("invalid: binary frames are not supported; send text".into()))
                 } else {
@@ -136,7 +152,9 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration) {
     let mut writable = !reg.slow.is_cancelled();
     while let Ok(Some(done)) = tokio::time::timeout_at(deadline, in_flight.next()).await {
         if writable {
-            writable = tokio::time::timeout_at(deadline, deliver(&mut sink, &session, done)).await.unwrap_or(false);
+            writable = tokio::time::timeout_at(deadline, deliver(&mut sink, &mut session, app, reg.id, done))
+                .await
+                .unwrap_or(false);
         }
     }
     // The registration's drop removes every subscription of the connection.
@@ -163,15 +181,31 @@ async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {
     sink.send(Message::text(msg.to_json())).await.is_ok()
 }
 
-async fn deliver(sink: &mut Sink, session: &Session, done: Done) -> bool {
+async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: ConnId, done: Done) -> bool {
     let frames = match done {
         Done::Frames(frames) => frames,
         Done::Query { sub_id, generation, frames } => {
             if !session.is_current(&sub_id, generation) {
+                // Closed or replaced while it ran: drop its results and its live registration.
+                app.fanout.unsubscribe(conn, &sub_id, Some(generation));
                 return true;
             }
             frames
         }
+        Done::SubRefused { sub_id, generation, closed } => {
+            if session.is_current(&sub_id, generation) {
+                session.close(&sub_id);
+            }
+            vec![closed]
+        }
+        Done::Auth { id, result } => match result {
+            Ok(pubkey) => {
+                session.authed = Some(pubkey);
+                tracing::debug!(%pubkey, "authenticated");
+                vec![RelayMessage::ok(id, true, "")]
+            }
+            Err(message) => vec![RelayMessage::ok(id, false, message)],
+        },
     };
     for frame in &frames {
         if sink.feed(Message::text(frame.to_json())).await.is_err() {
@@ -179,6 +213,26 @@ async fn deliver(sink: &mut Sink, session: &Session, done: Done) -> bool {
         }
     }
     sink.flush().await.is_ok()
+}
+
+/// A fresh NIP-42 challenge: 16 random bytes as hex.
+fn challenge() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to the clock; a challenge only needs to be unpredictable
+        // enough that an AUTH event cannot be prepared in advance.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos());
+        bytes = nanos.unwrap_or(0).to_le_bytes();
+    }
+    hex::encode(bytes)
+}
+
+fn refused_ok(id: String, refused: &Refused) -> RelayMessage {
+    RelayMessage::ok(id, false, refused.message())
+}
+
+fn refused_closed(sub_id: String, refused: &Refused) -> RelayMessage {
+    RelayMessage::Closed { sub_id, message: refused.message() }
 }
 
 /// Answers a frame too large to process, correlated where it can be.
@@ -195,7 +249,15 @@ fn oversized(text: &str, limit: usize) -> RelayMessage {
     }
 }
 
-fn handle(app: &Arc<AppState>, session: &mut Session, conn: ConnId, text: &str) -> Action {
+const AUTH_REQUIRED: &str = "auth-required: this relay requires authentication; answer the AUTH challenge";
+
+fn handle(
+    app: &Arc<AppState>,
+    session: &mut Session,
+    conn: ConnId,
+    text: &str,
+    relay_match: Option<&RelayMatch>,
+) -> Action {
     let lim = &app.config.limitation;
     if text.len() > lim.max_message_length {
         return Action::Reply(oversized(text, lim.max_message_length));
@@ -208,17 +270,38 @@ fn handle(app: &Arc<AppState>, session: &mut Session, conn: ConnId, text: &str) 
         }
     };
     metrics::counter!("hearth_frames_total").increment(1);
+    let principal = session.principal();
+    // CLOSE and AUTH are never billed or refused: a client can always close and authenticate.
+    // Everything else is billed on arrival, before any costly work.
+    let admitted = match &msg {
+        ClientMessage::Close(_) | ClientMessage::Auth(_) => Ok(()),
+        _ => app.limiter.admit(&principal, LimitType::WsEvents),
+    };
+    let needs_auth = app.config.auth.required && session.authed.is_none();
     match msg {
         ClientMessage::Event(event) => {
+            metrics::counter!("hearth_events_received_total").increment(1);
+            let id = event.id.to_hex();
+            if let Err(refused) = admitted {
+                return Action::Reply(refused_ok(id, &refused));
+            }
+            if needs_auth {
+                return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
+            }
             let app = app.clone();
+            let publisher = Publisher { authed: session.authed, principal };
             Action::Spawn(Box::pin(async move {
-                metrics::counter!("hearth_events_received_total").increment(1);
-                let id = event.id.to_hex();
-                let outcome = ingest::publish(&app, *event, Publisher::default()).await;
+                let outcome = ingest::publish(&app, *event, publisher).await;
                 Done::Frames(vec![RelayMessage::ok(id, outcome.accepted(), outcome.message())])
             }))
         }
         ClientMessage::Req { sub_id, mut filters } => {
+            if let Err(refused) = admitted {
+                return Action::Reply(refused_closed(sub_id, &refused));
+            }
+            if needs_auth {
+                return Action::Reply(RelayMessage::Closed { sub_id, message: AUTH_REQUIRED.into() });
+            }
             if let Err(reason) = prepare_filters(lim, &sub_id, &mut filters) {
                 return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
             }
@@ -228,26 +311,49 @@ fn handle(app: &Arc<AppState>, session: &mut Session, conn: ConnId, text: &str) 
                     return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
                 }
             };
-            app.fanout.subscribe(conn, &sub_id, filters.clone());
-            Action::Spawn(Box::pin(query(app.clone(), conn, sub_id, generation, filters)))
+            Action::Spawn(Box::pin(query(app.clone(), principal, conn, sub_id, generation, filters)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
+            if let Err(refused) = admitted {
+                return Action::Reply(refused_closed(sub_id, &refused));
+            }
+            if needs_auth {
+                return Action::Reply(RelayMessage::Closed { sub_id, message: AUTH_REQUIRED.into() });
+            }
             if let Err(reason) = prepare_filters(lim, &sub_id, &mut filters) {
                 return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
             }
-            Action::Spawn(Box::pin(count(app.clone(), sub_id, filters)))
+            Action::Spawn(Box::pin(count(app.clone(), principal, sub_id, filters)))
         }
         ClientMessage::Close(sub_id) => {
             session.close(&sub_id);
-            app.fanout.unsubscribe(conn, &sub_id);
+            app.fanout.unsubscribe(conn, &sub_id, None);
             Action::Nothing
         }
-        ClientMessage::Auth(event) => Action::Reply(RelayMessage::ok(
-            event.id.to_hex(),
-            false,
-            "restricted: this relay does not support AUTH yet",
-        )),
+        ClientMessage::Auth(event) => {
+            let challenge = session.challenge.clone();
+            let relay_match = relay_match.cloned();
+            Action::Spawn(Box::pin(authenticate(*event, challenge, relay_match)))
+        }
     }
+}
+
+/// Checks a NIP-42 answer: signature, kind, challenge, relay, time.
+async fn authenticate(event: Event, challenge: String, relay_match: Option<RelayMatch>) -> Done {
+    let id = event.id.to_hex();
+    let result = match blocking(move || verify(event)).await {
+        Err(e) => Err(format!("invalid: {e}")),
+        Ok(verified) => {
+            // Without a public_url or a Host header there is nothing to compare the relay tag to.
+            let relay_match = relay_match.unwrap_or_else(|| {
+                RelayMatch::Host(verified.tag_values("relay").next().and_then(nip42::host_of).unwrap_or_default())
+            });
+            nip42::check(&verified, &challenge, &relay_match, Timestamp::now())
+                .map(|()| verified.pubkey)
+                .map_err(|e| e.to_string())
+        }
+    };
+    Done::Auth { id, result }
 }
 
 /// Runs blocking store work off the reactor; either failure becomes its text.
@@ -260,7 +366,21 @@ async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
     }
 }
 
-async fn query(app: Arc<AppState>, conn: ConnId, sub_id: String, generation: u64, filters: Vec<Filter>) -> Done {
+async fn query(
+    app: Arc<AppState>,
+    principal: Principal,
+    conn: ConnId,
+    sub_id: String,
+    generation: u64,
+    filters: Vec<Filter>,
+) -> Done {
+    let _permit = match app.limiter.acquire_handler(&principal).await {
+        Ok(permit) => permit,
+        Err(refused) => {
+            return Done::SubRefused { closed: refused_closed(sub_id.clone(), &refused), sub_id, generation };
+        }
+    };
+    app.fanout.subscribe(conn, &sub_id, generation, filters.clone());
     let store = app.store.clone();
     let frames = match blocking(move || store.query(&filters, Timestamp::now())).await {
         Ok(events) => {
@@ -271,14 +391,19 @@ async fn query(app: Arc<AppState>, conn: ConnId, sub_id: String, generation: u64
         }
         Err(e) => {
             tracing::error!(error = %e, "query failed");
-            app.fanout.unsubscribe(conn, &sub_id);
-            vec![RelayMessage::Closed { sub_id: sub_id.clone(), message: "error: the query failed".into() }]
+            app.fanout.unsubscribe(conn, &sub_id, Some(generation));
+            let closed = RelayMessage::Closed { sub_id: sub_id.clone(), message: "error: the query failed".into() };
+            return Done::SubRefused { sub_id, generation, closed };
         }
     };
     Done::Query { sub_id, generation, frames }
 }
 
-async fn count(app: Arc<AppState>, sub_id: String, filters: Vec<Filter>) -> Done {
+async fn count(app: Arc<AppState>, principal: Principal, sub_id: String, filters: Vec<Filter>) -> Done {
+    let _permit = match app.limiter.acquire_handler(&principal).await {
+        Ok(permit) => permit,
+        Err(refused) => return Done::Frames(vec![refused_closed(sub_id, &refused)]),
+    };
     let store = app.store.clone();
     let frame = match blocking(move || store.count(&filters, Timestamp::now())).await {
         Ok(count) => RelayMessage::Count { sub_id, count },

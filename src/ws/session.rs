@@ -5,18 +5,39 @@
 //! apply to a REQ/COUNT before it reaches the store.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use crate::config::Limitation;
-use crate::protocol::Filter;
+use crate::limiter::Principal;
+use crate::protocol::{Filter, PubKey};
 
 /// State of one WebSocket connection.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Session {
     subs: HashMap<String, u64>,
     next_generation: u64,
+    /// The client's address, billed while unauthenticated.
+    pub client_ip: IpAddr,
+    /// The NIP-42 challenge sent on connect.
+    pub challenge: String,
+    /// The pubkey this connection authenticated as (NIP-42), if any.
+    pub authed: Option<PubKey>,
 }
 
 impl Session {
+    /// A new connection's session.
+    pub fn new(client_ip: IpAddr, challenge: String) -> Session {
+        Session { subs: HashMap::new(), next_generation: 0, client_ip, challenge, authed: None }
+    }
+
+    /// Who this connection's frames are billed to: the authenticated pubkey, else the IP.
+    pub fn principal(&self) -> Principal {
+        match self.authed {
+            Some(pk) => Principal::Pubkey(pk),
+            None => Principal::Ip(self.client_ip),
+        }
+    }
+
     /// Opens (or replaces) `sub_id`; refuses a new id beyond `max_subscriptions`.
     pub fn open(&mut self, sub_id: &str, max_subscriptions: usize) -> Result<u64, String> {
         if !self.subs.contains_key(sub_id) && self.subs.len() >= max_subscriptions {
@@ -69,7 +90,7 @@ mod tests {
 
     #[test]
     fn replacing_a_sub_does_not_count_twice_and_bumps_generation() {
-        let mut s = Session::default();
+        let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
         let g1 = s.open("a", 1).unwrap();
         let g2 = s.open("a", 1).unwrap();
         assert_ne!(g1, g2);

@@ -75,7 +75,12 @@ impl TestRelay {
     pub async fn connect(&self) -> Client {
         let (ws, _) =
             tokio::time::timeout(STEP, tokio_tungstenite::connect_async(self.ws_url())).await.unwrap().unwrap();
-        Client { ws }
+        let mut client = Client { ws, challenge: String::new() };
+        // NIP-42: the relay opens with its challenge.
+        let first = client.recv().await;
+        assert_eq!(first[0], "AUTH", "{first}");
+        client.challenge = first[1].as_str().unwrap().to_string();
+        client
     }
 }
 
@@ -90,9 +95,23 @@ impl Drop for TestRelay {
 /// A WebSocket client speaking raw JSON frames.
 pub struct Client {
     pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// The NIP-42 challenge the relay sent on connect.
+    pub challenge: String,
 }
 
 impl Client {
+    /// Answers the relay's challenge as `keys`; returns the OK frame.
+    pub async fn auth(&mut self, keys: &Keys, relay_url: &str) -> Value {
+        let event = keys.sign(
+            Timestamp::now(),
+            Kind(22242),
+            vec![vec!["relay".into(), relay_url.into()], vec!["challenge".into(), self.challenge.clone()]],
+            "",
+        );
+        self.send(json!(["AUTH", event])).await;
+        self.recv().await
+    }
+
     pub async fn send_text(&mut self, text: &str) {
         tokio::time::timeout(STEP, self.ws.send(Message::text(text.to_string()))).await.unwrap().unwrap();
     }
@@ -178,4 +197,14 @@ pub fn assert_ok(frame: &Value, id: &str, accepted: bool, prefix: &str) {
     assert_eq!(frame[2], accepted, "{frame}");
     let msg = frame[3].as_str().unwrap();
     assert!(msg.starts_with(prefix), "expected {prefix:?}, got {frame}");
+}
+
+/// Quotas high enough never to refuse: for tests about something other than the limiter.
+pub fn generous(c: &mut Config) {
+    for tier in [&mut c.limits.human, &mut c.limits.agent] {
+        tier.ws_events_per_sec = 1_000_000;
+        tier.ws_burst_window_secs = 10;
+        tier.messages_per_min = 100_000_000;
+        tier.api_calls_per_min = 100_000_000;
+    }
 }

@@ -1,0 +1,373 @@
+//! THE shared admission limiter: one component, one API, used by every transport.
+//!
+//! Owns per-principal quota state (GCRA, see [`gcra`]), the live limits every admission reads,
+//! the global handler bound (`unavailable`), refusal counts and the usage report the admin API
+//! exposes. WebSocket frames and REST calls of the same principal are billed here against the same
+//! buckets. It knows nothing about frames or HTTP: callers say who ([`Principal`]) and what
+//! ([`LimitType`]), and get `Ok` or a [`Refused`] with an exact, truthful retry time.
+//!
+//! State is bounded: a moka cache of at most `limits.max_tracked_principals` entries with
+//! time-to-idle eviction, so floods of fresh keys or IPs cannot grow memory.
+
+pub mod clock;
+pub mod gcra;
+pub mod principal;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+use gcra::{NANOS, Quota};
+pub use principal::Principal;
+
+use crate::config::{LimitsConfig, TierLimits, parse_pubkey};
+use crate::protocol::{PubKey, Timestamp};
+
+/// Idle principals are forgotten after this long (longer than any quota's refill window).
+const IDLE: Duration = Duration::from_secs(3600);
+
+/// What is billed. The names are stable: they appear in messages, metrics and the admin API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LimitType {
+    /// EVENT, REQ and COUNT frames on a WebSocket, on arrival.
+    WsEvents,
+    /// Durable (non-ephemeral) events, after verification and the duplicate check.
+    Messages,
+    /// REST calls.
+    ApiCalls,
+    /// The global bound on concurrently handled work.
+    Unavailable,
+}
+
+impl LimitType {
+    /// The quota-backed limit types, in report order.
+    pub const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
+    /// Every limit type.
+    pub const ALL: [LimitType; 4] =
+        [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls, LimitType::Unavailable];
+
+    /// The stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitType::WsEvents => "ws_events",
+            LimitType::Messages => "messages",
+            LimitType::ApiCalls => "api_calls",
+            LimitType::Unavailable => "unavailable",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            LimitType::WsEvents => 0,
+            LimitType::Messages => 1,
+            LimitType::ApiCalls => 2,
+            LimitType::Unavailable => 3,
+        }
+    }
+}
+
+/// Quota tiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Everyone by default.
+    Human,
+    /// Pubkeys listed in `limits.agent_pubkeys`.
+    Agent,
+}
+
+/// A refusal with its exact retry time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Which limit refused.
+    pub limit_type: LimitType,
+    /// How long until the same request would be admitted (given no other traffic).
+    pub retry_after: Duration,
+}
+
+impl Refused {
+    /// Whole seconds to wait: rounded up, at least 1.
+    pub fn retry_secs(&self) -> u64 {
+        gcra::retry_secs(u64::try_from(self.retry_after.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// `"quota"` or `"unavailable"`: the metric's `reason` label.
+    pub fn reason(&self) -> &'static str {
+        if self.limit_type == LimitType::Unavailable { "unavailable" } else { "quota" }
+    }
+
+    /// The text after `rate-limited: `, e.g. `quota exceeded (messages); retry in 12s`.
+    pub fn text(&self) -> String {
+        let what = if self.limit_type == LimitType::Unavailable { "relay busy" } else { "quota exceeded" };
+        format!("{what} ({}); retry in {}s", self.limit_type.as_str(), self.retry_secs())
+    }
+
+    /// The full message, e.g. `rate-limited: quota exceeded (messages); retry in 12s`.
+    pub fn message(&self) -> String {
+        format!("rate-limited: {}", self.text())
+    }
+}
+
+/// One tier's quotas as GCRA parameters.
+#[derive(Clone, Copy, Debug)]
+struct TierQuotas([Quota; 3]);
+
+impl TierQuotas {
+    fn of(t: &TierLimits) -> TierQuotas {
+        TierQuotas([
+            Quota::new(t.ws_events_per_sec, 1, t.ws_events_per_sec.saturating_mul(t.ws_burst_window_secs)),
+            Quota::new(t.messages_per_min, 60, t.messages_per_min),
+            Quota::new(t.api_calls_per_min, 60, t.api_calls_per_min),
+        ])
+    }
+}
+
+/// The live limits, swapped whole.
+struct Policy {
+    config: LimitsConfig,
+    human: TierQuotas,
+    agent: TierQuotas,
+    agents: HashSet<PubKey>,
+}
+
+impl Policy {
+    fn of(config: LimitsConfig) -> Policy {
+        Policy {
+            human: TierQuotas::of(&config.human),
+            agent: TierQuotas::of(&config.agent),
+            agents: config.agent_pubkeys.iter().filter_map(|p| parse_pubkey(p)).collect(),
+            config,
+        }
+    }
+
+    fn tier(&self, principal: &Principal) -> Tier {
+        match principal {
+            Principal::Pubkey(pk) if self.agents.contains(pk) => Tier::Agent,
+            _ => Tier::Human,
+        }
+    }
+
+    fn quotas(&self, tier: Tier) -> &TierQuotas {
+        match tier {
+            Tier::Human => &self.human,
+            Tier::Agent => &self.agent,
+        }
+    }
+}
+
+/// Per-principal state: one GCRA timestamp per quota (with the interval it was computed under,
+/// so a live limit change keeps the cells in use), refusal counts, first/last seen.
+#[derive(Debug)]
+struct State {
+    tat: [(u64, u64); 3],
+    refusals: [u64; 4],
+    first_seen: Timestamp,
+    last_seen: Timestamp,
+}
+
+/// Usage of one limit, exactly as the limiter decides with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LimitUsage {
+    /// Cells of the burst in use now.
+    pub used: u64,
+    /// The burst size.
+    pub limit: u64,
+    /// `limit - used`.
+    pub remaining: u64,
+    /// Seconds for an empty bucket to refill completely.
+    pub window_secs: u64,
+    /// Seconds until one more request would be admitted (0 = now).
+    pub retry_in_secs: u64,
+}
+
+/// A principal's usage report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// The principal (hex pubkey or IP).
+    pub principal: String,
+    /// Its tier.
+    pub tier: Tier,
+    /// Per quota: `ws_events`, `messages`, `api_calls`.
+    pub limits: BTreeMap<&'static str, LimitUsage>,
+    /// Refusals per limit type since start (or since the state was last forgotten).
+    pub refusals: BTreeMap<&'static str, u64>,
+    /// First admission seen (Unix seconds).
+    pub first_seen: u64,
+    /// Latest admission seen (Unix seconds).
+    pub last_seen: u64,
+}
+
+/// The admission limiter.
+pub struct Limiter {
+    policy: RwLock<Arc<Policy>>,
+    states: moka::sync::Cache<Principal, Arc<Mutex<State>>>,
+    clock: Arc<dyn Clock>,
+    permits: Arc<Semaphore>,
+    handler_wait: Duration,
+}
+
+impl Limiter {
+    /// A limiter with `config` limits, timing by `clock`.
+    pub fn new(config: &LimitsConfig, clock: Arc<dyn Clock>) -> Limiter {
+        Limiter {
+            states: moka::sync::Cache::builder().max_capacity(config.max_tracked_principals).time_to_idle(IDLE).build(),
+            permits: Arc::new(Semaphore::new(config.handler_permits)),
+            handler_wait: Duration::from_millis(config.handler_wait_ms),
+            policy: RwLock::new(Arc::new(Policy::of(config.clone()))),
+            clock,
+        }
+    }
+
+    fn policy(&self) -> Arc<Policy> {
+        match self.policy.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> LimitsConfig {
+        self.policy().config.clone()
+    }
+
+    /// Replaces the limits; the next admission of every connection uses them. (`handler_permits`
+    /// and `max_tracked_principals` are sized at start-up and keep their start-up values.)
+    pub fn set_limits(&self, config: LimitsConfig) {
+        let policy = Arc::new(Policy::of(config));
+        match self.policy.write() {
+            Ok(mut p) => *p = policy,
+            Err(poisoned) => *poisoned.into_inner() = policy,
+        }
+    }
+
+    /// The tier `principal` is billed at.
+    pub fn tier(&self, principal: &Principal) -> Tier {
+        self.policy().tier(principal)
+    }
+
+    fn state(&self, principal: &Principal) -> Arc<Mutex<State>> {
+        let now = Timestamp::now();
+        self.states.get_with(principal.clone(), || {
+            Arc::new(Mutex::new(State { tat: [(0, 0); 3], refusals: [0; 4], first_seen: now, last_seen: now }))
+        })
+    }
+
+    fn count_refusal(&self, principal: &Principal, refused: &Refused) {
+        let state = self.state(principal);
+        if let Ok(mut s) = state.lock() {
+            s.refusals[refused.limit_type.index()] += 1;
+        }
+        metrics::counter!(
+            "hearth_admission_rejections_total",
+            "reason" => refused.reason(),
+            "limit_type" => refused.limit_type.as_str()
+        )
+        .increment(1);
+    }
+
+    /// Bills one `limit_type` request of `principal` now. `Unavailable` is not a quota: use
+    /// [`Limiter::acquire_handler`].
+    pub fn admit(&self, principal: &Principal, limit_type: LimitType) -> Result<(), Refused> {
+        let started = Instant::now();
+        let result = self.admit_at(principal, limit_type, self.clock.now_ns());
+        metrics::histogram!("hearth_admission_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// [`Limiter::admit`] at an explicit time (nanoseconds on the limiter's clock).
+    pub fn admit_at(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) -> Result<(), Refused> {
+        if limit_type == LimitType::Unavailable {
+            return Ok(());
+        }
+        let policy = self.policy();
+        let quota = policy.quotas(policy.tier(principal)).0[limit_type.index()];
+        let state = self.state(principal);
+        let outcome = match state.lock() {
+            Ok(mut s) => {
+                s.last_seen = Timestamp::now();
+                let (tat, interval) = s.tat[limit_type.index()];
+                match quota.check(quota.rescale(tat, now_ns, interval), now_ns) {
+                    Ok(tat) => {
+                        s.tat[limit_type.index()] = (tat, quota.interval_ns);
+                        Ok(())
+                    }
+                    Err(wait) => Err(Refused { limit_type, retry_after: Duration::from_nanos(wait) }),
+                }
+            }
+            // A poisoned lock means a panic mid-update elsewhere; admit rather than lock a
+            // principal out forever.
+            Err(_) => Ok(()),
+        };
+        if let Err(refused) = &outcome {
+            self.count_refusal(principal, refused);
+        }
+        outcome
+    }
+
+    /// Takes one of the global handler permits, waiting at most `handler_wait_ms`.
+    pub async fn acquire_handler(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Refused> {
+        match tokio::time::timeout(self.handler_wait, self.permits.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => {
+                let refused = Refused { limit_type: LimitType::Unavailable, retry_after: Duration::from_secs(1) };
+                self.count_refusal(principal, &refused);
+                Err(refused)
+            }
+        }
+    }
+
+    /// What the limiter knows of `principal`, or `None` when it holds no state for it.
+    pub fn usage(&self, principal: &Principal) -> Option<Usage> {
+        let state = self.states.get(principal)?;
+        let now = self.clock.now_ns();
+        let policy = self.policy();
+        let tier = policy.tier(principal);
+        let quotas = policy.quotas(tier);
+        let s = state.lock().ok()?;
+        let limits = LimitType::QUOTAS
+            .iter()
+            .map(|lt| {
+                let q = quotas.0[lt.index()];
+                let (tat, interval) = s.tat[lt.index()];
+                let tat = q.rescale(tat, now, interval);
+                let used = q.used(tat, now);
+                let wait = q.wait(tat, now);
+                let usage = LimitUsage {
+                    used,
+                    limit: q.burst,
+                    remaining: q.burst - used,
+                    window_secs: q.window_ns().div_ceil(NANOS),
+                    retry_in_secs: if wait == 0 { 0 } else { gcra::retry_secs(wait) },
+                };
+                (lt.as_str(), usage)
+            })
+            .collect();
+        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), s.refusals[lt.index()])).collect();
+        Some(Usage {
+            principal: principal.to_string(),
+            tier,
+            limits,
+            refusals,
+            first_seen: s.first_seen.0,
+            last_seen: s.last_seen.0,
+        })
+    }
+
+    /// Principals with state, for the admin API's busiest list.
+    pub fn principals(&self) -> Vec<Principal> {
+        self.states.iter().map(|(k, _)| (*k).clone()).collect()
+    }
+
+    /// How many principals have state (after pending evictions are applied).
+    pub fn tracked(&self) -> u64 {
+        self.states.run_pending_tasks();
+        self.states.entry_count()
+    }
+}
+
+#[cfg(test)]
+mod tests;
