@@ -5,18 +5,25 @@
 
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Buckets of `hearth_admission_seconds` (admission is sub-microsecond to a few microseconds).
+const ADMISSION_BUCKETS: &[f64] = &[1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 1e-4, 1e-3];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Installs the recorder (first call only) and returns its handle, if one could be installed.
 pub fn install() -> Option<PrometheusHandle> {
     HANDLE
-        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
-            Ok(handle) => Some(handle),
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics recorder not installed");
-                None
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full("hearth_admission_seconds".into()), ADMISSION_BUCKETS);
+            match builder.and_then(|b| b.install_recorder()) {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics recorder not installed");
+                    None
+                }
             }
         })
         .clone()

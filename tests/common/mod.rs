@@ -4,10 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use hearth::config::Config;
+use hearth::limiter::{Limiter, ManualClock};
 use hearth::protocol::{Event, Keys, Kind, Timestamp};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -21,6 +23,10 @@ pub const STEP: Duration = Duration::from_secs(10);
 /// A running relay.
 pub struct TestRelay {
     pub addr: SocketAddr,
+    /// The limiter's clock: tests advance it instead of sleeping.
+    pub clock: Arc<ManualClock>,
+    /// The relay's limiter.
+    pub limiter: Arc<Limiter>,
     pub dir: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), hearth::RunError>>>,
@@ -43,10 +49,13 @@ impl TestRelay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(hearth::run(listener, config, async move {
+        let clock = Arc::new(ManualClock::new());
+        let relay = hearth::Relay::open(config, clock.clone()).unwrap();
+        let limiter = relay.limiter();
+        let task = tokio::spawn(relay.serve(listener, async move {
             let _ = rx.await;
         }));
-        TestRelay { addr, dir: Some(dir), stop: Some(stop), task: Some(task) }
+        TestRelay { addr, clock, limiter, dir: Some(dir), stop: Some(stop), task: Some(task) }
     }
 
     /// Stops the relay gracefully and waits for it; returns the data directory.
