@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::fanout::Fanout;
 use crate::limiter::Limiter;
-use crate::protocol::PubKey;
+use crate::protocol::{EventId, PubKey};
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -30,6 +30,8 @@ pub struct AppState {
     pub members: HashSet<PubKey>,
     /// `auth.trusted_proxies`, parsed.
     pub trusted_proxies: Vec<IpAddr>,
+    /// NIP-98 auth event ids seen within their validity window (each is good for one request).
+    pub nip98_seen: moka::sync::Cache<EventId, ()>,
     /// Cancelled when the relay shuts down.
     pub shutdown: CancellationToken,
     /// Every WebSocket connection and background task, awaited at shutdown.

@@ -16,6 +16,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod nip11;
 pub mod protocol;
+pub mod rest;
 pub mod server;
 pub mod store;
 pub mod ws;
@@ -62,6 +63,10 @@ impl Relay {
             limiter: Arc::new(Limiter::new(&config.limits, clock)),
             members,
             trusted_proxies,
+            nip98_seen: moka::sync::Cache::builder()
+                .max_capacity(config.limits.max_tracked_principals)
+                .time_to_live(Duration::from_secs(2 * rest::nip98::WINDOW_SECS + 10))
+                .build(),
             config,
             store,
             fanout: Arc::new(Fanout::default()),

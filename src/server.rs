@@ -85,8 +85,21 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(warp::path::end())
         .and(warp::get())
         .map(|| warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4"));
-    ws.or(nip11).or(preflight).or(home).or(metrics).recover(recover)
+    ws.or(nip11).or(preflight).or(home).or(metrics).or(crate::rest::routes(app)).recover(recover)
 }
+
+/// Every (method, path) the relay's port answers; the OpenAPI document must describe exactly
+/// these (checked by a test).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("OPTIONS", "/"),
+    ("GET", "/metrics"),
+    ("POST", "/api/v1/events"),
+    ("GET", "/api/v1/events/{id}"),
+    ("POST", "/api/v1/query"),
+    ("POST", "/api/v1/count"),
+    ("GET", "/api/v1/openapi.json"),
+];
 
 #[derive(Serialize)]
 struct ErrorBody {
@@ -97,6 +110,10 @@ struct ErrorBody {
 async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
     let (status, error) = if rejection.is_not_found() {
         (StatusCode::NOT_FOUND, "not found".to_string())
+    } else if let Some(e) = rejection.find::<warp::reject::PayloadTooLarge>() {
+        (StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+    } else if let Some(e) = rejection.find::<warp::reject::LengthRequired>() {
+        (StatusCode::LENGTH_REQUIRED, e.to_string())
     } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
         (StatusCode::METHOD_NOT_ALLOWED, "method not allowed".to_string())
     } else if rejection.find::<NotNip11>().is_some() {

@@ -48,6 +48,9 @@ pub enum StoreError {
     /// The writer has stopped (shutdown or a fatal error).
     #[error("storage: writer is not running")]
     Closed,
+    /// A blocking read task panicked or was cancelled.
+    #[error("storage: read task failed: {0}")]
+    Task(String),
 }
 
 /// What happened to an event given to [`Store::put`].
@@ -175,6 +178,30 @@ impl Store {
             }
         }
         Ok(ids.len() as u64)
+    }
+
+    /// Runs blocking read work on the blocking pool, off the async reactor.
+    async fn off_reactor<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || work(&store)).await.map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// [`Store::query`] off the async reactor.
+    pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<Arc<RawValue>>, StoreError> {
+        self.off_reactor(move |s| s.query(&filters, now)).await
+    }
+
+    /// [`Store::count`] off the async reactor.
+    pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<u64, StoreError> {
+        self.off_reactor(move |s| s.count(&filters, now)).await
+    }
+
+    /// [`Store::get`] off the async reactor.
+    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<Arc<RawValue>>, StoreError> {
+        self.off_reactor(move |s| s.get(&id, now)).await
     }
 
     /// How many events by `author` are stored.

@@ -341,9 +341,10 @@ fn handle(
 /// Checks a NIP-42 answer: signature, kind, challenge, relay, time.
 async fn authenticate(event: Event, challenge: String, relay_match: Option<RelayMatch>) -> Done {
     let id = event.id.to_hex();
-    let result = match blocking(move || verify(event)).await {
-        Err(e) => Err(format!("invalid: {e}")),
-        Ok(verified) => {
+    let result = match tokio::task::spawn_blocking(move || verify(event)).await {
+        Err(e) => Err(format!("error: {e}")),
+        Ok(Err(e)) => Err(format!("invalid: {e}")),
+        Ok(Ok(verified)) => {
             // Without a public_url or a Host header there is nothing to compare the relay tag to.
             let relay_match = relay_match.unwrap_or_else(|| {
                 RelayMatch::Host(verified.tag_values("relay").next().and_then(nip42::host_of).unwrap_or_default())
@@ -354,16 +355,6 @@ async fn authenticate(event: Event, challenge: String, relay_match: Option<Relay
         }
     };
     Done::Auth { id, result }
-}
-
-/// Runs blocking store work off the reactor; either failure becomes its text.
-async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
-    work: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 async fn query(
@@ -381,8 +372,7 @@ async fn query(
         }
     };
     app.fanout.subscribe(conn, &sub_id, generation, filters.clone());
-    let store = app.store.clone();
-    let frames = match blocking(move || store.query(&filters, Timestamp::now())).await {
+    let frames = match app.store.query_async(filters, Timestamp::now()).await {
         Ok(events) => {
             let mut frames: Vec<RelayMessage> =
                 events.into_iter().map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event }).collect();
@@ -404,8 +394,7 @@ async fn count(app: Arc<AppState>, principal: Principal, sub_id: String, filters
         Ok(permit) => permit,
         Err(refused) => return Done::Frames(vec![refused_closed(sub_id, &refused)]),
     };
-    let store = app.store.clone();
-    let frame = match blocking(move || store.count(&filters, Timestamp::now())).await {
+    let frame = match app.store.count_async(filters, Timestamp::now()).await {
         Ok(count) => RelayMessage::Count { sub_id, count },
         Err(e) => {
             tracing::error!(error = %e, "count failed");

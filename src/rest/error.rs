@@ -1,0 +1,103 @@
+//! REST errors and their one mapping to HTTP: status, JSON body with an `error` field, and
+//! `Retry-After` for rate limits.
+
+use serde::Serialize;
+use warp::http::StatusCode;
+use warp::http::header::{HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
+use warp::reply::Response;
+
+use super::nip98::AuthError;
+use crate::limiter::{LimitType, Refused};
+
+/// Everything a REST call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed; the text names the problem.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401: NIP-98 failed (or is required and missing).
+    #[error(transparent)]
+    Unauthorized(#[from] AuthError),
+    /// 403: not allowed.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404
+    #[error("{0}")]
+    NotFound(String),
+    /// 415: the body is not `application/json`.
+    #[error("content type must be application/json")]
+    UnsupportedMediaType,
+    /// 429 (quota) or 503 (handler bound), with `Retry-After`.
+    #[error("{}", .0.message())]
+    RateLimited(Refused),
+    /// 500: a server fault; details are logged, not sent.
+    #[error("internal error")]
+    Internal,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+}
+
+#[derive(Serialize)]
+struct RateLimitBody<'a> {
+    error: &'a str,
+    limit_type: &'static str,
+    retry_after_secs: u64,
+}
+
+/// A JSON response with `status`.
+pub fn json_response(status: StatusCode, body: &(impl Serialize + ?Sized)) -> Response {
+    let mut response = Response::new(serde_json::to_string(body).unwrap_or_default().into());
+    *response.status_mut() = status;
+    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The response for a limiter refusal: 429 for a quota, 503 for the handler bound.
+pub fn rate_limited(refused: &Refused) -> Response {
+    let status = if refused.limit_type == LimitType::Unavailable {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let message = refused.message();
+    let body = RateLimitBody {
+        error: &message,
+        limit_type: refused.limit_type.as_str(),
+        retry_after_secs: refused.retry_secs(),
+    };
+    let mut response = json_response(status, &body);
+    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refused.retry_secs()));
+    response
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RateLimited(r) if r.limit_type == LimitType::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The response: JSON `{"error": …}` (plus `limit_type` / `retry_after_secs` for limits).
+    pub fn into_response(self) -> Response {
+        match &self {
+            ApiError::RateLimited(refused) => rate_limited(refused),
+            ApiError::Unauthorized(_) => {
+                let mut response = json_response(self.status(), &ErrorBody { error: &self.to_string() });
+                response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Nostr"));
+                response
+            }
+            _ => json_response(self.status(), &ErrorBody { error: &self.to_string() }),
+        }
+    }
+}

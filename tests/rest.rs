@@ -1,0 +1,364 @@
+//! The REST API through the real server and a real HTTP client, sharing the limiter with
+//! WebSocket clients.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use common::*;
+use hearth::limiter::Principal;
+use hearth::protocol::{Keys, Timestamp};
+use hearth::rest::nip98;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+struct Api<'a> {
+    relay: &'a TestRelay,
+    http: reqwest::Client,
+}
+
+impl<'a> Api<'a> {
+    fn new(relay: &'a TestRelay) -> Api<'a> {
+        Api { relay, http: reqwest::Client::new() }
+    }
+
+    async fn post(&self, path: &str, body: &Value, signer: Option<&Keys>) -> reqwest::Response {
+        let body = body.to_string();
+        let mut req = self.http.post(self.relay.http_url(path)).header("content-type", "application/json");
+        if let Some(keys) = signer {
+            let url = self.relay.http_url(path);
+            let h = nip98::header(
+                keys,
+                &nip98::Request { url: &url, method: "POST", body: body.as_bytes() },
+                Timestamp(now()),
+            );
+            req = req.header("authorization", h);
+        }
+        req.body(body).send().await.unwrap()
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.relay.http_url(path)).send().await.unwrap()
+    }
+}
+
+async fn body(resp: reqwest::Response) -> (StatusCode, Value) {
+    let status = resp.status();
+    (status, resp.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn rest_publish_reaches_websocket_subscribers_and_dedups_with_websocket() {
+    let relay = TestRelay::start(generous).await;
+    let api = Api::new(&relay);
+    let mut ws = relay.connect().await;
+    ws.req("live", vec![json!({"kinds": [1]})]).await;
+    let e = sign(&keys(1), now(), 1, &[], "over http");
+    let (status, b) = body(api.post("/api/v1/events", &json!(e), None).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(b, json!({"accepted": true, "id": e.id.to_hex(), "message": ""}));
+    assert_eq!(ws.recv().await, json!(["EVENT", "live", e]));
+    assert_eq!(ws.publish(&e).await, json!(["OK", e.id.to_hex(), true, "duplicate: already have this event"]));
+    let (status, b) = body(api.post("/api/v1/events", &json!(e), None).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(b["message"], "duplicate: already have this event");
+    // And the reverse: published over WebSocket, a duplicate over REST.
+    let w = sign(&keys(1), now(), 1, &[], "over ws");
+    let mut other = relay.connect().await;
+    assert_eq!(other.publish(&w).await[2], true);
+    assert_eq!(ws.recv().await, json!(["EVENT", "live", w]));
+    let (_, b) = body(api.post("/api/v1/events", &json!(w), None).await).await;
+    assert_eq!(b["message"], "duplicate: already have this event");
+    assert_eq!(other.req("all", vec![json!({})]).await.len(), 2);
+}
+
+#[tokio::test]
+async fn refused_events_get_their_status_and_are_not_stored() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.auth.members = vec![keys(2).public_key().to_hex()];
+    })
+    .await;
+    let api = Api::new(&relay);
+    let mut bad = sign(&keys(2), now(), 1, &[], "x");
+    bad.sig.0[0] ^= 1;
+    let (status, b) = body(api.post("/api/v1/events", &json!(bad), None).await).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        b,
+        json!({"accepted": false, "id": bad.id.to_hex(), "message": "invalid: signature does not verify", "error": "invalid: signature does not verify"})
+    );
+    let outsider = sign(&keys(3), now(), 1, &[], "x");
+    let (status, b) = body(api.post("/api/v1/events", &json!(outsider), None).await).await;
+    assert_eq!(status, 403);
+    assert_eq!(b["message"], "restricted: only members of this relay may publish here");
+    let (status, b) = body(api.post("/api/v1/events", &json!({"kind": 1}), None).await).await;
+    assert_eq!(status, 400);
+    assert!(b["error"].as_str().unwrap().starts_with("invalid: malformed event: missing field"), "{b}");
+    let (_, b) = body(api.post("/api/v1/query", &json!({"filters": [{}]}), None).await).await;
+    assert_eq!(b, json!({"events": []}));
+}
+
+#[tokio::test]
+async fn messages_quota_is_shared_between_websocket_and_rest() {
+    let relay = TestRelay::start(|c| c.limits.human.messages_per_min = 2).await;
+    let api = Api::new(&relay);
+    let alice = keys(4);
+    // WebSocket first, authenticated as alice; then REST signed by alice: one bucket.
+    let mut ws = relay.connect().await;
+    assert_eq!(ws.auth(&alice, &relay.ws_url()).await[2], true);
+    for i in 0..2 {
+        assert_eq!(ws.publish(&sign(&alice, now(), 1, &[], &format!("ws {i}"))).await[2], true);
+    }
+    let e = sign(&alice, now(), 1, &[], "rest");
+    let resp = api.post("/api/v1/events", &json!(e), Some(&alice)).await;
+    assert_eq!(resp.headers()["retry-after"], "30");
+    let (status, b) = body(resp).await;
+    assert_eq!(status, 429);
+    assert_eq!(
+        b,
+        json!({"error": "rate-limited: quota exceeded (messages); retry in 30s", "limit_type": "messages", "retry_after_secs": 30})
+    );
+    // The reverse, by IP: REST twice, then a WebSocket EVENT from the same address.
+    let relay = TestRelay::start(|c| c.limits.human.messages_per_min = 2).await;
+    let api = Api::new(&relay);
+    for i in 0..2 {
+        let (status, _) =
+            body(api.post("/api/v1/events", &json!(sign(&keys(5), now(), 1, &[], &i.to_string())), None).await).await;
+        assert_eq!(status, 200);
+    }
+    let mut ws = relay.connect().await;
+    let e = sign(&keys(5), now(), 1, &[], "ws");
+    assert_eq!(
+        ws.publish(&e).await,
+        json!(["OK", e.id.to_hex(), false, "rate-limited: quota exceeded (messages); retry in 30s"])
+    );
+    // Ephemeral events skip messages over REST too.
+    let eph = sign(&keys(5), now(), 20002, &[], "ephemeral");
+    assert_eq!(body(api.post("/api/v1/events", &json!(eph), None).await).await.0, 200);
+    let usage = relay.limiter.usage(&Principal::Ip(LOCALHOST)).unwrap();
+    assert_eq!(usage.limits["messages"].used, 2);
+    assert_eq!(usage.limits["api_calls"].used, 3);
+}
+
+#[tokio::test]
+async fn api_calls_429_carries_a_truthful_retry_after() {
+    let relay = TestRelay::start(|c| c.limits.human.api_calls_per_min = 2).await;
+    let api = Api::new(&relay);
+    let missing = format!("/api/v1/events/{}", "0".repeat(64));
+    assert_eq!(api.get(&missing).await.status(), 404);
+    assert_eq!(api.get(&missing).await.status(), 404);
+    let resp = api.get(&missing).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "30");
+    let (_, b) = body(resp).await;
+    assert_eq!(b["error"], "rate-limited: quota exceeded (api_calls); retry in 30s");
+    assert_eq!(b["limit_type"], "api_calls");
+    relay.clock.advance(Duration::from_secs(29));
+    assert_eq!(api.get(&missing).await.status(), 429);
+    relay.clock.advance(Duration::from_secs(1));
+    assert_eq!(api.get(&missing).await.status(), 404);
+}
+
+#[tokio::test]
+async fn each_nip98_failure_is_a_401_with_its_reason() {
+    let relay = TestRelay::start(generous).await;
+    let api = Api::new(&relay);
+    let k = keys(6);
+    let path = "/api/v1/count";
+    let url = relay.http_url(path);
+    let body_text = json!({"filters": [{}]}).to_string();
+    let good = nip98::Request { url: &url, method: "POST", body: body_text.as_bytes() };
+    let other_url = relay.http_url("/api/v1/query");
+    let cases = vec![
+        (nip98::header(&k, &nip98::Request { url: &other_url, ..good }, Timestamp(now())), "auth: url mismatch"),
+        (nip98::header(&k, &nip98::Request { method: "GET", ..good }, Timestamp(now())), "auth: method mismatch"),
+        (nip98::header(&k, &nip98::Request { body: b"{}", ..good }, Timestamp(now())), "auth: payload mismatch"),
+        (nip98::header(&k, &good, Timestamp(now() - 120)), "auth: expired"),
+        ("Nostr not-base64!".to_string(), "auth: malformed header"),
+        ("Basic dXNlcjpwYXNz".to_string(), "auth: malformed header"),
+    ];
+    for (header, reason) in cases {
+        let resp = api
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("authorization", header)
+            .body(body_text.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["www-authenticate"], "Nostr");
+        assert_eq!(body(resp).await, (StatusCode::UNAUTHORIZED, json!({"error": reason})));
+    }
+    // A valid header makes the pubkey the principal; the same header again is a replay.
+    let header = nip98::header(&k, &good, Timestamp(now()));
+    let send = |h: String| {
+        api.http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("authorization", h)
+            .body(body_text.clone())
+            .send()
+    };
+    assert_eq!(body(send(header.clone()).await.unwrap()).await, (StatusCode::OK, json!({"count": 0})));
+    let usage = relay.limiter.usage(&Principal::Pubkey(k.public_key())).unwrap();
+    assert_eq!(usage.limits["api_calls"].used, 1);
+    assert_eq!(body(send(header).await.unwrap()).await, (StatusCode::UNAUTHORIZED, json!({"error": "auth: replayed"})));
+}
+
+#[tokio::test]
+async fn auth_required_applies_to_rest_too() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.auth.required = true;
+    })
+    .await;
+    let api = Api::new(&relay);
+    let (status, b) = body(api.post("/api/v1/count", &json!({"filters": [{}]}), None).await).await;
+    assert_eq!((status, b), (StatusCode::UNAUTHORIZED, json!({"error": "auth: required"})));
+    let (status, b) = body(api.post("/api/v1/count", &json!({"filters": [{}]}), Some(&keys(7))).await).await;
+    assert_eq!((status, b), (StatusCode::OK, json!({"count": 0})));
+}
+
+#[tokio::test]
+async fn query_count_and_get_follow_req_semantics() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.limitation.max_limit = 3;
+        c.limitation.default_limit = 3;
+    })
+    .await;
+    let api = Api::new(&relay);
+    let k = keys(8);
+    let events: Vec<_> = (0..5)
+        .map(|i| sign(&k, 1000 + i, 1, &[&["t", if i % 2 == 0 { "even" } else { "odd" }]], &i.to_string()))
+        .collect();
+    for e in &events {
+        assert_eq!(body(api.post("/api/v1/events", &json!(e), None).await).await.0, 200);
+    }
+    let (_, b) = body(api.post("/api/v1/query", &json!({"filters": [{"kinds": [1], "limit": 100}]}), None).await).await;
+    let ids: Vec<_> = b["events"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, vec![events[4].id.to_hex(), events[3].id.to_hex(), events[2].id.to_hex()]);
+    let (_, b) = body(
+        api.post("/api/v1/query", &json!({"filters": [{"#t": ["odd"]}, {"ids": [events[0].id.to_hex()]}]}), None).await,
+    )
+    .await;
+    let ids: Vec<_> = b["events"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, vec![events[3].id.to_hex(), events[1].id.to_hex(), events[0].id.to_hex()]);
+    let (_, b) = body(api.post("/api/v1/count", &json!({"filters": [{"#t": ["even"]}]}), None).await).await;
+    assert_eq!(b, json!({"count": 3}));
+    let (status, b) = body(api.get(&format!("/api/v1/events/{}", events[2].id)).await).await;
+    assert_eq!((status, b), (StatusCode::OK, json!(events[2])));
+    let (status, b) = body(api.get(&format!("/api/v1/events/{}", "a".repeat(64))).await).await;
+    assert_eq!((status, b), (StatusCode::NOT_FOUND, json!({"error": "event not found"})));
+    let (status, b) = body(api.get("/api/v1/events/ABC").await).await;
+    assert_eq!(
+        (status, b),
+        (StatusCode::BAD_REQUEST, json!({"error": "event id must be 64 lowercase hex characters"}))
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_specific_json_errors_and_stores_nothing() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.limitation.max_message_length = 1000;
+    })
+    .await;
+    let api = Api::new(&relay);
+    let big = sign(&keys(9), now(), 1, &[], &"x".repeat(2000));
+    let (status, b) = body(api.post("/api/v1/events", &json!(big), None).await).await;
+    assert_eq!(status, 413);
+    assert!(b["error"].is_string(), "{b}");
+    let e = sign(&keys(9), now(), 1, &[], "x");
+    let resp = api
+        .http
+        .post(relay.http_url("/api/v1/events"))
+        .header("content-type", "text/plain")
+        .body(json!(e).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        body(resp).await,
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({"error": "content type must be application/json"}))
+    );
+    let resp = api
+        .http
+        .post(relay.http_url("/api/v1/query"))
+        .header("content-type", "application/json")
+        .body("{\"filters\": [")
+        .send()
+        .await
+        .unwrap();
+    let (status, b) = body(resp).await;
+    assert_eq!(status, 400);
+    assert!(b["error"].as_str().unwrap().starts_with("malformed JSON body: EOF while parsing"), "{b}");
+    let (status, b) = body(api.post("/api/v1/query", &json!({"filters": [{"ids": ["ab"]}]}), None).await).await;
+    assert_eq!(status, 400);
+    assert!(b["error"].as_str().unwrap().contains("id must be 64 lowercase hex characters"), "{b}");
+    let (status, b) = body(api.post("/api/v1/query", &json!({"filter": []}), None).await).await;
+    assert_eq!(status, 400);
+    assert!(b["error"].as_str().unwrap().contains("unknown field `filter`"), "{b}");
+    let (status, b) = body(api.get("/api/v1/nope").await).await;
+    assert_eq!((status, b), (StatusCode::NOT_FOUND, json!({"error": "not found"})));
+    let mut ws = relay.connect().await;
+    assert!(ws.req("all", vec![json!({})]).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_exactly_the_routes_served() {
+    let relay = TestRelay::start(generous).await;
+    let api = Api::new(&relay);
+    let (status, doc) = body(api.get("/api/v1/openapi.json").await).await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| ops.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())))
+        .collect();
+    let served: BTreeSet<(String, String)> =
+        hearth::server::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    assert_eq!(documented, served);
+    // Every documented route is answered (not 404/405); the wrong method is not.
+    for (method, path) in &documented {
+        let concrete = path.replace("{id}", &"0".repeat(64));
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let resp = api
+            .http
+            .request(method.clone(), relay.http_url(&concrete))
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        assert_ne!(status, 405, "{method} {path}");
+        if concrete.starts_with("/api/v1/events/") {
+            // The route answers; the event just is not stored.
+            assert_eq!(resp.json::<Value>().await.unwrap(), json!({"error": "event not found"}));
+        } else {
+            assert_ne!(status, 404, "{method} {path} is documented but not answered");
+        }
+    }
+    for (method, path) in
+        [("DELETE", "/api/v1/events"), ("GET", "/api/v1/query"), ("PUT", "/metrics"), ("GET", "/api/v2/events")]
+    {
+        let resp = api
+            .http
+            .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), relay.http_url(path))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status() == 404 || resp.status() == 405, "{method} {path} answers {}", resp.status());
+    }
+}
