@@ -3,7 +3,6 @@
 //! Owns nothing but handles: the configuration, the store, the fan-out registry, and the
 //! shutdown token and task tracker that every long-lived task obeys.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -13,7 +12,8 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::fanout::Fanout;
 use crate::limiter::Limiter;
-use crate::protocol::{EventId, PubKey};
+use crate::moderation::Moderation;
+use crate::protocol::EventId;
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -26,8 +26,8 @@ pub struct AppState {
     pub fanout: Arc<Fanout>,
     /// The one admission limiter every transport bills.
     pub limiter: Arc<Limiter>,
-    /// `auth.members`, parsed: when non-empty only these authors may publish.
-    pub members: HashSet<PubKey>,
+    /// Bans, allow lists, info overrides, tiers and limit overrides set by operators.
+    pub moderation: Moderation,
     /// `auth.trusted_proxies`, parsed.
     pub trusted_proxies: Vec<IpAddr>,
     /// NIP-98 auth event ids seen within their validity window (each is good for one request).

@@ -4,7 +4,7 @@
 //! which names the offending key. The repository's `relay.toml` is embedded in the binary as the
 //! base layer, so the binary runs the same with or without the file beside it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +35,20 @@ fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key: key.to_string(), problem: problem.into() }
 }
 
+/// Where a configuration value came from (admin overrides are tracked by the admin module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The built-in default (or a file value equal to it).
+    Default,
+    /// The configuration file.
+    Config,
+    /// A `HEARTH_…` environment variable.
+    Env,
+    /// Set live through the admin API.
+    Admin,
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -51,6 +65,30 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[auth]`: NIP-42 requirements and client address trust.
     pub auth: AuthConfig,
+    /// `[admin]`: the admin API.
+    pub admin: AdminConfig,
+    /// Where each tier limit (`limits.<tier>.<key>`) came from; absent = default.
+    #[serde(skip)]
+    pub sources: BTreeMap<String, Source>,
+}
+
+/// `[admin]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// A separate address for the admin API (e.g. `127.0.0.1:7778`); empty = the relay's port.
+    pub bind: String,
+    /// Bearer token for the admin API; empty = no token access.
+    pub token: String,
+    /// Pubkeys (hex or npub) allowed to use the admin API and NIP-86 with NIP-98 auth.
+    pub pubkeys: Vec<String>,
+}
+
+impl AdminConfig {
+    /// True when some credential is configured; otherwise the admin API is off.
+    pub fn enabled(&self) -> bool {
+        !self.token.is_empty() || !self.pubkeys.is_empty()
+    }
 }
 
 /// `[server]`
@@ -174,6 +212,43 @@ impl Default for Info {
     }
 }
 
+/// Where each tier limit came from: `env` when a `HEARTH_LIMITS__<TIER>__<KEY>` variable set it,
+/// `config` when the file set it to something other than the default, else `default`.
+fn sources(path: Option<&Path>, env: &HashMap<String, String>) -> Result<BTreeMap<String, Source>, ConfigError> {
+    use config::{File, FileFormat};
+    let file = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from("relay.toml")).filter(|p| p.exists()),
+    };
+    let from_file: Option<Config> = match file {
+        Some(f) => Some(
+            config::Config::builder()
+                .add_source(File::from_str(EMBEDDED_RELAY_TOML, FileFormat::Toml))
+                .add_source(File::from(f).format(FileFormat::Toml))
+                .build()?
+                .try_deserialize()?,
+        ),
+        None => None,
+    };
+    let defaults = LimitsConfig::default();
+    let mut out = BTreeMap::new();
+    for tier in ["human", "agent"] {
+        for key in Config::TIER_KEYS {
+            let dotted = format!("limits.{tier}.{key}");
+            let env_name = format!("HEARTH_LIMITS__{}__{}", tier.to_uppercase(), key.to_uppercase());
+            let source = if env.keys().any(|k| k.eq_ignore_ascii_case(&env_name)) {
+                Source::Env
+            } else if from_file.as_ref().is_some_and(|c| c.limits.tier(tier).get(key) != defaults.tier(tier).get(key)) {
+                Source::Config
+            } else {
+                Source::Default
+            };
+            out.insert(dotted, source);
+        }
+    }
+    Ok(out)
+}
+
 /// One tier's quotas (`[limits.human]`, `[limits.agent]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -186,6 +261,31 @@ pub struct TierLimits {
     pub messages_per_min: u64,
     /// REST calls per minute (burst of that many, refilling over a minute).
     pub api_calls_per_min: u64,
+}
+
+impl TierLimits {
+    /// The value of `key` (one of [`Config::TIER_KEYS`]).
+    pub fn get(&self, key: &str) -> Option<u64> {
+        match key {
+            "ws_events_per_sec" => Some(self.ws_events_per_sec),
+            "ws_burst_window_secs" => Some(self.ws_burst_window_secs),
+            "messages_per_min" => Some(self.messages_per_min),
+            "api_calls_per_min" => Some(self.api_calls_per_min),
+            _ => None,
+        }
+    }
+
+    /// Sets `key`; false for an unknown key.
+    pub fn set(&mut self, key: &str, value: u64) -> bool {
+        match key {
+            "ws_events_per_sec" => self.ws_events_per_sec = value,
+            "ws_burst_window_secs" => self.ws_burst_window_secs = value,
+            "messages_per_min" => self.messages_per_min = value,
+            "api_calls_per_min" => self.api_calls_per_min = value,
+            _ => return false,
+        }
+        true
+    }
 }
 
 impl Default for TierLimits {
@@ -210,6 +310,22 @@ pub struct LimitsConfig {
     pub handler_permits: usize,
     /// How long a frame may wait for a handler permit before `relay busy (unavailable)`.
     pub handler_wait_ms: u64,
+}
+
+impl LimitsConfig {
+    /// The tier named `tier` (`human` or `agent`).
+    pub fn tier(&self, tier: &str) -> &TierLimits {
+        if tier == "agent" { &self.agent } else { &self.human }
+    }
+
+    /// The tier named `tier`, mutably; `None` for an unknown tier.
+    pub fn tier_mut(&mut self, tier: &str) -> Option<&mut TierLimits> {
+        match tier {
+            "human" => Some(&mut self.human),
+            "agent" => Some(&mut self.agent),
+            _ => None,
+        }
+    }
 }
 
 impl Default for LimitsConfig {
@@ -276,14 +392,19 @@ impl Config {
             .list_separator(",")
             .ignore_empty(true)
             .try_parsing(true)
-            .source(Some(ours));
+            .source(Some(ours.clone()));
         for key in LIST_KEYS {
             environment = environment.with_list_parse_key(key);
         }
-        let config: Config = builder.add_source(environment).build()?.try_deserialize()?;
+        let mut config: Config = builder.add_source(environment).build()?.try_deserialize()?;
         config.validate()?;
+        config.sources = sources(path, &ours)?;
         Ok(config)
     }
+
+    /// Every tier key, as `(tier, key)`.
+    pub const TIER_KEYS: [&'static str; 4] =
+        ["ws_events_per_sec", "ws_burst_window_secs", "messages_per_min", "api_calls_per_min"];
 
     /// Checks every value, naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -335,6 +456,12 @@ impl Config {
             if let Some(bad) = list.iter().find(|p| parse_pubkey(p).is_none()) {
                 return Err(invalid(key, format!("has {bad:?}, which is not a hex pubkey or npub")));
             }
+        }
+        if !self.admin.bind.is_empty() && self.admin.bind.parse::<SocketAddr>().is_err() {
+            return Err(invalid("admin.bind", "is not an address like 127.0.0.1:7778"));
+        }
+        if let Some(bad) = self.admin.pubkeys.iter().find(|p| parse_pubkey(p).is_none()) {
+            return Err(invalid("admin.pubkeys", format!("has {bad:?}, which is not a hex pubkey or npub")));
         }
         if let Some(bad) = self.auth.trusted_proxies.iter().find(|p| p.trim().parse::<std::net::IpAddr>().is_err()) {
             return Err(invalid("auth.trusted_proxies", format!("has {bad:?}, which is not an IP address")));
@@ -401,6 +528,22 @@ mod tests {
         assert_eq!(c.auth.trusted_proxies, vec!["127.0.0.1".to_string()]);
         assert_eq!(c.limits.human.ws_events_per_sec, 20);
         assert_eq!(c.limits.agent.ws_events_per_sec, 10);
+    }
+
+    #[test]
+    fn sources_name_env_and_default() {
+        let c = Config::load(None, &env(&[("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "7")])).unwrap();
+        assert_eq!(c.sources["limits.agent.messages_per_min"], Source::Env);
+        assert_eq!(c.sources["limits.human.messages_per_min"], Source::Default);
+        let dir = std::env::temp_dir().join(format!("hearth-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        std::fs::write(&file, "[limits.human]\nws_events_per_sec = 3\nmessages_per_min = 120\n").unwrap();
+        let c = Config::load(Some(&file), &env(&[])).unwrap();
+        assert_eq!(c.sources["limits.human.ws_events_per_sec"], Source::Config);
+        // Set in the file, but to the default value.
+        assert_eq!(c.sources["limits.human.messages_per_min"], Source::Default);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

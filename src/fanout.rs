@@ -13,12 +13,14 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::limiter::Principal;
 use crate::protocol::{Event, Filter, RelayMessage};
 
 /// Identifies one connection for its lifetime.
 pub type ConnId = u64;
 
 struct Entry {
+    principal: Principal,
     tx: mpsc::Sender<RelayMessage>,
     slow: CancellationToken,
     /// sub id → (generation, filters); generations only grow within a connection.
@@ -54,13 +56,14 @@ impl Drop for Registration {
 }
 
 impl Fanout {
-    /// Registers a connection with an outbound queue of `capacity` live events.
-    pub fn register(self: &Arc<Self>, capacity: usize) -> Registration {
+    /// Registers a connection billed to `principal` with an outbound queue of `capacity` live
+    /// events.
+    pub fn register(self: &Arc<Self>, capacity: usize, principal: Principal) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let slow = CancellationToken::new();
         if let Ok(mut conns) = self.conns.write() {
-            conns.insert(id, Entry { tx, slow: slow.clone(), subs: HashMap::new() });
+            conns.insert(id, Entry { principal, tx, slow: slow.clone(), subs: HashMap::new() });
         }
         Registration { fanout: self.clone(), id, rx, slow }
     }
@@ -114,6 +117,21 @@ impl Fanout {
         metrics::gauge!("hearth_subscriptions_open").set(total as f64);
     }
 
+    /// Records that connection `conn` is now billed to `principal` (after NIP-42 AUTH).
+    pub fn set_principal(&self, conn: ConnId, principal: Principal) {
+        if let Ok(mut conns) = self.conns.write()
+            && let Some(entry) = conns.get_mut(&conn)
+        {
+            entry.principal = principal;
+        }
+    }
+
+    /// Open connections and subscriptions billed to `principal`.
+    pub fn presence(&self, principal: &Principal) -> (usize, usize) {
+        let Ok(conns) = self.conns.read() else { return (0, 0) };
+        conns.values().filter(|e| &e.principal == principal).fold((0, 0), |(c, s), e| (c + 1, s + e.subs.len()))
+    }
+
     /// Open subscriptions of connection `conn`.
     pub fn subscription_count(&self, conn: ConnId) -> usize {
         self.conns.read().ok().and_then(|c| c.get(&conn).map(|e| e.subs.len())).unwrap_or(0)
@@ -157,6 +175,10 @@ mod tests {
     use super::*;
     use crate::protocol::{Keys, Kind, Timestamp};
 
+    fn local() -> Principal {
+        Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))
+    }
+
     fn event() -> (Event, Arc<RawValue>) {
         let e = Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
         let json: Arc<RawValue> = RawValue::from_string(e.to_json()).unwrap().into();
@@ -166,8 +188,8 @@ mod tests {
     #[test]
     fn matching_subscriptions_get_the_event_once_each() {
         let fanout = Arc::new(Fanout::default());
-        let mut a = fanout.register(8);
-        let mut b = fanout.register(8);
+        let mut a = fanout.register(8, local());
+        let mut b = fanout.register(8, local());
         fanout.subscribe(a.id, "s1", 1, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
@@ -185,7 +207,7 @@ mod tests {
     #[test]
     fn a_late_older_generation_never_replaces_a_newer_one() {
         let fanout = Arc::new(Fanout::default());
-        let mut reg = fanout.register(8);
+        let mut reg = fanout.register(8, local());
         fanout.subscribe(reg.id, "s", 2, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
@@ -199,7 +221,7 @@ mod tests {
     #[test]
     fn a_full_queue_cuts_the_connection_off() {
         let fanout = Arc::new(Fanout::default());
-        let reg = fanout.register(1);
+        let reg = fanout.register(1, local());
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
         let (e, json) = event();
         fanout.publish(&e, &json);

@@ -10,6 +10,7 @@ use std::fmt;
 
 use crate::app::AppState;
 use crate::limiter::{LimitType, Principal, Refused};
+use crate::moderation::Verdict;
 use crate::protocol::verify::verify;
 use crate::protocol::{Event, PubKey, Timestamp};
 use crate::store::PutOutcome;
@@ -181,8 +182,10 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Some(_) => {}
         }
     }
-    if !app.members.is_empty() && !app.members.contains(&verified.pubkey) {
-        return Outcome::refused(Prefix::Restricted, "only members of this relay may publish here");
+    match app.moderation.judge(&verified) {
+        Verdict::Allowed => {}
+        Verdict::Blocked(text) => return Outcome::refused(Prefix::Blocked, text),
+        Verdict::Restricted(text) => return Outcome::refused(Prefix::Restricted, text),
     }
     if verified.expiration().is_some_and(|t| t <= now) && !verified.kind.is_ephemeral() {
         metrics::counter!("hearth_events_invalid_total").increment(1);

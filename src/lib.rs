@@ -8,12 +8,14 @@
 //!
 //! [`run`] takes a bound listener and a shutdown future: the caller binds, the library serves.
 
+pub mod admin;
 pub mod app;
 pub mod config;
 pub mod fanout;
 pub mod ingest;
 pub mod limiter;
 pub mod metrics;
+pub mod moderation;
 pub mod nip11;
 pub mod protocol;
 pub mod rest;
@@ -26,10 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use warp::Filter;
 use tokio_util::task::TaskTracker;
 
 use crate::app::AppState;
-use crate::config::{Config, parse_pubkey};
+use crate::config::Config;
+use crate::moderation::Moderation;
 use crate::fanout::Fanout;
 use crate::limiter::{Clock, Limiter, SystemClock};
 use crate::protocol::Timestamp;
@@ -57,11 +61,13 @@ impl Relay {
         std::fs::create_dir_all(&config.storage.data_dir)?;
         let store = Store::open(&config.storage.data_dir, config.storage.cache_capacity_mb)?;
         metrics::install();
-        let members = config.auth.members.iter().filter_map(|m| parse_pubkey(m)).collect();
+        let moderation = Moderation::load(&store, &config)?;
+        let limiter = Limiter::new(&config.limits, clock);
+        limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
         let trusted_proxies = config.auth.trusted_proxies.iter().filter_map(|p| p.trim().parse().ok()).collect();
         let app = Arc::new(AppState {
-            limiter: Arc::new(Limiter::new(&config.limits, clock)),
-            members,
+            limiter: Arc::new(limiter),
+            moderation,
             trusted_proxies,
             nip98_seen: moka::sync::Cache::builder()
                 .max_capacity(config.limits.max_tracked_principals)
@@ -92,6 +98,19 @@ impl Relay {
         let addr = listener.local_addr()?;
         app.tasks.spawn(sweep_expired(app.clone()));
         tracing::info!("listening on {addr}");
+        if !app.config.admin.enabled() {
+            tracing::info!(
+                "admin API is off: set admin.token (HEARTH_ADMIN__TOKEN) or admin.pubkeys (HEARTH_ADMIN__PUBKEYS) to turn it on"
+            );
+        } else if !app.config.admin.bind.is_empty() {
+            let admin_listener = tokio::net::TcpListener::bind(&app.config.admin.bind).await?;
+            tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
+            let token = app.shutdown.clone();
+            let admin = warp::serve(admin::routes(app.clone()).recover(server::recover))
+                .incoming(admin_listener)
+                .graceful(async move { token.cancelled().await });
+            app.tasks.spawn(admin.run());
+        }
         let token = app.shutdown.clone();
         let signal = async move {
             tokio::select! {

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use crate::config::{Config, LimitsConfig, TierLimits};
+use crate::moderation::Moderation;
 
 /// NIPs implemented end to end.
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70];
@@ -54,15 +55,16 @@ struct Limitation {
 }
 
 impl RelayInfo {
-    /// The document for `config`, with the live `limits`.
-    pub fn new(config: &Config, limits: LimitsConfig) -> RelayInfo {
+    /// The document for `config`, with the live `limits` and the operator's overrides.
+    pub fn new(config: &Config, limits: LimitsConfig, moderation: &Moderation) -> RelayInfo {
         let lim = &config.limitation;
+        let state = moderation.snapshot();
         RelayInfo {
-            name: config.info.name.clone(),
-            description: config.info.description.clone(),
+            name: state.name.unwrap_or_else(|| config.info.name.clone()),
+            description: state.description.unwrap_or_else(|| config.info.description.clone()),
             pubkey: config.info.pubkey.clone(),
             contact: config.info.contact.clone(),
-            icon: config.info.icon.clone(),
+            icon: state.icon.unwrap_or_else(|| config.info.icon.clone()),
             supported_nips: SUPPORTED_NIPS,
             software: "hearth",
             version: env!("CARGO_PKG_VERSION"),
@@ -78,7 +80,7 @@ impl RelayInfo {
                 min_pow_difficulty: 0,
                 auth_required: config.auth.required,
                 payment_required: false,
-                restricted_writes: !config.auth.members.is_empty(),
+                restricted_writes: moderation.restricted_writes(),
                 created_at_lower_limit: lim.created_at_lower_limit,
                 created_at_upper_limit: lim.created_at_upper_limit,
             },

@@ -49,12 +49,18 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
             let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
             let client_ip =
                 client_ip(peer.map(|p| p.ip()), header("x-forwarded-for"), header("forwarded"), &app.trusted_proxies);
+            if client_ip.is_some_and(|ip| app.moderation.ip_blocked(&ip)) {
+                return crate::rest::ApiError::Forbidden("blocked: this address is blocked".into()).into_response();
+            }
             let info = ConnInfo { peer, client_ip, host: header("host").map(str::to_string) };
             let cap = hard_frame_cap(app.config.limitation.max_message_length);
-            ws.max_message_size(cap).max_frame_size(cap).on_upgrade(move |socket| {
-                let tasks = app.tasks.clone();
-                tasks.track_future(conn::serve(app, socket, info))
-            })
+            ws.max_message_size(cap)
+                .max_frame_size(cap)
+                .on_upgrade(move |socket| {
+                    let tasks = app.tasks.clone();
+                    tasks.track_future(conn::serve(app, socket, info))
+                })
+                .into_response()
         });
     // GET / with Accept: application/nostr+json (NIP-11)
     let nip11 = warp::path::end()
@@ -69,7 +75,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .untuple_one()
         .and(with_app(app.clone()))
         .map(|app: Arc<AppState>| {
-            let reply = warp::reply::json(&RelayInfo::new(&app.config, app.limiter.limits()));
+            let reply = warp::reply::json(&RelayInfo::new(&app.config, app.limiter.limits(), &app.moderation));
             cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json"))
         });
     // OPTIONS / (CORS preflight for NIP-11)
@@ -85,7 +91,13 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(warp::path::end())
         .and(warp::get())
         .map(|| warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4"));
-    ws.or(nip11).or(preflight).or(home).or(metrics).or(crate::rest::routes(app)).recover(recover)
+    // The admin surface (and NIP-86) moves off this port when `admin.bind` is set.
+    let on_this_port = app.config.admin.bind.is_empty();
+    let admin = warp::any()
+        .and_then(move || async move { if on_this_port { Ok(()) } else { Err(warp::reject::not_found()) } })
+        .untuple_one()
+        .and(crate::admin::routes(app.clone()));
+    ws.or(nip11).or(preflight).or(home).or(metrics).or(admin).or(crate::rest::routes(app)).recover(recover)
 }
 
 /// Every (method, path) the relay's port answers; the OpenAPI document must describe exactly
@@ -99,6 +111,17 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/query"),
     ("POST", "/api/v1/count"),
     ("GET", "/api/v1/openapi.json"),
+    ("POST", "/"),
+    ("GET", "/admin/v1/limits"),
+    ("PATCH", "/admin/v1/limits"),
+    ("DELETE", "/admin/v1/limits/overrides"),
+    ("DELETE", "/admin/v1/limits/overrides/{tier}/{key}"),
+    ("PUT", "/admin/v1/pubkeys/{pubkey}/tier"),
+    ("GET", "/admin/v1/usage"),
+    ("GET", "/admin/v1/usage/{pubkey}"),
+    ("GET", "/admin/v1/usage/ip/{addr}"),
+    ("GET", "/admin/v1/audit"),
+    ("POST", "/admin/v1/rpc"),
 ];
 
 #[derive(Serialize)]
@@ -107,7 +130,7 @@ struct ErrorBody {
 }
 
 /// The one place rejections become responses: a JSON body with an `error` field.
-async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
+pub async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
     let (status, error) = if rejection.is_not_found() {
         (StatusCode::NOT_FOUND, "not found".to_string())
     } else if let Some(e) = rejection.find::<warp::reject::PayloadTooLarge>() {

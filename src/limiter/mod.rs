@@ -29,6 +29,8 @@ use crate::protocol::{PubKey, Timestamp};
 
 /// Idle principals are forgotten after this long (longer than any quota's refill window).
 const IDLE: Duration = Duration::from_secs(3600);
+/// Failed admin credentials allowed per IP: a burst of this many, refilling over a minute.
+pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 
 /// What is billed. The names are stable: they appear in messages, metrics and the admin API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,6 +41,8 @@ pub enum LimitType {
     Messages,
     /// REST calls.
     ApiCalls,
+    /// Failed admin API credentials, per client IP (a fixed quota, not per tier).
+    AdminAuth,
     /// The global bound on concurrently handled work.
     Unavailable,
 }
@@ -47,8 +51,8 @@ impl LimitType {
     /// The quota-backed limit types, in report order.
     pub const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
     /// Every limit type.
-    pub const ALL: [LimitType; 4] =
-        [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls, LimitType::Unavailable];
+    pub const ALL: [LimitType; 5] =
+        [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls, LimitType::AdminAuth, LimitType::Unavailable];
 
     /// The stable name.
     pub fn as_str(self) -> &'static str {
@@ -56,6 +60,7 @@ impl LimitType {
             LimitType::WsEvents => "ws_events",
             LimitType::Messages => "messages",
             LimitType::ApiCalls => "api_calls",
+            LimitType::AdminAuth => "admin_auth",
             LimitType::Unavailable => "unavailable",
         }
     }
@@ -65,7 +70,8 @@ impl LimitType {
             LimitType::WsEvents => 0,
             LimitType::Messages => 1,
             LimitType::ApiCalls => 2,
-            LimitType::Unavailable => 3,
+            LimitType::AdminAuth => 3,
+            LimitType::Unavailable => 4,
         }
     }
 }
@@ -151,10 +157,15 @@ impl Policy {
         }
     }
 
-    fn quotas(&self, tier: Tier) -> &TierQuotas {
-        match tier {
+    /// The quota of `limit_type` (not `Unavailable`) for `principal`.
+    fn quota(&self, principal: &Principal, limit_type: LimitType) -> Quota {
+        let tier = match self.tier(principal) {
             Tier::Human => &self.human,
             Tier::Agent => &self.agent,
+        };
+        match limit_type {
+            LimitType::AdminAuth => Quota::new(ADMIN_AUTH_FAILURES_PER_MIN, 60, ADMIN_AUTH_FAILURES_PER_MIN),
+            other => tier.0[other.index().min(2)],
         }
     }
 }
@@ -163,8 +174,8 @@ impl Policy {
 /// so a live limit change keeps the cells in use), refusal counts, first/last seen.
 #[derive(Debug)]
 struct State {
-    tat: [(u64, u64); 3],
-    refusals: [u64; 4],
+    tat: [(u64, u64); 4],
+    refusals: [u64; 5],
     first_seen: Timestamp,
     last_seen: Timestamp,
 }
@@ -195,10 +206,10 @@ pub struct Usage {
     pub limits: BTreeMap<&'static str, LimitUsage>,
     /// Refusals per limit type since start (or since the state was last forgotten).
     pub refusals: BTreeMap<&'static str, u64>,
-    /// First admission seen (Unix seconds).
-    pub first_seen: u64,
+    /// First admission seen (Unix seconds); `null` when never seen (or forgotten).
+    pub first_seen: Option<u64>,
     /// Latest admission seen (Unix seconds).
-    pub last_seen: u64,
+    pub last_seen: Option<u64>,
 }
 
 /// The admission limiter.
@@ -252,7 +263,7 @@ impl Limiter {
     fn state(&self, principal: &Principal) -> Arc<Mutex<State>> {
         let now = Timestamp::now();
         self.states.get_with(principal.clone(), || {
-            Arc::new(Mutex::new(State { tat: [(0, 0); 3], refusals: [0; 4], first_seen: now, last_seen: now }))
+            Arc::new(Mutex::new(State { tat: [(0, 0); 4], refusals: [0; 5], first_seen: now, last_seen: now }))
         })
     }
 
@@ -283,8 +294,7 @@ impl Limiter {
         if limit_type == LimitType::Unavailable {
             return Ok(());
         }
-        let policy = self.policy();
-        let quota = policy.quotas(policy.tier(principal)).0[limit_type.index()];
+        let quota = self.policy().quota(principal, limit_type);
         let state = self.state(principal);
         let outcome = match state.lock() {
             Ok(mut s) => {
@@ -308,6 +318,22 @@ impl Limiter {
         outcome
     }
 
+    /// The refusal `limit_type` would give `principal` now, without billing anything.
+    pub fn peek(&self, principal: &Principal, limit_type: LimitType) -> Option<Refused> {
+        if limit_type == LimitType::Unavailable {
+            return None;
+        }
+        let state = self.states.get(principal)?;
+        let quota = self.policy().quota(principal, limit_type);
+        let now = self.clock.now_ns();
+        let s = state.lock().ok()?;
+        let (tat, interval) = s.tat[limit_type.index()];
+        match quota.wait(quota.rescale(tat, now, interval), now) {
+            0 => None,
+            wait => Some(Refused { limit_type, retry_after: Duration::from_nanos(wait) }),
+        }
+    }
+
     /// Takes one of the global handler permits, waiting at most `handler_wait_ms`.
     pub async fn acquire_handler(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Refused> {
         match tokio::time::timeout(self.handler_wait, self.permits.clone().acquire_owned()).await {
@@ -320,19 +346,21 @@ impl Limiter {
         }
     }
 
-    /// What the limiter knows of `principal`, or `None` when it holds no state for it.
-    pub fn usage(&self, principal: &Principal) -> Option<Usage> {
-        let state = self.states.get(principal)?;
+    /// What the limiter knows of `principal`: exactly the state it decides with (a principal
+    /// it holds no state for has a full bucket everywhere and was never seen).
+    pub fn usage(&self, principal: &Principal) -> Usage {
+        let snapshot = self
+            .states
+            .get(principal)
+            .and_then(|state| state.lock().ok().map(|s| (s.tat, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0))));
+        let (tats, refusals, first_seen, last_seen) = snapshot.unwrap_or(([(0, 0); 4], [0; 5], None, None));
         let now = self.clock.now_ns();
         let policy = self.policy();
-        let tier = policy.tier(principal);
-        let quotas = policy.quotas(tier);
-        let s = state.lock().ok()?;
         let limits = LimitType::QUOTAS
             .iter()
             .map(|lt| {
-                let q = quotas.0[lt.index()];
-                let (tat, interval) = s.tat[lt.index()];
+                let q = policy.quota(principal, *lt);
+                let (tat, interval) = tats[lt.index()];
                 let tat = q.rescale(tat, now, interval);
                 let used = q.used(tat, now);
                 let wait = q.wait(tat, now);
@@ -346,15 +374,8 @@ impl Limiter {
                 (lt.as_str(), usage)
             })
             .collect();
-        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), s.refusals[lt.index()])).collect();
-        Some(Usage {
-            principal: principal.to_string(),
-            tier,
-            limits,
-            refusals,
-            first_seen: s.first_seen.0,
-            last_seen: s.last_seen.0,
-        })
+        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), refusals[lt.index()])).collect();
+        Usage { principal: principal.to_string(), tier: policy.tier(principal), limits, refusals, first_seen, last_seen }
     }
 
     /// Principals with state, for the admin API's busiest list.

@@ -18,6 +18,9 @@ pub enum ApiError {
     /// 401: NIP-98 failed (or is required and missing).
     #[error(transparent)]
     Unauthorized(#[from] AuthError),
+    /// 401 from the admin API: deliberately no hint of which part was wrong.
+    #[error("unauthorized")]
+    AdminUnauthorized,
     /// 403: not allowed.
     #[error("{0}")]
     Forbidden(String),
@@ -78,7 +81,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

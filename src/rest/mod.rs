@@ -49,7 +49,8 @@ pub struct RequestCtx {
 }
 
 impl RequestCtx {
-    fn header(&self, name: &str) -> Option<&str> {
+    /// A header value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
@@ -114,7 +115,11 @@ struct Caller {
 /// Identifies the caller (NIP-98, else IP) and bills one `api_calls`. A failed auth is billed to
 /// the IP, so bad headers cannot be sent for free.
 async fn caller(app: &AppState, ctx: &RequestCtx) -> Result<Caller, ApiError> {
-    let ip = Principal::Ip(ctx.client_ip(app).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])));
+    let ip_addr = ctx.client_ip(app).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+    if app.moderation.ip_blocked(&ip_addr) {
+        return Err(ApiError::Forbidden("blocked: this address is blocked".into()));
+    }
+    let ip = Principal::Ip(ip_addr);
     let authed = match ctx.nip98(app).await {
         Ok(authed) => authed,
         Err(e) => {

@@ -75,6 +75,10 @@ pub struct Store {
 struct Inner {
     db: sled::Db,
     tree: sled::Tree,
+    /// Small named JSON documents (admin overrides, moderation state).
+    settings: sled::Tree,
+    /// The admin audit log, keyed by a big-endian sequence number.
+    audit: sled::Tree,
     tx: mpsc::Sender<writer::WriteOp>,
 }
 
@@ -105,9 +109,11 @@ impl Store {
             Some(v) if v.as_ref() == [SCHEMA_VERSION] => {}
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
         }
+        let settings = db.open_tree("settings_v1")?;
+        let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         writer::spawn(db.clone(), tree.clone(), rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, tx }) })
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, tx }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -123,6 +129,38 @@ impl Store {
         let (reply, rx) = oneshot::channel();
         self.inner.tx.send(writer::WriteOp::Sweep { now, reply }).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Removes one stored event and its index entries (moderation); true when it was stored.
+    pub async fn remove(&self, id: EventId) -> Result<bool, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner.tx.send(writer::WriteOp::Remove { id, reply }).await.map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// A named settings document, if saved.
+    pub fn load_setting(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.inner.settings.get(name)?.map(|v| v.to_vec()))
+    }
+
+    /// Saves a named settings document durably.
+    pub async fn save_setting(&self, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
+        self.inner.settings.insert(name, value)?;
+        self.inner.settings.flush_async().await?;
+        Ok(())
+    }
+
+    /// Appends one entry to the audit log durably.
+    pub async fn append_audit(&self, entry: Vec<u8>) -> Result<(), StoreError> {
+        let seq = self.inner.db.generate_id()?;
+        self.inner.audit.insert(seq.to_be_bytes(), entry)?;
+        self.inner.audit.flush_async().await?;
+        Ok(())
+    }
+
+    /// The newest `limit` audit entries, newest first.
+    pub fn audit_log(&self, limit: usize) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.inner.audit.iter().rev().take(limit).map(|item| Ok(item?.1.to_vec())).collect()
     }
 
     /// Finishes queued writes, flushes and stops the writer. Later `put`s fail with `Closed`.

@@ -22,12 +22,32 @@ const MAX_GROUP: usize = 4096;
 pub(super) enum WriteOp {
     Put { event: VerifiedEvent, reply: oneshot::Sender<Result<PutOutcome, StoreError>> },
     Sweep { now: Timestamp, reply: oneshot::Sender<Result<usize, StoreError>> },
+    Remove { id: EventId, reply: oneshot::Sender<Result<bool, StoreError>> },
     Shutdown { reply: oneshot::Sender<()> },
 }
 
 enum Reply {
     Put(oneshot::Sender<Result<PutOutcome, StoreError>>, Result<PutOutcome, StoreError>),
     Sweep(oneshot::Sender<Result<usize, StoreError>>, Result<usize, StoreError>),
+    Remove(oneshot::Sender<Result<bool, StoreError>>, Result<bool, StoreError>),
+}
+
+impl Reply {
+    /// Sends the outcome, or the flush error when the group did not reach the disk.
+    fn send(self, flushed: &Result<usize, sled::Error>) {
+        fn pick<T>(outcome: Result<T, StoreError>, flushed: &Result<usize, sled::Error>) -> Result<T, StoreError> {
+            match flushed {
+                Ok(_) => outcome,
+                Err(e) => Err(StoreError::Sled(e.clone())),
+            }
+        }
+        // A dropped receiver means the requester gave up; the write stands either way.
+        let _ = match self {
+            Reply::Put(tx, outcome) => tx.send(pick(outcome, flushed)).map_err(drop),
+            Reply::Sweep(tx, outcome) => tx.send(pick(outcome, flushed)).map_err(drop),
+            Reply::Remove(tx, outcome) => tx.send(pick(outcome, flushed)).map_err(drop),
+        };
+    }
 }
 
 pub(super) fn spawn(db: sled::Db, tree: Tree, rx: mpsc::Receiver<WriteOp>) -> Result<(), StoreError> {
@@ -48,6 +68,7 @@ fn run(db: sled::Db, tree: Tree, mut rx: mpsc::Receiver<WriteOp>) {
             match op {
                 WriteOp::Put { event, reply } => replies.push(Reply::Put(reply, put(&tree, &event))),
                 WriteOp::Sweep { now, reply } => replies.push(Reply::Sweep(reply, sweep(&tree, now))),
+                WriteOp::Remove { id, reply } => replies.push(Reply::Remove(reply, remove(&tree, &id))),
                 WriteOp::Shutdown { reply } => {
                     shutdown = Some(reply);
                     break;
@@ -60,12 +81,7 @@ fn run(db: sled::Db, tree: Tree, mut rx: mpsc::Receiver<WriteOp>) {
         // One flush for the whole group; nothing is acknowledged before it.
         let flushed = db.flush();
         for reply in replies {
-            match (reply, &flushed) {
-                (Reply::Put(tx, outcome), Ok(_)) => drop(tx.send(outcome)),
-                (Reply::Put(tx, _), Err(e)) => drop(tx.send(Err(StoreError::Sled(e.clone())))),
-                (Reply::Sweep(tx, outcome), Ok(_)) => drop(tx.send(outcome)),
-                (Reply::Sweep(tx, _), Err(e)) => drop(tx.send(Err(StoreError::Sled(e.clone())))),
-            }
+            reply.send(&flushed);
         }
         if let Err(e) = flushed {
             tracing::error!(error = %e, "flush failed; writes of this group were not acknowledged");
@@ -244,6 +260,13 @@ fn parse_address(value: &str) -> Option<(Kind, PubKey, &str)> {
     let pubkey = PubKey::from_hex(parts.next()?)?;
     let d = parts.next().unwrap_or("");
     Some((Kind(kind), pubkey, d))
+}
+
+fn remove(tree: &Tree, id: &EventId) -> Result<bool, StoreError> {
+    let mut batch = Batch::default();
+    let removed = remove_into(tree, &mut batch, id)?.is_some();
+    tree.apply_batch(batch)?;
+    Ok(removed)
 }
 
 fn sweep(tree: &Tree, now: Timestamp) -> Result<usize, StoreError> {

@@ -67,7 +67,8 @@ const FINAL_WRITE: Duration = Duration::from_secs(1);
 
 /// Serves one upgraded WebSocket until the client leaves or the relay shuts down.
 pub async fn serve(app: Arc<AppState>, ws: WebSocket, info: ConnInfo) {
-    let mut reg = app.fanout.register(app.config.server.max_outbound_queue);
+    let ip = info.client_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let mut reg = app.fanout.register(app.config.server.max_outbound_queue, Principal::Ip(ip));
     let span = tracing::info_span!("conn", peer = ?info.peer, conn_id = reg.id);
     async move {
         tracing::debug!("connected");
@@ -201,6 +202,7 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: C
         Done::Auth { id, result } => match result {
             Ok(pubkey) => {
                 session.authed = Some(pubkey);
+                app.fanout.set_principal(conn, session.principal());
                 tracing::debug!(%pubkey, "authenticated");
                 vec![RelayMessage::ok(id, true, "")]
             }

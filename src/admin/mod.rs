@@ -1,0 +1,283 @@
+//! The admin API (`/admin/v1/…`) and NIP-86 relay management (`POST /`).
+//!
+//! Owns who may administer (a bearer token compared in constant time, or NIP-98 by a pubkey in
+//! `admin.pubkeys`), the routes, and the audit log of every change. It is a thin adapter: limits
+//! live in the limiter, bans and overrides in [`crate::moderation`]. Admin calls never bill the
+//! caller's quotas; failed credentials are throttled per IP.
+
+mod limits;
+mod nip86;
+mod usage;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use warp::http::StatusCode;
+use warp::reply::Response;
+use warp::{Filter, Rejection};
+
+use crate::app::AppState;
+use crate::config::parse_pubkey;
+use crate::limiter::{LimitType, Principal};
+use crate::protocol::Timestamp;
+use crate::rest::error::json_response;
+use crate::rest::{ApiError, RequestCtx, ctx, ctx_with_body};
+
+/// Compares two secrets in time independent of where they differ: both are hashed to equal
+/// length first, then every byte is compared.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let (da, db) = (Sha256::digest(a), Sha256::digest(b));
+    da.iter().zip(db.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Who made an admin call, as the audit log records it.
+#[derive(Clone, Debug)]
+pub struct Admin(String);
+
+/// How a route may be authenticated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Accept {
+    /// Bearer token or NIP-98.
+    TokenOrNip98,
+    /// NIP-98 only (NIP-86 at the relay URL).
+    Nip98,
+}
+
+/// Authenticates an admin call. Off (404) when no credential is configured; 401 without a hint
+/// for a missing or wrong one; 429 once an IP has failed too often.
+async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accept) -> Result<Admin, ApiError> {
+    let admin = &app.config.admin;
+    if !admin.enabled() {
+        return Err(ApiError::NotFound("not found".into()));
+    }
+    let ip = Principal::Ip(ctx.client_ip(app).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])));
+    if let Some(refused) = app.limiter.peek(&ip, LimitType::AdminAuth) {
+        return Err(ApiError::RateLimited(refused));
+    }
+    let who = match ctx.header("authorization") {
+        Some(h) if accept == Accept::TokenOrNip98 && h.starts_with("Bearer ") => {
+            let token = h["Bearer ".len()..].trim();
+            (!admin.token.is_empty() && constant_time_eq(token.as_bytes(), admin.token.as_bytes()))
+                .then(|| "token".to_string())
+        }
+        Some(h) if h.starts_with("Nostr ") => match ctx.nip98(app).await {
+            Ok(Some(pk)) if admin.pubkeys.iter().any(|p| parse_pubkey(p) == Some(pk)) => Some(pk.to_hex()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match who {
+        Some(who) => Ok(Admin(who)),
+        None => {
+            tracing::info!(ip = %ip, "admin authentication failed");
+            app.limiter.admit(&ip, LimitType::AdminAuth).map_err(ApiError::RateLimited)?;
+            Err(ApiError::AdminUnauthorized)
+        }
+    }
+}
+
+/// One audit log entry.
+#[derive(Debug, Serialize)]
+struct AuditEntry<'a> {
+    at: u64,
+    who: &'a str,
+    action: &'a str,
+    target: &'a str,
+    old: Value,
+    new: Value,
+}
+
+/// Records a change in the audit log (sled) and as a tracing event.
+async fn audit(app: &AppState, who: &Admin, action: &str, target: &str, old: Value, new: Value) -> Result<(), ApiError> {
+    tracing::info!(target: "hearth::audit", who = %who.0, action, target, %old, %new, "admin change");
+    let entry = AuditEntry { at: Timestamp::now().0, who: &who.0, action, target, old, new };
+    let bytes = serde_json::to_vec(&entry).map_err(|_| ApiError::Internal)?;
+    app.store.append_audit(bytes).await.map_err(internal)
+}
+
+/// A server fault: logged once here, generic to the client.
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "admin request failed");
+    ApiError::Internal
+}
+
+fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
+    warp::any().map(move || app.clone())
+}
+
+/// Runs an authenticated handler and turns its result into a response.
+async fn run<F, Fut>(app: Arc<AppState>, ctx: RequestCtx, accept: Accept, handler: F) -> Result<Response, Infallible>
+where
+    F: FnOnce(Arc<AppState>, RequestCtx, Admin) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, ApiError>>,
+{
+    let result = match authenticate(&app, &ctx, accept).await {
+        Ok(admin) => handler(app, ctx, admin).await,
+        Err(e) => Err(e),
+    };
+    Ok(result.unwrap_or_else(ApiError::into_response))
+}
+
+fn ok_json(body: &impl Serialize) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// `?key=value` of a raw query string.
+fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| v)
+}
+
+/// Every `/admin/v1` route, and NIP-86 at `POST /`.
+pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = Rejection> + Clone {
+    let limit = app.config.limitation.max_message_length as u64;
+    let base = warp::path("admin").and(warp::path("v1"));
+    // GET /admin/v1/limits
+    let get_limits = base
+        .and(warp::path("limits"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, limits::get));
+    // PATCH /admin/v1/limits
+    let patch_limits = base
+        .and(warp::path("limits"))
+        .and(warp::path::end())
+        .and(warp::patch())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, limits::patch));
+    // DELETE /admin/v1/limits/overrides
+    let reset_all = base
+        .and(warp::path!("limits" / "overrides"))
+        .and(warp::delete())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, |a, c, w| limits::reset(a, c, w, None)));
+    // DELETE /admin/v1/limits/overrides/{tier}/{key}
+    let reset_one = base
+        .and(warp::path!("limits" / "overrides" / String / String))
+        .and(warp::delete())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|tier: String, key: String, app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::reset(a, c, w, Some((tier, key))))
+        });
+    // PUT /admin/v1/pubkeys/{pubkey}/tier
+    let set_tier = base
+        .and(warp::path!("pubkeys" / String / "tier"))
+        .and(warp::put())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|pubkey: String, app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::set_tier(a, c, w, pubkey))
+        });
+    // GET /admin/v1/usage/ip/{addr}
+    let usage_ip = base
+        .and(warp::path!("usage" / "ip" / String))
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|addr: String, app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::ip(a, c, w, addr)));
+    // GET /admin/v1/usage/{pubkey}
+    let usage_pubkey = base
+        .and(warp::path!("usage" / String))
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|pubkey: String, app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::pubkey(a, c, w, pubkey))
+        });
+    // GET /admin/v1/usage
+    let busiest = base
+        .and(warp::path("usage"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, usage::busiest));
+    // GET /admin/v1/audit
+    let audit_log = base
+        .and(warp::path("audit"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, audit_entries));
+    // POST /admin/v1/rpc (NIP-86 methods for bearer-token callers too)
+    let rpc = base
+        .and(warp::path("rpc"))
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, nip86::handle));
+    // POST / with Content-Type: application/nostr+json+rpc (NIP-86)
+    let nip86_root = warp::path::end()
+        .and(warp::post())
+        .and(warp::header::exact_ignore_case("content-type", "application/nostr+json+rpc"))
+        .and(with_app(app))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::Nip98, nip86::handle));
+    get_limits
+        .or(patch_limits)
+        .unify()
+        .or(reset_all)
+        .unify()
+        .or(reset_one)
+        .unify()
+        .or(set_tier)
+        .unify()
+        .or(usage_ip)
+        .unify()
+        .or(usage_pubkey)
+        .unify()
+        .or(busiest)
+        .unify()
+        .or(audit_log)
+        .unify()
+        .or(rpc)
+        .unify()
+        .or(nip86_root)
+        .unify()
+}
+
+#[derive(Serialize)]
+struct AuditBody {
+    entries: Vec<Value>,
+}
+
+/// `GET /admin/v1/audit?limit=N`: newest first.
+async fn audit_entries(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    let limit = query_param(&ctx.query, "limit").and_then(|v| v.parse().ok()).unwrap_or(100usize).min(10_000);
+    let entries = app
+        .store
+        .audit_log(limit)
+        .map_err(internal)?
+        .into_iter()
+        .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
+        .collect();
+    ok_json(&AuditBody { entries })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_compares_whole_secrets() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn query_params_are_found_by_name() {
+        assert_eq!(query_param("sort=usage&limit=5", "limit"), Some("5"));
+        assert_eq!(query_param("sort=usage", "limit"), None);
+    }
+}

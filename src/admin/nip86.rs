@@ -1,0 +1,195 @@
+//! NIP-86 relay management JSON-RPC: `{"method": …, "params": […]}` → `{"result": …, "error": …}`.
+//!
+//! Owns the method table. Every change is persisted through [`crate::moderation`] and written to
+//! the audit log; a banned event is also removed from the store.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use warp::reply::Response;
+
+use super::{Admin, audit, internal, ok_json};
+use crate::app::AppState;
+use crate::config::parse_pubkey;
+use crate::protocol::EventId;
+use crate::rest::{ApiError, RequestCtx, parse_body};
+
+/// The methods hearth implements.
+pub const METHODS: &[&str] = &[
+    "supportedmethods",
+    "banpubkey",
+    "unbanpubkey",
+    "listbannedpubkeys",
+    "allowpubkey",
+    "unallowpubkey",
+    "listallowedpubkeys",
+    "listeventsneedingmoderation",
+    "allowevent",
+    "banevent",
+    "listbannedevents",
+    "changerelayname",
+    "changerelaydescription",
+    "changerelayicon",
+    "allowkind",
+    "disallowkind",
+    "listallowedkinds",
+    "blockip",
+    "unblockip",
+    "listblockedips",
+];
+
+#[derive(Deserialize)]
+struct RpcRequest {
+    method: String,
+    #[serde(default)]
+    params: Vec<Value>,
+}
+
+#[derive(Serialize)]
+struct RpcResponse {
+    result: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// A method's failure, reported in the `error` field.
+struct RpcError(String);
+
+fn param_str(params: &[Value], i: usize, what: &str) -> Result<String, RpcError> {
+    params.get(i).and_then(Value::as_str).map(str::to_string).ok_or_else(|| RpcError(format!("params[{i}] must be the {what}")))
+}
+
+fn reason(params: &[Value]) -> String {
+    params.get(1).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+/// `POST /` (NIP-86) and `POST /admin/v1/rpc`.
+pub async fn handle(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Response, ApiError> {
+    let req: RpcRequest = parse_body(&ctx)?;
+    let response = match call(&app, &who, &req.method, &req.params).await {
+        Ok(result) => RpcResponse { result, error: None },
+        Err(RpcError(e)) => RpcResponse { result: Value::Null, error: Some(e) },
+    };
+    ok_json(&response)
+}
+
+async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Result<Value, RpcError> {
+    let store = &app.store;
+    let m = &app.moderation;
+    let failed = |e: ApiError| RpcError(e.to_string());
+    let pubkey = |i| {
+        let text = param_str(params, i, "pubkey")?;
+        parse_pubkey(&text).ok_or_else(|| RpcError(format!("`{text}` is not a hex pubkey or npub")))
+    };
+    let event_id = |i| {
+        let text = param_str(params, i, "event id")?;
+        EventId::from_hex(&text).ok_or_else(|| RpcError(format!("`{text}` is not a 64-hex event id")))
+    };
+    let ip = |i| {
+        let text = param_str(params, i, "IP address")?;
+        text.parse::<IpAddr>().map_err(|_| RpcError(format!("`{text}` is not an IP address")))
+    };
+    let kind = |i| match params.get(i).and_then(Value::as_u64) {
+        Some(k) if k <= u64::from(u16::MAX) => Ok(k as u16),
+        _ => Err(RpcError(format!("params[{i}] must be a kind number"))),
+    };
+    let update = |change: &'static str, target: String, old: Value, new: Value| async move {
+        audit(app, who, change, &target, old, new).await.map_err(failed)
+    };
+    match method {
+        "supportedmethods" => Ok(json!(METHODS)),
+        "listeventsneedingmoderation" => Ok(json!([])),
+        "banpubkey" => {
+            let (pk, why) = (pubkey(0)?, reason(params));
+            let old = m.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            update("banpubkey", pk.to_hex(), json!(old), json!(why)).await?;
+            Ok(json!(true))
+        }
+        "unbanpubkey" => {
+            let pk = pubkey(0)?;
+            let old = m.update(store, |s| s.banned_pubkeys.remove(&pk)).await.map_err(|e| failed(internal(e)))?;
+            update("unbanpubkey", pk.to_hex(), json!(old), Value::Null).await?;
+            Ok(json!(true))
+        }
+        "listbannedpubkeys" => {
+            Ok(json!(m.snapshot().banned_pubkeys.iter().map(|(pk, r)| json!({"pubkey": pk, "reason": r})).collect::<Vec<_>>()))
+        }
+        "allowpubkey" => {
+            let (pk, why) = (pubkey(0)?, reason(params));
+            let old = m.update(store, |s| s.allowed_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            update("allowpubkey", pk.to_hex(), json!(old), json!(why)).await?;
+            Ok(json!(true))
+        }
+        "unallowpubkey" => {
+            let pk = pubkey(0)?;
+            let old = m.update(store, |s| s.allowed_pubkeys.remove(&pk)).await.map_err(|e| failed(internal(e)))?;
+            update("unallowpubkey", pk.to_hex(), json!(old), Value::Null).await?;
+            Ok(json!(true))
+        }
+        "listallowedpubkeys" => {
+            Ok(json!(m.snapshot().allowed_pubkeys.iter().map(|(pk, r)| json!({"pubkey": pk, "reason": r})).collect::<Vec<_>>()))
+        }
+        "banevent" => {
+            let (id, why) = (event_id(0)?, reason(params));
+            let old = m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            store.remove(id).await.map_err(|e| failed(internal(e)))?;
+            update("banevent", id.to_hex(), json!(old), json!(why)).await?;
+            Ok(json!(true))
+        }
+        "allowevent" => {
+            let id = event_id(0)?;
+            let old = m.update(store, |s| s.banned_events.remove(&id)).await.map_err(|e| failed(internal(e)))?;
+            update("allowevent", id.to_hex(), json!(old), Value::Null).await?;
+            Ok(json!(true))
+        }
+        "listbannedevents" => {
+            Ok(json!(m.snapshot().banned_events.iter().map(|(id, r)| json!({"id": id, "reason": r})).collect::<Vec<_>>()))
+        }
+        "changerelayname" | "changerelaydescription" | "changerelayicon" => {
+            let value = param_str(params, 0, "new value")?;
+            let field = method.trim_start_matches("changerelay").to_string();
+            let v = value.clone();
+            let old = m
+                .update(store, move |s| match field.as_str() {
+                    "name" => s.name.replace(v),
+                    "description" => s.description.replace(v),
+                    _ => s.icon.replace(v),
+                })
+                .await
+                .map_err(|e| failed(internal(e)))?;
+            update("relayinfo", method.to_string(), json!(old), json!(value)).await?;
+            Ok(json!(true))
+        }
+        "allowkind" | "disallowkind" => {
+            let k = kind(0)?;
+            let allow = method == "allowkind";
+            let changed = m
+                .update(store, |s| if allow { s.allowed_kinds.insert(k) } else { s.allowed_kinds.remove(&k) })
+                .await
+                .map_err(|e| failed(internal(e)))?;
+            if changed {
+                update(if allow { "allowkind" } else { "disallowkind" }, k.to_string(), json!(!allow), json!(allow)).await?;
+            }
+            Ok(json!(true))
+        }
+        "listallowedkinds" => Ok(json!(m.snapshot().allowed_kinds)),
+        "blockip" => {
+            let (addr, why) = (ip(0)?, reason(params));
+            let old = m.update(store, |s| s.blocked_ips.insert(addr, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            update("blockip", addr.to_string(), json!(old), json!(why)).await?;
+            Ok(json!(true))
+        }
+        "unblockip" => {
+            let addr = ip(0)?;
+            let old = m.update(store, |s| s.blocked_ips.remove(&addr)).await.map_err(|e| failed(internal(e)))?;
+            update("unblockip", addr.to_string(), json!(old), Value::Null).await?;
+            Ok(json!(true))
+        }
+        "listblockedips" => {
+            Ok(json!(m.snapshot().blocked_ips.iter().map(|(ip, r)| json!({"ip": ip, "reason": r})).collect::<Vec<_>>()))
+        }
+        other => Err(RpcError(format!("unsupported method `{other}`"))),
+    }
+}

@@ -1,0 +1,72 @@
+//! `/admin/v1/usage…`: per-principal usage, exactly as the limiter decides with, plus presence
+//! (connections, subscriptions) and stored events.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use warp::reply::Response;
+
+use super::{Admin, ok_json, query_param};
+use crate::app::AppState;
+use crate::config::parse_pubkey;
+use crate::limiter::Principal;
+use crate::rest::{ApiError, RequestCtx};
+
+/// The full report of one principal.
+fn report(app: &AppState, principal: &Principal) -> Value {
+    let usage = app.limiter.usage(principal);
+    let (connections, subscriptions) = app.fanout.presence(principal);
+    let stored_events = match principal {
+        Principal::Pubkey(pk) => app.store.count_by_author(pk),
+        Principal::Ip(_) => 0,
+    };
+    let mut value = json!(usage);
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("connections".into(), json!(connections));
+        obj.insert("subscriptions".into(), json!(subscriptions));
+        obj.insert("stored_events".into(), json!(stored_events));
+    }
+    value
+}
+
+/// `GET /admin/v1/usage/{pubkey}` (hex or npub)
+pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String) -> Result<Response, ApiError> {
+    let pk = parse_pubkey(&pubkey).ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
+    ok_json(&report(&app, &Principal::Pubkey(pk)))
+}
+
+/// `GET /admin/v1/usage/ip/{addr}`
+pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Result<Response, ApiError> {
+    let ip = addr.parse().map_err(|_| ApiError::BadRequest(format!("`{addr}` is not an IP address")))?;
+    ok_json(&report(&app, &Principal::Ip(ip)))
+}
+
+/// `GET /admin/v1/usage?sort=refusals|usage&limit=N`: the busiest principals.
+pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    let sort = query_param(&ctx.query, "sort").unwrap_or("usage");
+    if sort != "usage" && sort != "refusals" {
+        return Err(ApiError::BadRequest(format!("sort must be usage or refusals, not `{sort}`")));
+    }
+    let limit = match query_param(&ctx.query, "limit") {
+        None => 20,
+        Some(v) => v.parse::<usize>().map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?,
+    }
+    .min(1000);
+    let mut scored: Vec<(u64, Value)> = app
+        .limiter
+        .principals()
+        .iter()
+        .map(|p| {
+            let usage = app.limiter.usage(p);
+            let score = if sort == "refusals" {
+                usage.refusals.values().sum()
+            } else {
+                usage.limits.values().map(|l| l.used).sum()
+            };
+            (score, report(&app, p))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    let principals: Vec<Value> = scored.into_iter().take(limit).map(|(_, v)| v).collect();
+    ok_json(&json!({"sort": sort, "principals": principals}))
+}

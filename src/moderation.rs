@@ -1,0 +1,199 @@
+//! Operator state set live through the admin API: bans, allow lists, relay info overrides,
+//! per-pubkey tiers and limit overrides.
+//!
+//! Owns the state, the checks the publish path and the transports ask of it, and its persistence
+//! as one JSON document in the store's settings (so it survives a restart). It does not decide
+//! who may change it: that is the admin module's.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+use std::sync::RwLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, LimitsConfig};
+use crate::protocol::{Event, EventId, Kind, PubKey};
+use crate::store::{Store, StoreError};
+
+/// The settings document name.
+const SETTING: &str = "moderation";
+
+/// Everything an operator can change live.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    /// Banned authors, with the reason.
+    pub banned_pubkeys: BTreeMap<PubKey, String>,
+    /// Allowed authors (with `auth.members`, a write allow list), with the reason.
+    pub allowed_pubkeys: BTreeMap<PubKey, String>,
+    /// Banned events, with the reason.
+    pub banned_events: BTreeMap<EventId, String>,
+    /// When non-empty, only these kinds are accepted.
+    pub allowed_kinds: BTreeSet<u16>,
+    /// Blocked client addresses, with the reason.
+    pub blocked_ips: BTreeMap<IpAddr, String>,
+    /// NIP-11 name override.
+    pub name: Option<String>,
+    /// NIP-11 description override.
+    pub description: Option<String>,
+    /// NIP-11 icon override.
+    pub icon: Option<String>,
+    /// Tier set per pubkey (`true` = agent, `false` = human), over `limits.agent_pubkeys`.
+    pub agent_overrides: BTreeMap<PubKey, bool>,
+    /// Tier limit overrides, `"<tier>.<key>"` → value, over the configuration.
+    pub limit_overrides: BTreeMap<String, u64>,
+}
+
+impl State {
+    /// The limits in force: the configuration with the admin overrides and tiers applied.
+    pub fn effective_limits(&self, config: &LimitsConfig) -> LimitsConfig {
+        let mut limits = config.clone();
+        for (dotted, value) in &self.limit_overrides {
+            if let Some((tier, key)) = dotted.split_once('.')
+                && let Some(t) = limits.tier_mut(tier)
+            {
+                t.set(key, *value);
+            }
+        }
+        let mut agents: BTreeSet<String> =
+            limits.agent_pubkeys.iter().filter_map(|p| crate::config::parse_pubkey(p)).map(|p| p.to_hex()).collect();
+        for (pubkey, agent) in &self.agent_overrides {
+            if *agent {
+                agents.insert(pubkey.to_hex());
+            } else {
+                agents.remove(&pubkey.to_hex());
+            }
+        }
+        limits.agent_pubkeys = agents.into_iter().collect();
+        limits
+    }
+}
+
+/// The live moderation state.
+pub struct Moderation {
+    state: RwLock<State>,
+    /// `auth.members` from the configuration.
+    members: HashSet<PubKey>,
+}
+
+/// Why moderation refused an event: the text after `blocked: ` / `restricted: `.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accept.
+    Allowed,
+    /// `blocked: …`
+    Blocked(String),
+    /// `restricted: …`
+    Restricted(String),
+}
+
+impl Moderation {
+    /// Loads the saved state (empty when none) for `config`.
+    pub fn load(store: &Store, config: &Config) -> Result<Moderation, StoreError> {
+        let state = match store.load_setting(SETTING)? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            None => State::default(),
+        };
+        let members = config.auth.members.iter().filter_map(|m| crate::config::parse_pubkey(m)).collect();
+        Ok(Moderation { state: RwLock::new(state), members })
+    }
+
+    /// A copy of the current state.
+    pub fn snapshot(&self) -> State {
+        match self.state.read() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Changes the state with `change` and saves it; returns what `change` returned.
+    pub async fn update<T>(&self, store: &Store, change: impl FnOnce(&mut State) -> T) -> Result<T, StoreError> {
+        let (result, bytes) = {
+            let mut guard = match self.state.write() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let result = change(&mut guard);
+            (result, serde_json::to_vec(&*guard).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        };
+        store.save_setting(SETTING, bytes).await?;
+        Ok(result)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        match self.state.read() {
+            Ok(s) => f(&s),
+            Err(poisoned) => f(&poisoned.into_inner()),
+        }
+    }
+
+    /// Whether `event` may be stored or delivered.
+    pub fn judge(&self, event: &Event) -> Verdict {
+        self.read(|s| {
+            if s.banned_pubkeys.contains_key(&event.pubkey) {
+                return Verdict::Blocked("this pubkey is banned from this relay".into());
+            }
+            if s.banned_events.contains_key(&event.id) {
+                return Verdict::Blocked("this event is banned from this relay".into());
+            }
+            if !s.allowed_kinds.is_empty() && !s.allowed_kinds.contains(&event.kind.0) {
+                return Verdict::Blocked(format!("kind {} is not allowed on this relay", event.kind.0));
+            }
+            let restricted = !self.members.is_empty() || !s.allowed_pubkeys.is_empty();
+            if restricted && !self.members.contains(&event.pubkey) && !s.allowed_pubkeys.contains_key(&event.pubkey) {
+                return Verdict::Restricted("only members of this relay may publish here".into());
+            }
+            Verdict::Allowed
+        })
+    }
+
+    /// True when only listed authors may publish (NIP-11 `restricted_writes`).
+    pub fn restricted_writes(&self) -> bool {
+        !self.members.is_empty() || self.read(|s| !s.allowed_pubkeys.is_empty())
+    }
+
+    /// True when `ip` is blocked.
+    pub fn ip_blocked(&self, ip: &IpAddr) -> bool {
+        self.read(|s| s.blocked_ips.contains_key(ip))
+    }
+
+    /// True when `kind` is accepted by the kind allow list.
+    pub fn kind_allowed(&self, kind: Kind) -> bool {
+        self.read(|s| s.allowed_kinds.is_empty() || s.allowed_kinds.contains(&kind.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Keys, Timestamp};
+
+    #[test]
+    fn overrides_apply_over_the_configuration() {
+        let alice = Keys::from_bytes([1; 32]).unwrap().public_key();
+        let bob = Keys::from_bytes([2; 32]).unwrap().public_key();
+        let mut config = LimitsConfig::default();
+        config.agent_pubkeys = vec![bob.to_hex()];
+        let mut state = State::default();
+        state.limit_overrides.insert("human.ws_events_per_sec".into(), 20);
+        state.agent_overrides.insert(alice, true);
+        state.agent_overrides.insert(bob, false);
+        let limits = state.effective_limits(&config);
+        assert_eq!(limits.human.ws_events_per_sec, 20);
+        assert_eq!(limits.agent.ws_events_per_sec, 10);
+        assert_eq!(limits.agent_pubkeys, vec![alice.to_hex()]);
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let mut state = State::default();
+        let k = Keys::from_bytes([1; 32]).unwrap();
+        let e = k.sign(Timestamp(1), Kind(1), vec![], "");
+        state.banned_pubkeys.insert(k.public_key(), "spam".into());
+        state.banned_events.insert(e.id, "".into());
+        state.blocked_ips.insert("10.1.2.3".parse().unwrap(), "flood".into());
+        state.allowed_kinds.insert(1);
+        let json = serde_json::to_vec(&state).unwrap();
+        assert_eq!(serde_json::from_slice::<State>(&json).unwrap(), state);
+    }
+}
