@@ -28,14 +28,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use warp::Filter;
 use tokio_util::task::TaskTracker;
+use warp::Filter;
 
 use crate::app::AppState;
 use crate::config::Config;
-use crate::moderation::Moderation;
 use crate::fanout::Fanout;
 use crate::limiter::{Clock, Limiter, SystemClock};
+use crate::moderation::Moderation;
 use crate::protocol::Timestamp;
 use crate::store::{Store, StoreError};
 
@@ -87,11 +87,13 @@ impl Relay {
         self.app.limiter.clone()
     }
 
-    /// Serves on `listener` until `shutdown` resolves; then stops accepting, lets every
+    /// Serves on `listener` (and the admin API on `admin_listener`, bound by the caller to
+    /// `admin.bind` when that is set) until `shutdown` resolves; then stops accepting, lets every
     /// connection finish its in-flight writes, flushes the store and returns.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
+        admin_listener: Option<tokio::net::TcpListener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), RunError> {
         let app = self.app;
@@ -102,8 +104,7 @@ impl Relay {
             tracing::info!(
                 "admin API is off: set admin.token (HEARTH_ADMIN__TOKEN) or admin.pubkeys (HEARTH_ADMIN__PUBKEYS) to turn it on"
             );
-        } else if !app.config.admin.bind.is_empty() {
-            let admin_listener = tokio::net::TcpListener::bind(&app.config.admin.bind).await?;
+        } else if let Some(admin_listener) = admin_listener {
             tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
             let token = app.shutdown.clone();
             let admin = warp::serve(admin::routes(app.clone()).recover(server::recover))
@@ -128,13 +129,18 @@ impl Relay {
     }
 }
 
-/// Serves the relay on `listener` with the real clock until `shutdown` resolves.
+/// Serves the relay on `listener` with the real clock until `shutdown` resolves; binds
+/// `admin.bind` itself when set.
 pub async fn run(
     listener: tokio::net::TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, shutdown).await
+    let admin_listener = match config.admin.bind.as_str() {
+        "" => None,
+        addr => Some(tokio::net::TcpListener::bind(addr).await?),
+    };
+    Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, admin_listener, shutdown).await
 }
 
 /// Deletes expired (NIP-40) events every `storage.expiration_sweep_secs`.

@@ -172,8 +172,7 @@ mod tests {
     fn overrides_apply_over_the_configuration() {
         let alice = Keys::from_bytes([1; 32]).unwrap().public_key();
         let bob = Keys::from_bytes([2; 32]).unwrap().public_key();
-        let mut config = LimitsConfig::default();
-        config.agent_pubkeys = vec![bob.to_hex()];
+        let config = LimitsConfig { agent_pubkeys: vec![bob.to_hex()], ..LimitsConfig::default() };
         let mut state = State::default();
         state.limit_overrides.insert("human.ws_events_per_sec".into(), 20);
         state.agent_overrides.insert(alice, true);

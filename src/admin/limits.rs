@@ -92,7 +92,10 @@ pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Re
     let changes = validate(&parse_body(&ctx)?)?;
     for (dotted, value) in changes {
         let old = current(&app, &dotted);
-        app.moderation.update(&app.store, |s| s.limit_overrides.insert(dotted.clone(), value)).await.map_err(internal)?;
+        app.moderation
+            .update(&app.store, |s| s.limit_overrides.insert(dotted.clone(), value))
+            .await
+            .map_err(internal)?;
         apply(&app);
         audit(&app, &who, "limits.set", &dotted, old, json!(value)).await?;
     }
@@ -136,7 +139,8 @@ struct TierBody {
 /// `PUT /admin/v1/pubkeys/{pubkey}/tier` with `{"tier": "agent"}`.
 pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: String) -> Result<Response, ApiError> {
     require_json(&ctx)?;
-    let pk = parse_pubkey(&pubkey).ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
+    let pk = parse_pubkey(&pubkey)
+        .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     let TierBody { tier } = parse_body(&ctx)?;
     let agent = match tier.as_str() {
         "agent" => true,
@@ -158,7 +162,10 @@ mod tests {
 
     #[test]
     fn validation_names_the_field_and_accepts_only_positive_integers() {
-        assert_eq!(validate(&json!({"human": {"ws_events_per_sec": 20}})).unwrap(), vec![("human.ws_events_per_sec".to_string(), 20)]);
+        assert_eq!(
+            validate(&json!({"human": {"ws_events_per_sec": 20}})).unwrap(),
+            vec![("human.ws_events_per_sec".to_string(), 20)]
+        );
         for (patch, named) in [
             (json!({"robot": {}}), "robot"),
             (json!({"human": {"nope": 1}}), "human.nope"),

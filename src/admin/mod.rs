@@ -91,7 +91,14 @@ struct AuditEntry<'a> {
 }
 
 /// Records a change in the audit log (sled) and as a tracing event.
-async fn audit(app: &AppState, who: &Admin, action: &str, target: &str, old: Value, new: Value) -> Result<(), ApiError> {
+async fn audit(
+    app: &AppState,
+    who: &Admin,
+    action: &str,
+    target: &str,
+    old: Value,
+    new: Value,
+) -> Result<(), ApiError> {
     tracing::info!(target: "hearth::audit", who = %who.0, action, target, %old, %new, "admin change");
     let entry = AuditEntry { at: Timestamp::now().0, who: &who.0, action, target, old, new };
     let bytes = serde_json::to_vec(&entry).map_err(|_| ApiError::Internal)?;
@@ -176,21 +183,17 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::set_tier(a, c, w, pubkey))
         });
     // GET /admin/v1/usage/ip/{addr}
-    let usage_ip = base
-        .and(warp::path!("usage" / "ip" / String))
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|addr: String, app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::ip(a, c, w, addr)));
+    let usage_ip =
+        base.and(warp::path!("usage" / "ip" / String)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
+            |addr: String, app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::ip(a, c, w, addr)),
+        );
     // GET /admin/v1/usage/{pubkey}
-    let usage_pubkey = base
-        .and(warp::path!("usage" / String))
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|pubkey: String, app, ctx| {
-            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::pubkey(a, c, w, pubkey))
-        });
+    let usage_pubkey =
+        base.and(warp::path!("usage" / String)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
+            |pubkey: String, app, ctx| {
+                run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::pubkey(a, c, w, pubkey))
+            },
+        );
     // GET /admin/v1/usage
     let busiest = base
         .and(warp::path("usage"))

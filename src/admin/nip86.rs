@@ -58,7 +58,11 @@ struct RpcResponse {
 struct RpcError(String);
 
 fn param_str(params: &[Value], i: usize, what: &str) -> Result<String, RpcError> {
-    params.get(i).and_then(Value::as_str).map(str::to_string).ok_or_else(|| RpcError(format!("params[{i}] must be the {what}")))
+    params
+        .get(i)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| RpcError(format!("params[{i}] must be the {what}")))
 }
 
 fn reason(params: &[Value]) -> String {
@@ -103,7 +107,8 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         "listeventsneedingmoderation" => Ok(json!([])),
         "banpubkey" => {
             let (pk, why) = (pubkey(0)?, reason(params));
-            let old = m.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            let old =
+                m.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(internal(e)))?;
             update("banpubkey", pk.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
@@ -113,12 +118,15 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
             update("unbanpubkey", pk.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }
-        "listbannedpubkeys" => {
-            Ok(json!(m.snapshot().banned_pubkeys.iter().map(|(pk, r)| json!({"pubkey": pk, "reason": r})).collect::<Vec<_>>()))
-        }
+        "listbannedpubkeys" => Ok(json!(
+            m.snapshot().banned_pubkeys.iter().map(|(pk, r)| json!({"pubkey": pk, "reason": r})).collect::<Vec<_>>()
+        )),
         "allowpubkey" => {
             let (pk, why) = (pubkey(0)?, reason(params));
-            let old = m.update(store, |s| s.allowed_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            let old = m
+                .update(store, |s| s.allowed_pubkeys.insert(pk, why.clone()))
+                .await
+                .map_err(|e| failed(internal(e)))?;
             update("allowpubkey", pk.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
@@ -128,12 +136,13 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
             update("unallowpubkey", pk.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }
-        "listallowedpubkeys" => {
-            Ok(json!(m.snapshot().allowed_pubkeys.iter().map(|(pk, r)| json!({"pubkey": pk, "reason": r})).collect::<Vec<_>>()))
-        }
+        "listallowedpubkeys" => Ok(json!(
+            m.snapshot().allowed_pubkeys.iter().map(|(pk, r)| json!({"pubkey": pk, "reason": r})).collect::<Vec<_>>()
+        )),
         "banevent" => {
             let (id, why) = (event_id(0)?, reason(params));
-            let old = m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            let old =
+                m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(internal(e)))?;
             store.remove(id).await.map_err(|e| failed(internal(e)))?;
             update("banevent", id.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
@@ -144,9 +153,9 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
             update("allowevent", id.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }
-        "listbannedevents" => {
-            Ok(json!(m.snapshot().banned_events.iter().map(|(id, r)| json!({"id": id, "reason": r})).collect::<Vec<_>>()))
-        }
+        "listbannedevents" => Ok(json!(
+            m.snapshot().banned_events.iter().map(|(id, r)| json!({"id": id, "reason": r})).collect::<Vec<_>>()
+        )),
         "changerelayname" | "changerelaydescription" | "changerelayicon" => {
             let value = param_str(params, 0, "new value")?;
             let field = method.trim_start_matches("changerelay").to_string();
@@ -170,14 +179,16 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
                 .await
                 .map_err(|e| failed(internal(e)))?;
             if changed {
-                update(if allow { "allowkind" } else { "disallowkind" }, k.to_string(), json!(!allow), json!(allow)).await?;
+                update(if allow { "allowkind" } else { "disallowkind" }, k.to_string(), json!(!allow), json!(allow))
+                    .await?;
             }
             Ok(json!(true))
         }
         "listallowedkinds" => Ok(json!(m.snapshot().allowed_kinds)),
         "blockip" => {
             let (addr, why) = (ip(0)?, reason(params));
-            let old = m.update(store, |s| s.blocked_ips.insert(addr, why.clone())).await.map_err(|e| failed(internal(e)))?;
+            let old =
+                m.update(store, |s| s.blocked_ips.insert(addr, why.clone())).await.map_err(|e| failed(internal(e)))?;
             update("blockip", addr.to_string(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }

@@ -31,7 +31,8 @@ fn report(app: &AppState, principal: &Principal) -> Value {
 
 /// `GET /admin/v1/usage/{pubkey}` (hex or npub)
 pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String) -> Result<Response, ApiError> {
-    let pk = parse_pubkey(&pubkey).ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
+    let pk = parse_pubkey(&pubkey)
+        .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     ok_json(&report(&app, &Principal::Pubkey(pk)))
 }
 
@@ -66,7 +67,7 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
             (score, report(&app, p))
         })
         .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
     let principals: Vec<Value> = scored.into_iter().take(limit).map(|(_, v)| v).collect();
     ok_json(&json!({"sort": sort, "principals": principals}))
 }

@@ -349,10 +349,9 @@ impl Limiter {
     /// What the limiter knows of `principal`: exactly the state it decides with (a principal
     /// it holds no state for has a full bucket everywhere and was never seen).
     pub fn usage(&self, principal: &Principal) -> Usage {
-        let snapshot = self
-            .states
-            .get(principal)
-            .and_then(|state| state.lock().ok().map(|s| (s.tat, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0))));
+        let snapshot = self.states.get(principal).and_then(|state| {
+            state.lock().ok().map(|s| (s.tat, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)))
+        });
         let (tats, refusals, first_seen, last_seen) = snapshot.unwrap_or(([(0, 0); 4], [0; 5], None, None));
         let now = self.clock.now_ns();
         let policy = self.policy();
@@ -375,7 +374,14 @@ impl Limiter {
             })
             .collect();
         let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), refusals[lt.index()])).collect();
-        Usage { principal: principal.to_string(), tier: policy.tier(principal), limits, refusals, first_seen, last_seen }
+        Usage {
+            principal: principal.to_string(),
+            tier: policy.tier(principal),
+            limits,
+            refusals,
+            first_seen,
+            last_seen,
+        }
     }
 
     /// Principals with state, for the admin API's busiest list.

@@ -23,6 +23,8 @@ pub const STEP: Duration = Duration::from_secs(10);
 /// A running relay.
 pub struct TestRelay {
     pub addr: SocketAddr,
+    /// Where the admin API listens when `admin.bind` is set.
+    pub admin_addr: Option<SocketAddr>,
     /// The limiter's clock: tests advance it instead of sleeping.
     pub clock: Arc<ManualClock>,
     /// The relay's limiter.
@@ -48,14 +50,19 @@ impl TestRelay {
         config.validate().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let admin_listener = match config.admin.bind.as_str() {
+            "" => None,
+            bind => Some(tokio::net::TcpListener::bind(bind).await.unwrap()),
+        };
+        let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, rx) = oneshot::channel::<()>();
         let clock = Arc::new(ManualClock::new());
         let relay = hearth::Relay::open(config, clock.clone()).unwrap();
         let limiter = relay.limiter();
-        let task = tokio::spawn(relay.serve(listener, async move {
+        let task = tokio::spawn(relay.serve(listener, admin_listener, async move {
             let _ = rx.await;
         }));
-        TestRelay { addr, clock, limiter, dir: Some(dir), stop: Some(stop), task: Some(task) }
+        TestRelay { addr, admin_addr, clock, limiter, dir: Some(dir), stop: Some(stop), task: Some(task) }
     }
 
     /// Stops the relay gracefully and waits for it; returns the data directory.

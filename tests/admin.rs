@@ -1,0 +1,449 @@
+//! The admin API and NIP-86 through the real server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hearth::config::Config;
+use hearth::protocol::{Keys, Timestamp};
+use hearth::rest::nip98;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "s3cret-admin-token";
+
+fn with_admin(c: &mut Config) {
+    c.admin.token = TOKEN.into();
+    c.admin.pubkeys = vec![keys(100).public_key().to_hex()];
+}
+
+/// An admin client against `base` (the relay's or the admin listener's address).
+struct AdminApi {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl AdminApi {
+    fn new(relay: &TestRelay) -> AdminApi {
+        AdminApi { base: format!("http://{}", relay.admin_addr.unwrap_or(relay.addr)), http: reqwest::Client::new() }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<Value>, auth: Option<&str>) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(auth) = auth {
+            req = req.header("authorization", auth);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn token(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.call(method, path, body, Some(&format!("Bearer {TOKEN}"))).await
+    }
+
+    /// NIP-86 at `POST /`, NIP-98 signed by `signer`.
+    async fn nip86(&self, signer: &Keys, method: &str, params: Value) -> (StatusCode, Value) {
+        let body = json!({"method": method, "params": params}).to_string();
+        let url = format!("{}/", self.base);
+        let auth = nip98::header(
+            signer,
+            &nip98::Request { url: &url, method: "POST", body: body.as_bytes() },
+            Timestamp(now()),
+        );
+        let resp = self
+            .http
+            .post(&url)
+            .header("content-type", "application/nostr+json+rpc")
+            .header("authorization", auth)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap())
+    }
+}
+
+#[tokio::test]
+async fn admin_is_off_when_unconfigured() {
+    let relay = TestRelay::start(generous).await;
+    let api = AdminApi::new(&relay);
+    assert_eq!(
+        api.token(Method::GET, "/admin/v1/limits", None).await,
+        (StatusCode::NOT_FOUND, json!({"error": "not found"}))
+    );
+    let (status, _) = api.nip86(&keys(100), "supportedmethods", json!([])).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn every_auth_failure_is_a_bare_401_and_failures_are_throttled() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        with_admin(c);
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let unauthorized = (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"}));
+    let url = format!("{}/admin/v1/limits", api.base);
+    let stranger = nip98::header(&keys(5), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now()));
+    let stale =
+        nip98::header(&keys(100), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now() - 300));
+    for auth in
+        [None, Some("Bearer wrong"), Some("Bearer "), Some("Basic eDp5"), Some(stranger.as_str()), Some(stale.as_str())]
+    {
+        assert_eq!(api.call(Method::GET, "/admin/v1/limits", None, auth).await, unauthorized, "{auth:?}");
+    }
+    // The admin pubkey over NIP-98, and the token, work.
+    let good = nip98::header(&keys(100), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now()));
+    assert_eq!(api.call(Method::GET, "/admin/v1/limits", None, Some(&good)).await.0, StatusCode::OK);
+    assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
+    // Ten failures a minute per IP; then even the right token waits.
+    for _ in 0..4 {
+        assert_eq!(api.call(Method::GET, "/admin/v1/limits", None, Some("Bearer nope")).await, unauthorized);
+    }
+    let (status, body) = api.call(Method::GET, "/admin/v1/limits", None, Some("Bearer nope")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["limit_type"], "admin_auth");
+    assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::TOO_MANY_REQUESTS);
+    relay.clock.advance(Duration::from_secs(6));
+    assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn limits_tuned_live_apply_to_open_connections_and_survive_restart() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        c.limits.agent.messages_per_min = 77;
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let (status, limits) = api.token(Method::GET, "/admin/v1/limits", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 10, "source": "default"}));
+    assert_eq!(limits["agent"]["messages_per_min"]["value"], 77);
+    let mut c = relay.connect().await;
+    c.send(json!(["COUNT", "before", {}])).await;
+    assert_eq!(c.recv().await[0], "COUNT");
+    let (status, limits) = api
+        .token(
+            Method::PATCH,
+            "/admin/v1/limits",
+            Some(json!({"human": {"ws_events_per_sec": 1, "ws_burst_window_secs": 1}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 1, "source": "admin"}));
+    // The next frame of the already open connection is judged by the new value.
+    c.send(json!(["COUNT", "after", {}])).await;
+    assert_eq!(c.recv().await, json!(["CLOSED", "after", "rate-limited: quota exceeded (ws_events); retry in 1s"]));
+    // Clients see the new per-tier value at once.
+    let info: Value = reqwest::Client::new()
+        .get(relay.http_url("/"))
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["hearth_limits"]["human"]["ws_events_per_sec"], 1);
+    // Tuned up: the refusals stop.
+    api.token(Method::PATCH, "/admin/v1/limits", Some(json!({"human": {"ws_events_per_sec": 1000}}))).await;
+    c.send(json!(["COUNT", "up", {}])).await;
+    assert_eq!(c.recv().await[0], "COUNT");
+    drop(c);
+    // Survives a restart.
+    let dir = relay.stop().await;
+    let relay = TestRelay::start_in(dir, with_admin).await;
+    let api = AdminApi::new(&relay);
+    let (_, limits) = api.token(Method::GET, "/admin/v1/limits", None).await;
+    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 1000, "source": "admin"}));
+    assert_eq!(limits["human"]["ws_burst_window_secs"], json!({"value": 1, "source": "admin"}));
+    let mut c = relay.connect().await;
+    c.send(json!(["COUNT", "a", {}])).await;
+    assert_eq!(c.recv().await[0], "COUNT");
+    // Back to the configured values.
+    let (_, limits) = api.token(Method::DELETE, "/admin/v1/limits/overrides/human/ws_events_per_sec", None).await;
+    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 10, "source": "default"}));
+    assert_eq!(limits["human"]["ws_burst_window_secs"]["source"], "admin");
+    let (_, limits) = api.token(Method::DELETE, "/admin/v1/limits/overrides", None).await;
+    assert_eq!(limits["human"]["ws_burst_window_secs"], json!({"value": 5, "source": "default"}));
+}
+
+#[tokio::test]
+async fn a_bad_patch_names_the_field_and_changes_nothing() {
+    let relay = TestRelay::start(with_admin).await;
+    let api = AdminApi::new(&relay);
+    let (_, before) = api.token(Method::GET, "/admin/v1/limits", None).await;
+    for (patch, error) in [
+        (
+            json!({"human": {"ws_events_per_sec": 20, "messages_per_min": 0}}),
+            "`human.messages_per_min` must be a positive integer",
+        ),
+        (json!({"robots": {"ws_events_per_sec": 20}}), "unknown tier `robots` (expected human or agent)"),
+        (json!({"agent": {"bogus": 1}}), "unknown limit `agent.bogus`"),
+        (json!({"agent": {"api_calls_per_min": -5}}), "`agent.api_calls_per_min` must be a positive integer"),
+    ] {
+        assert_eq!(
+            api.token(Method::PATCH, "/admin/v1/limits", Some(patch)).await,
+            (StatusCode::BAD_REQUEST, json!({"error": error}))
+        );
+    }
+    assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.1, before);
+    let (_, audit) = api.token(Method::GET, "/admin/v1/audit", None).await;
+    assert_eq!(audit, json!({"entries": []}));
+}
+
+#[tokio::test]
+async fn usage_after_a_scripted_sequence_matches_exactly() {
+    let relay = TestRelay::start(with_admin).await;
+    let api = AdminApi::new(&relay);
+    let alice = keys(20);
+    let mut c = relay.connect().await;
+    assert_eq!(c.auth(&alice, &relay.ws_url()).await[2], true);
+    for i in 0..3 {
+        c.send(json!(["COUNT", format!("n{i}"), {}])).await;
+        c.recv().await;
+    }
+    assert_eq!(c.publish(&sign(&alice, now(), 1, &[], "durable")).await[2], true);
+    assert_eq!(c.publish(&sign(&alice, now(), 20001, &[], "ephemeral")).await[2], true);
+    c.req("open", vec![json!({"kinds": [1]})]).await;
+    let url = relay.http_url("/api/v1/count");
+    let body = json!({"filters": [{}]}).to_string();
+    let auth =
+        nip98::header(&alice, &nip98::Request { url: &url, method: "POST", body: body.as_bytes() }, Timestamp(now()));
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("authorization", auth)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let npub = hearth::protocol::nip19::encode("npub", &alice.public_key().0);
+    let (status, usage) = api.token(Method::GET, &format!("/admin/v1/usage/{npub}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(usage["principal"], alice.public_key().to_hex());
+    assert_eq!(usage["tier"], "human");
+    assert_eq!(
+        usage["limits"]["ws_events"],
+        json!({"used": 6, "limit": 50, "remaining": 44, "window_secs": 5, "retry_in_secs": 0})
+    );
+    assert_eq!(
+        usage["limits"]["messages"],
+        json!({"used": 1, "limit": 120, "remaining": 119, "window_secs": 60, "retry_in_secs": 0})
+    );
+    assert_eq!(
+        usage["limits"]["api_calls"],
+        json!({"used": 1, "limit": 60, "remaining": 59, "window_secs": 60, "retry_in_secs": 0})
+    );
+    assert_eq!(usage["refusals"]["ws_events"], 0);
+    assert_eq!(usage["connections"], 1);
+    assert_eq!(usage["subscriptions"], 1);
+    assert_eq!(usage["stored_events"], 1);
+    assert!(usage["first_seen"].as_u64().unwrap() <= usage["last_seen"].as_u64().unwrap());
+    // The IP side: the AUTH-less frames before AUTH are none, so the IP has no usage.
+    let (_, ip) = api.token(Method::GET, "/admin/v1/usage/ip/127.0.0.1", None).await;
+    assert_eq!(ip["limits"]["ws_events"]["used"], 0);
+    let (_, busiest) = api.token(Method::GET, "/admin/v1/usage?sort=usage&limit=1", None).await;
+    assert_eq!(busiest["principals"][0]["principal"], alice.public_key().to_hex());
+    let (status, _) = api.token(Method::GET, "/admin/v1/usage/not-a-key", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn tier_changes_apply_live_and_are_audited() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        c.limits.agent.ws_events_per_sec = 1;
+        c.limits.agent.ws_burst_window_secs = 1;
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let bot = keys(21);
+    let mut c = relay.connect().await;
+    assert_eq!(c.auth(&bot, &relay.ws_url()).await[2], true);
+    let path = format!("/admin/v1/pubkeys/{}/tier", bot.public_key());
+    let (status, body) = api.token(Method::PUT, &path, Some(json!({"tier": "agent"}))).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"pubkey": bot.public_key().to_hex(), "tier": "agent"})));
+    c.send(json!(["COUNT", "a", {}])).await;
+    assert_eq!(c.recv().await[0], "COUNT");
+    c.send(json!(["COUNT", "b", {}])).await;
+    assert_eq!(c.recv().await[0], "CLOSED");
+    assert_eq!(api.token(Method::PUT, &path, Some(json!({"tier": "robot"}))).await.0, StatusCode::BAD_REQUEST);
+    let (_, audit) = api.token(Method::GET, "/admin/v1/audit", None).await;
+    let entry = &audit["entries"][0];
+    assert_eq!(entry["who"], "token");
+    assert_eq!(entry["action"], "tier.set");
+    assert_eq!(entry["target"], bot.public_key().to_hex());
+    assert_eq!((entry["old"].clone(), entry["new"].clone()), (json!("human"), json!("agent")));
+}
+
+#[tokio::test]
+async fn every_nip86_method_works_and_bans_apply_on_both_transports() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        with_admin(c);
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let admin = keys(100);
+    let (spammer, friend) = (keys(30), keys(31));
+    let mut c = relay.connect().await;
+    let kept = sign(&friend, now(), 1, &[], "kept");
+    let doomed = sign(&friend, now(), 1, &[], "doomed");
+    c.publish(&kept).await;
+    c.publish(&doomed).await;
+    // A non-admin signer is refused.
+    assert_eq!(api.nip86(&keys(5), "supportedmethods", json!([])).await.0, StatusCode::UNAUTHORIZED);
+    let (_, methods) = api.nip86(&admin, "supportedmethods", json!([])).await;
+    assert_eq!(methods["result"].as_array().unwrap().len(), 20);
+    let rpc = |m: &'static str, p: Value| {
+        let api = &api;
+        let admin = &admin;
+        async move {
+            let (status, body) = api.nip86(admin, m, p).await;
+            assert_eq!(status, StatusCode::OK, "{m}: {body}");
+            assert!(body.get("error").is_none(), "{m}: {body}");
+            body["result"].clone()
+        }
+    };
+    let sp = spammer.public_key().to_hex();
+    assert_eq!(rpc("banpubkey", json!([sp, "spam"])).await, json!(true));
+    assert_eq!(rpc("listbannedpubkeys", json!([])).await, json!([{"pubkey": sp, "reason": "spam"}]));
+    let e = sign(&spammer, now(), 1, &[], "buy now");
+    assert_eq!(
+        c.publish(&e).await,
+        json!(["OK", e.id.to_hex(), false, "blocked: this pubkey is banned from this relay"])
+    );
+    let rest = reqwest::Client::new()
+        .post(relay.http_url("/api/v1/events"))
+        .header("content-type", "application/json")
+        .body(json!(e).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), 403);
+    assert_eq!(rpc("unbanpubkey", json!([sp])).await, json!(true));
+    assert_eq!(c.publish(&e).await[2], true);
+    // Events.
+    assert_eq!(rpc("banevent", json!([doomed.id.to_hex(), "illegal"])).await, json!(true));
+    assert_eq!(rpc("listbannedevents", json!([])).await, json!([{"id": doomed.id.to_hex(), "reason": "illegal"}]));
+    let served = c.req_ids("all", vec![json!({"authors": [friend.public_key().to_hex()]})]).await;
+    assert_eq!(served, vec![kept.id.to_hex()]);
+    assert_eq!(c.publish(&doomed).await[3], "blocked: this event is banned from this relay");
+    assert_eq!(rpc("allowevent", json!([doomed.id.to_hex()])).await, json!(true));
+    assert_eq!(rpc("listeventsneedingmoderation", json!([])).await, json!([]));
+    // Allow lists.
+    assert_eq!(rpc("allowpubkey", json!([friend.public_key().to_hex(), "friend"])).await, json!(true));
+    assert_eq!(
+        rpc("listallowedpubkeys", json!([])).await,
+        json!([{"pubkey": friend.public_key().to_hex(), "reason": "friend"}])
+    );
+    let outsider = sign(&keys(32), now(), 1, &[], "hi");
+    assert_eq!(c.publish(&outsider).await[3], "restricted: only members of this relay may publish here");
+    assert_eq!(rpc("unallowpubkey", json!([friend.public_key().to_hex()])).await, json!(true));
+    assert_eq!(c.publish(&outsider).await[2], true);
+    assert_eq!(rpc("allowkind", json!([1])).await, json!(true));
+    assert_eq!(rpc("listallowedkinds", json!([])).await, json!([1]));
+    let reaction = sign(&friend, now(), 7, &[], "+");
+    assert_eq!(c.publish(&reaction).await[3], "blocked: kind 7 is not allowed on this relay");
+    assert_eq!(rpc("disallowkind", json!([1])).await, json!(true));
+    assert_eq!(c.publish(&reaction).await[2], true);
+    // Relay information.
+    assert_eq!(rpc("changerelayname", json!(["renamed"])).await, json!(true));
+    assert_eq!(rpc("changerelaydescription", json!(["new description"])).await, json!(true));
+    assert_eq!(rpc("changerelayicon", json!(["https://example.invalid/icon.png"])).await, json!(true));
+    let info: Value = reqwest::Client::new()
+        .get(relay.http_url("/"))
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((info["name"].clone(), info["description"].clone()), (json!("renamed"), json!("new description")));
+    assert_eq!(info["icon"], "https://example.invalid/icon.png");
+    // IPs: the test client is 127.0.0.1.
+    assert_eq!(rpc("blockip", json!(["127.0.0.1", "flood"])).await, json!(true));
+    assert_eq!(rpc("listblockedips", json!([])).await, json!([{"ip": "127.0.0.1", "reason": "flood"}]));
+    let refused = tokio_tungstenite::connect_async(relay.ws_url()).await;
+    assert!(refused.is_err(), "a blocked IP could open a WebSocket");
+    let rest = reqwest::get(relay.http_url(&format!("/api/v1/events/{}", kept.id))).await.unwrap();
+    assert_eq!(rest.status(), 403);
+    assert_eq!(rpc("unblockip", json!(["127.0.0.1"])).await, json!(true));
+    relay.connect().await;
+    // Errors are reported in `error`.
+    let (_, body) = api.nip86(&admin, "banpubkey", json!(["nope"])).await;
+    assert_eq!(body, json!({"result": null, "error": "`nope` is not a hex pubkey or npub"}));
+    let (_, body) = api.nip86(&admin, "frobnicate", json!([])).await;
+    assert_eq!(body["error"], "unsupported method `frobnicate`");
+    // The same through /admin/v1/rpc with the bearer token.
+    let (status, body) =
+        api.token(Method::POST, "/admin/v1/rpc", Some(json!({"method": "listallowedkinds", "params": []}))).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"result": []})));
+    // Every change is in the audit log, with its admin pubkey.
+    let (_, audit) = api.token(Method::GET, "/admin/v1/audit?limit=100", None).await;
+    let actions: Vec<&str> =
+        audit["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions,
+        [
+            "unblockip",
+            "blockip",
+            "relayinfo",
+            "relayinfo",
+            "relayinfo",
+            "disallowkind",
+            "allowkind",
+            "unallowpubkey",
+            "allowpubkey",
+            "allowevent",
+            "banevent",
+            "unbanpubkey",
+            "banpubkey"
+        ]
+    );
+    assert!(audit["entries"].as_array().unwrap().iter().all(|e| e["who"] == admin.public_key().to_hex()));
+    assert_eq!(audit["entries"][12]["new"], "spam");
+}
+
+#[tokio::test]
+async fn a_separate_admin_bind_moves_the_admin_surface_off_the_relay_port() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        c.admin.bind = "127.0.0.1:0".into();
+    })
+    .await;
+    let on_admin_port = AdminApi::new(&relay);
+    assert_eq!(on_admin_port.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
+    let on_relay_port = AdminApi { base: format!("http://{}", relay.addr), http: reqwest::Client::new() };
+    assert_eq!(on_relay_port.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::NOT_FOUND);
+    // The relay itself is still served on its port.
+    relay.connect().await;
+}
+
+#[tokio::test]
+async fn admin_calls_do_not_bill_the_callers_quotas() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        c.limits.human.api_calls_per_min = 1;
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    for _ in 0..5 {
+        assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
+    }
+    let (_, usage) = api.token(Method::GET, "/admin/v1/usage/ip/127.0.0.1", None).await;
+    assert_eq!(usage["limits"]["api_calls"]["used"], 0);
+}
