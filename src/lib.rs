@@ -14,6 +14,7 @@ pub mod config;
 pub mod fanout;
 pub mod ingest;
 pub mod limiter;
+pub mod listener;
 pub mod metrics;
 pub mod moderation;
 pub mod nip11;
@@ -107,10 +108,8 @@ impl Relay {
         } else if let Some(admin_listener) = admin_listener {
             tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
             let token = app.shutdown.clone();
-            let admin = warp::serve(admin::routes(app.clone()).recover(server::recover))
-                .incoming(admin_listener)
-                .graceful(async move { token.cancelled().await });
-            app.tasks.spawn(admin.run());
+            let routes = admin::routes(app.clone()).recover(server::recover);
+            app.tasks.spawn(listener::serve(admin_listener, routes, async move { token.cancelled().await }));
         }
         let token = app.shutdown.clone();
         let signal = async move {
@@ -119,7 +118,7 @@ impl Relay {
                 _ = token.cancelled() => {}
             }
         };
-        warp::serve(server::routes(app.clone())).incoming(listener).graceful(signal).run().await;
+        listener::serve(listener, server::routes(app.clone()), signal).await;
         app.shutdown.cancel();
         app.tasks.close();
         app.tasks.wait().await;

@@ -43,7 +43,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
     let ws = warp::path::end()
         .and(warp::ws())
         .and(with_app(app.clone()))
-        .and(warp::addr::remote())
+        .and(crate::listener::peer())
         .and(warp::header::headers_cloned())
         .map(|ws: warp::ws::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap| {
             let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());

@@ -150,7 +150,7 @@ pub fn ctx() -> impl Filter<Extract = (RequestCtx,), Error = Infallible> + Clone
         .and(warp::path::full())
         .and(raw_query())
         .and(warp::header::headers_cloned())
-        .and(warp::addr::remote())
+        .and(crate::listener::peer())
         .map(|method, path: warp::path::FullPath, query, headers, peer| RequestCtx {
             method,
             path: path.as_str().to_string(),

@@ -90,7 +90,10 @@ impl TestRelay {
 
     pub async fn connect(&self) -> Client {
         let (ws, _) =
-            tokio::time::timeout(STEP, tokio_tungstenite::connect_async(self.ws_url())).await.unwrap().unwrap();
+            tokio::time::timeout(STEP, tokio_tungstenite::connect_async_with_config(self.ws_url(), None, true))
+                .await
+                .unwrap()
+                .unwrap();
         let mut client = Client { ws, challenge: String::new() };
         // NIP-42: the relay opens with its challenge.
         let first = client.recv().await;

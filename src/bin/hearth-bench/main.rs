@@ -1,0 +1,109 @@
+//! `hearth-bench`: drives a running hearth over loopback and measures it.
+//!
+//! Subcommands print one JSON line of results (stdout) and a readable summary (stderr):
+//! `gen` pre-signs events to a file (signing is never timed), `ingest`, `query` and `fanout`
+//! drive a relay at `--relay`, `bound` measures the physical limits in-process (validation rate,
+//! one fsync), `suite` starts the release `hearth` binary and runs everything, and `smoke` runs
+//! everything in seconds against an in-process relay (CI, so the bench never rots).
+
+mod drive;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Benchmarks for the hearth relay")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Pre-sign kind-1 events to a JSON-lines file.
+    Gen {
+        #[arg(long, default_value_t = 200_000)]
+        count: usize,
+        #[arg(long, default_value = "bench-events.jsonl")]
+        out: PathBuf,
+    },
+    /// Publish a file over C connections with W EVENTs in flight each.
+    Ingest {
+        #[arg(long)]
+        relay: String,
+        #[arg(long, default_value = "bench-events.jsonl")]
+        file: PathBuf,
+        #[arg(long, default_value_t = 4)]
+        conns: usize,
+        #[arg(long, default_value_t = 256)]
+        inflight: usize,
+    },
+    /// Q REQs of mixed shapes, one at a time; latency to EOSE; counts checked against the file.
+    Query {
+        #[arg(long)]
+        relay: String,
+        #[arg(long, default_value = "bench-events.jsonl")]
+        file: PathBuf,
+        #[arg(long, default_value_t = 400)]
+        queries: usize,
+    },
+    /// S subscribers, then E events at R per second; delivery latency and completeness.
+    Fanout {
+        #[arg(long)]
+        relay: String,
+        #[arg(long, default_value_t = 500)]
+        subs: usize,
+        #[arg(long, default_value_t = 200)]
+        events: usize,
+        #[arg(long, default_value_t = 100)]
+        rate: u64,
+    },
+    /// Single-thread validation rate and one fsync's latency in `--dir`.
+    Bound {
+        #[arg(long, default_value = "bench-events.jsonl")]
+        file: PathBuf,
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Starts the release `hearth` binary beside this one and runs everything.
+    Suite {
+        #[arg(long, default_value_t = 200_000)]
+        count: usize,
+        #[arg(long, default_value = "bench-events.jsonl")]
+        file: PathBuf,
+    },
+    /// Everything at a tiny size against an in-process relay: a check that the bench works.
+    Smoke,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Gen { count, out } => drive::gen_file(count, &out).map(|r| vec![r]),
+        Cmd::Ingest { relay, file, conns, inflight } => {
+            drive::ingest(&relay, &file, conns, inflight).await.map(|r| vec![r])
+        }
+        Cmd::Query { relay, file, queries } => drive::query(&relay, &file, queries).await.map(|r| vec![r]),
+        Cmd::Fanout { relay, subs, events, rate } => drive::fanout(&relay, subs, events, rate).await.map(|r| vec![r]),
+        Cmd::Bound { file, dir } => drive::bound(&file, &dir).map(|r| vec![r]),
+        Cmd::Suite { count, file } => drive::suite(count, &file).await,
+        Cmd::Smoke => drive::smoke().await,
+    };
+    match result {
+        Ok(reports) => {
+            for r in reports {
+                println!("{}", r.json);
+                eprintln!("{}", r.summary);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hearth-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
