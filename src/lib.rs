@@ -10,6 +10,8 @@
 
 pub mod admin;
 pub mod app;
+pub mod cli;
+pub mod client;
 pub mod config;
 pub mod fanout;
 pub mod ingest;

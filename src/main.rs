@@ -1,4 +1,5 @@
-//! The `hearth` binary: loads the configuration, binds, and runs the relay until SIGINT/SIGTERM.
+//! The `hearth` binary: without a subcommand it loads the configuration, binds, and runs the
+//! relay until SIGINT/SIGTERM; with one it is a client (see `hearth --help`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -6,13 +7,86 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// hearth: a self-contained Nostr relay.
+/// hearth: a self-contained Nostr relay (run without a subcommand), and a client for it.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
     /// Configuration file (default: ./relay.toml when present, else the built-in defaults).
-    #[arg(long, global = true)]
+    #[arg(long)]
     config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Print a new key pair as JSON.
+    Keygen,
+    /// Publish one event (--content) or JSON lines from stdin: complete signed events as they
+    /// are, {"kind","content","tags"} drafts signed with the key.
+    Publish {
+        /// Relay URL, e.g. ws://127.0.0.1:7777
+        #[arg(long)]
+        relay: String,
+        /// Publish over the REST API instead of the WebSocket.
+        #[arg(long)]
+        rest: bool,
+        #[command(flatten)]
+        key: hearth::cli::KeyArgs,
+        /// Kind of the event given with --content.
+        #[arg(long, default_value_t = 1)]
+        kind: u16,
+        /// Content of a single event; without it, events are read from stdin.
+        #[arg(long)]
+        content: Option<String>,
+        /// A tag for the --content event, as name=value (repeatable).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+    },
+    /// Print stored events matching a filter as JSON lines.
+    Req {
+        #[arg(long)]
+        relay: String,
+        #[command(flatten)]
+        key: hearth::cli::KeyArgs,
+        /// A NIP-01 filter as JSON.
+        filter: String,
+    },
+    /// Print how many stored events match a filter (NIP-45).
+    Count {
+        #[arg(long)]
+        relay: String,
+        #[command(flatten)]
+        key: hearth::cli::KeyArgs,
+        /// A NIP-01 filter as JSON.
+        filter: String,
+    },
+}
+
+async fn client(command: Command) -> ExitCode {
+    let load = |k: &hearth::cli::KeyArgs| match k.load() {
+        Ok(keys) => Ok(keys),
+        Err(e) => {
+            eprintln!("hearth: {e}");
+            Err(ExitCode::from(hearth::cli::INVALID))
+        }
+    };
+    let code = match command {
+        Command::Keygen => hearth::cli::keygen(),
+        Command::Publish { relay, rest, key, kind, content, tags } => match load(&key) {
+            Ok(keys) => hearth::cli::publish(&relay, rest, keys, kind, content, tags).await,
+            Err(code) => return code,
+        },
+        Command::Req { relay, key, filter } => match load(&key) {
+            Ok(keys) => hearth::cli::req(&relay, keys, &filter).await,
+            Err(code) => return code,
+        },
+        Command::Count { relay, key, filter } => match load(&key) {
+            Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
+            Err(code) => return code,
+        },
+    };
+    ExitCode::from(code)
 }
 
 #[tokio::main]
@@ -26,6 +100,9 @@ async fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    if let Some(command) = cli.command {
+        return client(command).await;
+    }
     let env: HashMap<String, String> = std::env::vars().collect();
     let config = match hearth::config::Config::load(cli.config.as_deref(), &env) {
         Ok(c) => c,

@@ -41,8 +41,17 @@ impl TestRelay {
         Self::start_in(dir, tweak).await
     }
 
+    /// Starts a relay whose limiter uses the real clock (for clients that really wait).
+    pub async fn start_real_clock(tweak: impl FnOnce(&mut Config)) -> TestRelay {
+        Self::start_inner(tempfile::tempdir().unwrap(), tweak, true).await
+    }
+
     /// Starts a relay on an existing data directory.
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestRelay {
+        Self::start_inner(dir, tweak, false).await
+    }
+
+    async fn start_inner(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config), real_clock: bool) -> TestRelay {
         let mut config = Config::default();
         config.server.bind = "127.0.0.1:0".into();
         config.storage.data_dir = dir.path().join("data");
@@ -57,7 +66,9 @@ impl TestRelay {
         let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, rx) = oneshot::channel::<()>();
         let clock = Arc::new(ManualClock::new());
-        let relay = hearth::Relay::open(config, clock.clone()).unwrap();
+        let limiter_clock: Arc<dyn hearth::limiter::Clock> =
+            if real_clock { Arc::new(hearth::limiter::SystemClock::default()) } else { clock.clone() };
+        let relay = hearth::Relay::open(config, limiter_clock).unwrap();
         let limiter = relay.limiter();
         let task = tokio::spawn(relay.serve(listener, admin_listener, async move {
             let _ = rx.await;
