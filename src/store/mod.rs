@@ -88,6 +88,8 @@ impl Store {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
+            // Writes dominate a relay's storage work; LowSpace compacts more eagerly.
+            .mode(sled::Mode::HighThroughput)
             // Every write is flushed by the writer before it is acknowledged.
             .flush_every_ms(None)
             .open()?;
