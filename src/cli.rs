@@ -187,25 +187,24 @@ pub async fn publish(
     worst
 }
 
-fn parse_filter(text: &str) -> Result<Filter, u8> {
-    serde_json::from_str(text).map_err(|e| {
+/// Parses the filter argument and connects: the shared start of `req` and `count`.
+async fn connect_with_filter(relay: &str, keys: Option<Keys>, filter: &str) -> Result<(Session, Filter), u8> {
+    let filter: Filter = serde_json::from_str(filter).map_err(|e| {
         eprintln!("hearth: bad filter: {e}");
         INVALID
-    })
+    })?;
+    let session = Session::connect(relay, keys, Options::default()).await.map_err(|e| {
+        eprintln!("hearth: {e}");
+        NETWORK
+    })?;
+    Ok((session, filter))
 }
 
 /// `hearth req`: stored events matching the filter, as JSON lines.
 pub async fn req(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
-    let filter = match parse_filter(filter) {
-        Ok(f) => f,
+    let (session, filter) = match connect_with_filter(relay, keys, filter).await {
+        Ok(pair) => pair,
         Err(code) => return code,
-    };
-    let session = match Session::connect(relay, keys, Options::default()).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("hearth: {e}");
-            return NETWORK;
-        }
     };
     match session.fetch(vec![filter]).await {
         Ok(events) => {
@@ -223,16 +222,9 @@ pub async fn req(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
 
 /// `hearth count`: `{"count": n}`.
 pub async fn count(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
-    let filter = match parse_filter(filter) {
-        Ok(f) => f,
+    let (session, filter) = match connect_with_filter(relay, keys, filter).await {
+        Ok(pair) => pair,
         Err(code) => return code,
-    };
-    let session = match Session::connect(relay, keys, Options::default()).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("hearth: {e}");
-            return NETWORK;
-        }
     };
     match session.count(vec![filter]).await {
         Ok(n) => {

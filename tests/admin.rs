@@ -145,15 +145,7 @@ async fn limits_tuned_live_apply_to_open_connections_and_survive_restart() {
     c.send(json!(["COUNT", "after", {}])).await;
     assert_eq!(c.recv().await, json!(["CLOSED", "after", "rate-limited: quota exceeded (ws_events); retry in 1s"]));
     // Clients see the new per-tier value at once.
-    let info: Value = reqwest::Client::new()
-        .get(relay.http_url("/"))
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = relay.nip11().await;
     assert_eq!(info["hearth_limits"]["human"]["ws_events_per_sec"], 1);
     // Tuned up: the refusals stop.
     api.token(Method::PATCH, "/admin/v1/limits", Some(json!({"human": {"ws_events_per_sec": 1000}}))).await;
@@ -363,15 +355,7 @@ async fn every_nip86_method_works_and_bans_apply_on_both_transports() {
     assert_eq!(rpc("changerelayname", json!(["renamed"])).await, json!(true));
     assert_eq!(rpc("changerelaydescription", json!(["new description"])).await, json!(true));
     assert_eq!(rpc("changerelayicon", json!(["https://example.invalid/icon.png"])).await, json!(true));
-    let info: Value = reqwest::Client::new()
-        .get(relay.http_url("/"))
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = relay.nip11().await;
     assert_eq!((info["name"].clone(), info["description"].clone()), (json!("renamed"), json!("new description")));
     assert_eq!(info["icon"], "https://example.invalid/icon.png");
     // IPs: the test client is 127.0.0.1.

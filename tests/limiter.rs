@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use hearth::config::LimitsConfig;
 use hearth::limiter::Principal;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -334,15 +334,7 @@ async fn auth_required_refuses_until_authenticated_and_members_restrict_authors(
         json!(["OK", outsider.id.to_hex(), false, "restricted: only members of this relay may publish here"])
     );
     assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), true, ""]));
-    let info: Value = reqwest::Client::new()
-        .get(relay.http_url("/"))
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = relay.nip11().await;
     assert_eq!(info["limitation"]["auth_required"], true);
     assert_eq!(info["limitation"]["restricted_writes"], true);
 }

@@ -298,14 +298,8 @@ fn handle(
             }))
         }
         ClientMessage::Req { sub_id, mut filters } => {
-            if let Err(refused) = admitted {
-                return Action::Reply(refused_closed(sub_id, &refused));
-            }
-            if needs_auth {
-                return Action::Reply(RelayMessage::Closed { sub_id, message: AUTH_REQUIRED.into() });
-            }
-            if let Err(reason) = prepare_filters(lim, &sub_id, &mut filters) {
-                return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
+            if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
+                return Action::Reply(closed);
             }
             let generation = match session.open(&sub_id, lim.max_subscriptions) {
                 Ok(g) => g,
@@ -316,14 +310,8 @@ fn handle(
             Action::Spawn(Box::pin(query(app.clone(), principal, conn, sub_id, generation, filters)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
-            if let Err(refused) = admitted {
-                return Action::Reply(refused_closed(sub_id, &refused));
-            }
-            if needs_auth {
-                return Action::Reply(RelayMessage::Closed { sub_id, message: AUTH_REQUIRED.into() });
-            }
-            if let Err(reason) = prepare_filters(lim, &sub_id, &mut filters) {
-                return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
+            if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
+                return Action::Reply(closed);
             }
             Action::Spawn(Box::pin(count(app.clone(), principal, sub_id, filters)))
         }
@@ -338,6 +326,23 @@ fn handle(
             Action::Spawn(Box::pin(authenticate(*event, challenge, relay_match)))
         }
     }
+}
+
+/// The checks a REQ and a COUNT share, in order: admission, authentication, limits (which also
+/// default and clamp each filter's `limit`). `Err` is the CLOSED that answers the frame.
+fn check_request(
+    admitted: Result<(), Refused>,
+    needs_auth: bool,
+    lim: &crate::config::Limitation,
+    sub_id: &str,
+    filters: &mut [Filter],
+) -> Result<(), RelayMessage> {
+    let closed = |message: String| RelayMessage::Closed { sub_id: sub_id.to_string(), message };
+    admitted.map_err(|refused| closed(refused.message()))?;
+    if needs_auth {
+        return Err(closed(AUTH_REQUIRED.into()));
+    }
+    prepare_filters(lim, sub_id, filters).map_err(|reason| closed(format!("error: {reason}")))
 }
 
 /// Checks a NIP-42 answer: signature, kind, challenge, relay, time.

@@ -99,6 +99,19 @@ impl TestRelay {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The NIP-11 document.
+    pub async fn nip11(&self) -> Value {
+        reqwest::Client::new()
+            .get(self.http_url("/"))
+            .header("Accept", "application/nostr+json")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn connect(&self) -> Client {
         let (ws, _) =
             tokio::time::timeout(STEP, tokio_tungstenite::connect_async_with_config(self.ws_url(), None, true))
