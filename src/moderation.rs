@@ -12,7 +12,7 @@ use std::sync::RwLock;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, LimitsConfig};
-use crate::protocol::{Event, EventId, Kind, PubKey};
+use crate::protocol::{Event, EventId, PubKey};
 use crate::store::{Store, StoreError};
 
 /// The settings document name.
@@ -156,17 +156,12 @@ impl Moderation {
     pub fn ip_blocked(&self, ip: &IpAddr) -> bool {
         self.read(|s| s.blocked_ips.contains_key(ip))
     }
-
-    /// True when `kind` is accepted by the kind allow list.
-    pub fn kind_allowed(&self, kind: Kind) -> bool {
-        self.read(|s| s.allowed_kinds.is_empty() || s.allowed_kinds.contains(&kind.0))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Keys, Timestamp};
+    use crate::protocol::{Keys, Kind, Timestamp};
 
     #[test]
     fn overrides_apply_over_the_configuration() {

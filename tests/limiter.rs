@@ -83,6 +83,22 @@ async fn sixty_reqs_and_an_event_get_correlated_refusals_and_no_notice() {
 }
 
 #[tokio::test]
+async fn malformed_frames_are_billed_too_and_refused_in_their_own_shape() {
+    let relay = TestRelay::start(|_| {}).await;
+    let mut c = relay.connect().await;
+    for _ in 0..50 {
+        c.send_text("{garbage").await;
+        assert!(c.recv().await[1].as_str().unwrap().starts_with("invalid: "));
+    }
+    c.send_text("{garbage").await;
+    assert_eq!(c.recv().await, json!(["NOTICE", ws_refusal(1)]));
+    c.send_text(r#"["EVENT",{"id":"abc"}]"#).await;
+    assert_eq!(c.recv().await, json!(["OK", "abc", false, ws_refusal(1)]));
+    c.send_text(r#"["REQ","s",{"ids":["nothex"]}]"#).await;
+    assert_eq!(c.recv().await, json!(["CLOSED", "s", ws_refusal(1)]));
+}
+
+#[tokio::test]
 async fn ephemeral_events_bill_ws_events_but_not_messages() {
     let relay = TestRelay::start(|c| c.limits.human.messages_per_min = 2).await;
     let mut c = relay.connect().await;

@@ -64,16 +64,41 @@ pub enum ParseError {
     },
 }
 
+/// What a refusal of a frame can be tied to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Correlation {
+    /// An EVENT or AUTH with this id (as sent): answered with `OK`.
+    Event(String),
+    /// A REQ or COUNT with this id: answered with `CLOSED`.
+    Subscription(String),
+    /// Nothing: answered with `NOTICE`.
+    None,
+}
+
+impl Correlation {
+    /// The frame that refuses with `message` (`"<prefix>: <text>"`).
+    pub fn refuse(self, message: String) -> RelayMessage {
+        match self {
+            Correlation::Event(id) => RelayMessage::ok(id, false, message),
+            Correlation::Subscription(sub_id) => RelayMessage::Closed { sub_id, message },
+            Correlation::None => RelayMessage::Notice(message),
+        }
+    }
+}
+
 impl ParseError {
+    /// What this failure can be tied to.
+    pub fn correlation(&self) -> Correlation {
+        match self {
+            ParseError::Uncorrelated(_) => Correlation::None,
+            ParseError::BadEvent { id, .. } => Correlation::Event(id.clone()),
+            ParseError::BadSubscription { sub_id, .. } => Correlation::Subscription(sub_id.clone()),
+        }
+    }
+
     /// The frame that answers this failure, correlated where the frame allows.
     pub fn reply(&self) -> RelayMessage {
-        match self {
-            ParseError::Uncorrelated(reason) => RelayMessage::Notice(format!("invalid: {reason}")),
-            ParseError::BadEvent { id, reason } => RelayMessage::ok(id, false, format!("invalid: {reason}")),
-            ParseError::BadSubscription { sub_id, reason } => {
-                RelayMessage::Closed { sub_id: sub_id.clone(), message: format!("invalid: {reason}") }
-            }
-        }
+        self.correlation().refuse(format!("invalid: {self}"))
     }
 }
 
@@ -131,6 +156,17 @@ fn strip_position(e: &serde_json::Error) -> String {
 }
 
 impl ClientMessage {
+    /// What a refusal of this frame is tied to.
+    pub fn correlation(&self) -> Correlation {
+        match self {
+            ClientMessage::Event(e) | ClientMessage::Auth(e) => Correlation::Event(e.id.to_hex()),
+            ClientMessage::Req { sub_id, .. } | ClientMessage::Count { sub_id, .. } => {
+                Correlation::Subscription(sub_id.clone())
+            }
+            ClientMessage::Close(_) => Correlation::None,
+        }
+    }
+
     /// Parses one text frame.
     pub fn parse(text: &str) -> Result<ClientMessage, ParseError> {
         let parts: Vec<Box<RawValue>> = serde_json::from_str(text)

@@ -15,5 +15,5 @@ pub mod verify;
 pub use event::{Event, EventId, Kind, KindClass, PubKey, Sig, Timestamp};
 pub use filter::Filter;
 pub use keys::Keys;
-pub use message::{ClientMessage, ParseError, RelayMessage};
+pub use message::{ClientMessage, Correlation, ParseError, RelayMessage};
 pub use verify::{VerifiedEvent, VerifyError};

@@ -23,7 +23,7 @@ use crate::ingest::{self, Publisher};
 use crate::limiter::{LimitType, Principal, Refused};
 use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::verify::verify;
-use crate::protocol::{ClientMessage, Event, Filter, ParseError, PubKey, RelayMessage, Timestamp};
+use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp};
 use crate::ws::session::{Session, prepare_filters};
 
 /// What the HTTP upgrade knew about the client.
@@ -229,25 +229,15 @@ fn challenge() -> String {
     hex::encode(bytes)
 }
 
-fn refused_ok(id: String, refused: &Refused) -> RelayMessage {
-    RelayMessage::ok(id, false, refused.message())
-}
-
 fn refused_closed(sub_id: String, refused: &Refused) -> RelayMessage {
-    RelayMessage::Closed { sub_id, message: refused.message() }
+    Correlation::Subscription(sub_id).refuse(refused.message())
 }
 
-/// Answers a frame too large to process, correlated where it can be.
-fn oversized(text: &str, limit: usize) -> RelayMessage {
-    let reason = format!("invalid: message is {} bytes, the limit is {limit}", text.len());
+/// What a refusal of `text` can be tied to, parsing it as far as it goes.
+fn correlate(text: &str) -> Correlation {
     match ClientMessage::parse(text) {
-        Ok(ClientMessage::Event(e)) | Ok(ClientMessage::Auth(e)) => RelayMessage::ok(e.id.to_hex(), false, reason),
-        Ok(ClientMessage::Req { sub_id, .. }) | Ok(ClientMessage::Count { sub_id, .. }) => {
-            RelayMessage::Closed { sub_id, message: reason }
-        }
-        Err(ParseError::BadEvent { id, .. }) => RelayMessage::ok(id, false, reason),
-        Err(ParseError::BadSubscription { sub_id, .. }) => RelayMessage::Closed { sub_id, message: reason },
-        Ok(ClientMessage::Close(_)) | Err(ParseError::Uncorrelated(_)) => RelayMessage::Notice(reason),
+        Ok(msg) => msg.correlation(),
+        Err(e) => e.correlation(),
     }
 }
 
@@ -261,18 +251,26 @@ fn handle(
     relay_match: Option<&RelayMatch>,
 ) -> Action {
     let lim = &app.config.limitation;
+    let principal = session.principal();
     if text.len() > lim.max_message_length {
-        return Action::Reply(oversized(text, lim.max_message_length));
+        // Oversized and unparseable frames are billed like any frame, so they are never free.
+        let message = match app.limiter.admit(&principal, LimitType::WsEvents) {
+            Ok(()) => format!("invalid: message is {} bytes, the limit is {}", text.len(), lim.max_message_length),
+            Err(refused) => refused.message(),
+        };
+        return Action::Reply(correlate(text).refuse(message));
     }
     let msg = match ClientMessage::parse(text) {
         Ok(msg) => msg,
         Err(e) => {
             tracing::debug!(error = %e, "unparseable frame");
-            return Action::Reply(e.reply());
+            return Action::Reply(match app.limiter.admit(&principal, LimitType::WsEvents) {
+                Ok(()) => e.reply(),
+                Err(refused) => e.correlation().refuse(refused.message()),
+            });
         }
     };
     metrics::counter!("hearth_frames_total").increment(1);
-    let principal = session.principal();
     // CLOSE and AUTH are never billed or refused: a client can always close and authenticate.
     // Everything else is billed on arrival, before any costly work.
     let admitted = match &msg {
@@ -285,7 +283,7 @@ fn handle(
             metrics::counter!("hearth_events_received_total").increment(1);
             let id = event.id.to_hex();
             if let Err(refused) = admitted {
-                return Action::Reply(refused_ok(id, &refused));
+                return Action::Reply(Correlation::Event(id).refuse(refused.message()));
             }
             if needs_auth {
                 return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
