@@ -200,12 +200,13 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
                     subs.remove(&sub);
                     core.close(&sub);
                 }
-                None => open = false,
+                None => {
+                    // The session was closed: nothing waits for answers, so nothing is resent.
+                    core.on_disconnect("session closed");
+                    open = false;
+                }
             },
             _ = sleep_until(wake) => core.on_tick(Instant::now()),
-        }
-        if publishes.is_empty() && subs.is_empty() && counts.is_empty() && commands.is_closed() {
-            open = false;
         }
     }
     let _ = sink.send(Message::Close(None)).await;
