@@ -140,10 +140,12 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
     let mut subs: HashMap<String, mpsc::Sender<Update>> = HashMap::new();
     let mut counts: HashMap<String, oneshot::Sender<Result<u64, String>>> = HashMap::new();
     let mut open = true;
+    let mut connected = true;
     while open {
         let now = Instant::now();
         while let Some(text) = core.poll_transmit(now) {
-            if sink.send(Message::text(text)).await.is_err() {
+            if !connected || sink.send(Message::text(text)).await.is_err() {
+                connected = false;
                 core.on_disconnect("connection reset");
                 break;
             }
@@ -177,11 +179,17 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
         }
         let wake = core.next_wakeup(Instant::now());
         tokio::select! {
-            frame = stream.next() => match frame {
+            frame = stream.next(), if connected => match frame {
                 Some(Ok(Message::Text(text))) => core.on_frame(text.as_str(), Instant::now()),
                 Some(Ok(_)) => {}
-                Some(Err(e)) => core.on_disconnect(&e.to_string()),
-                None => core.on_disconnect("connection closed by the relay"),
+                Some(Err(e)) => {
+                    connected = false;
+                    core.on_disconnect(&e.to_string());
+                }
+                None => {
+                    connected = false;
+                    core.on_disconnect("connection closed by the relay");
+                }
             },
             command = commands.recv() => match command {
                 Some(Command::Publish(event, tx)) => {
