@@ -177,6 +177,11 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
                 Update::Notice(_) => {}
             }
         }
+        if !connected {
+            // Dropping the senders tells every waiting subscriber and COUNT the connection is gone.
+            subs.clear();
+            counts.clear();
+        }
         let wake = core.next_wakeup(Instant::now());
         tokio::select! {
             frame = stream.next(), if connected => match frame {
