@@ -218,11 +218,12 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         return Outcome::RateLimited(refused);
     }
     drop(permit);
-    let event_for_fanout = verified.clone();
-    match app.store.put(verified).await {
+    // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
+    let verified = std::sync::Arc::new(verified);
+    match app.store.put(verified.clone()).await {
         Ok(PutOutcome::Stored(json)) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
-            app.fanout.publish(&event_for_fanout, &json);
+            app.fanout.publish(&verified, &json);
             Outcome::Accepted
         }
         Ok(PutOutcome::Duplicate) => {

@@ -9,12 +9,11 @@ use warp::reply::Response;
 use super::{Admin, ok_json, query_param};
 use crate::app::AppState;
 use crate::config::parse_pubkey;
-use crate::limiter::Principal;
+use crate::limiter::{Principal, Usage};
 use crate::rest::{ApiError, RequestCtx};
 
 /// The full report of one principal.
-fn report(app: &AppState, principal: &Principal) -> Value {
-    let usage = app.limiter.usage(principal);
+fn report(app: &AppState, principal: &Principal, usage: Usage) -> Value {
     let (connections, subscriptions) = app.fanout.presence(principal);
     let stored_events = match principal {
         Principal::Pubkey(pk) => app.store.count_by_author(pk),
@@ -33,13 +32,15 @@ fn report(app: &AppState, principal: &Principal) -> Value {
 pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String) -> Result<Response, ApiError> {
     let pk = parse_pubkey(&pubkey)
         .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
-    ok_json(&report(&app, &Principal::Pubkey(pk)))
+    let principal = Principal::Pubkey(pk);
+    ok_json(&report(&app, &principal, app.limiter.usage(&principal)))
 }
 
 /// `GET /admin/v1/usage/ip/{addr}`
 pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Result<Response, ApiError> {
     let ip = addr.parse().map_err(|_| ApiError::BadRequest(format!("`{addr}` is not an IP address")))?;
-    ok_json(&report(&app, &Principal::Ip(ip)))
+    let principal = Principal::Ip(ip);
+    ok_json(&report(&app, &principal, app.limiter.usage(&principal)))
 }
 
 /// `GET /admin/v1/usage?sort=refusals|usage&limit=N`: the busiest principals.
@@ -64,7 +65,7 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
             } else {
                 usage.limits.values().map(|l| l.used).sum()
             };
-            (score, report(&app, p))
+            (score, report(&app, p, usage))
         })
         .collect();
     scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));

@@ -120,9 +120,10 @@ impl Store {
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
     /// deletion apply. Returns once the outcome is on disk.
-    pub async fn put(&self, event: VerifiedEvent) -> Result<PutOutcome, StoreError> {
+    pub async fn put(&self, event: impl Into<Arc<VerifiedEvent>>) -> Result<PutOutcome, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.inner.tx.send(writer::WriteOp::Put { event, reply }).await.map_err(|_| StoreError::Closed)?;
+        let op = writer::WriteOp::Put { event: event.into(), reply };
+        self.inner.tx.send(op).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 

@@ -20,7 +20,7 @@ const MAX_GROUP: usize = 4096;
 
 /// A request to the writer.
 pub(super) enum WriteOp {
-    Put { event: VerifiedEvent, reply: oneshot::Sender<Result<PutOutcome, StoreError>> },
+    Put { event: std::sync::Arc<VerifiedEvent>, reply: oneshot::Sender<Result<PutOutcome, StoreError>> },
     Sweep { now: Timestamp, reply: oneshot::Sender<Result<usize, StoreError>> },
     Remove { id: EventId, reply: oneshot::Sender<Result<bool, StoreError>> },
     Shutdown { reply: oneshot::Sender<()> },
