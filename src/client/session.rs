@@ -42,6 +42,9 @@ pub struct Session {
     next_sub: std::sync::atomic::AtomicU64,
 }
 
+/// Share of the advertised rate the client paces at.
+const PACE_MARGIN: f64 = 0.9;
+
 /// The relay's advertised pace: `hearth_limits.human` from NIP-11, if it has one.
 pub async fn advertised_pace(relay_url: &str) -> Option<Pace> {
     let http_url = relay_url.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1);
@@ -58,7 +61,9 @@ pub async fn advertised_pace(relay_url: &str) -> Option<Pace> {
     let tier = &doc["hearth_limits"]["human"];
     let per_sec = tier["ws_events_per_sec"].as_f64()?;
     let window = tier["ws_burst_window_secs"].as_f64().unwrap_or(1.0);
-    Some(Pace { per_sec, burst: (per_sec * window).max(1.0) })
+    // A little under the limit: frames bunched by the network must not arrive faster than the
+    // relay admits them once the burst is spent.
+    Some(Pace { per_sec: per_sec * PACE_MARGIN, burst: (per_sec * window - 1.0).max(1.0) })
 }
 
 impl Session {
