@@ -10,23 +10,27 @@
 //! It knows nothing of connections, quotas or the wire: a second backend implements these same
 //! methods.
 
+mod index;
 pub mod keys;
+pub mod record;
 mod writer;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::protocol::{Event, EventId, Filter, PubKey, Timestamp, VerifiedEvent};
-use keys::IndexPrefix;
+use crate::protocol::{EventId, Filter, PubKey, Timestamp, VerifiedEvent};
+use index::{Index, Key, Serial};
 
 /// Current on-disk layout version.
-const SCHEMA_VERSION: u8 = 1;
+const SCHEMA_VERSION: u8 = 2;
+/// The tree of this layout; older layouts lived in other trees.
+const EVENTS_TREE: &str = "events_v2";
 /// Pending writes queued for the writer before `put` waits.
-const WRITE_QUEUE: usize = 8192;
+const WRITE_QUEUE: usize = 4096;
 /// More author × kind pairs than this are scanned by author only.
 const MAX_PAIRS: usize = 256;
 
@@ -45,6 +49,9 @@ pub enum StoreError {
     /// A stored record could not be decoded.
     #[error("storage: corrupt record: {0}")]
     Corrupt(String),
+    /// A stored event record could not be decoded.
+    #[error("storage: corrupt {0}")]
+    Record(#[from] record::RecordError),
     /// The writer has stopped (shutdown or a fatal error).
     #[error("storage: writer is not running")]
     Closed,
@@ -80,6 +87,8 @@ struct Inner {
     /// The admin audit log, keyed by a big-endian sequence number.
     audit: sled::Tree,
     tx: mpsc::Sender<writer::WriteOp>,
+    /// The secondary indexes; written by the writer thread only.
+    index: Arc<RwLock<Index>>,
 }
 
 impl Store {
@@ -102,7 +111,10 @@ impl Store {
     }
 
     fn from_db(db: sled::Db) -> Result<Store, StoreError> {
-        let tree = db.open_tree("events_v1")?;
+        if db.tree_names().iter().any(|name| name.as_ref() == b"events_v1") {
+            return Err(StoreError::Schema { found: 1 });
+        }
+        let tree = db.open_tree(EVENTS_TREE)?;
         match tree.get(keys::meta("schema"))? {
             None => {
                 tree.insert(keys::meta("schema"), &[SCHEMA_VERSION])?;
@@ -111,11 +123,14 @@ impl Store {
             Some(v) if v.as_ref() == [SCHEMA_VERSION] => {}
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
         }
+        let (index, next_serial) = rebuild_index(&tree)?;
+        let index = Arc::new(RwLock::new(index));
         let settings = db.open_tree("settings_v1")?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-        writer::spawn(db.clone(), tree.clone(), rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, tx }) })
+        let w = writer::Writer { db: db.clone(), tree: tree.clone(), index: index.clone(), next_serial };
+        writer::spawn(w, rx)?;
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, tx, index }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -179,43 +194,56 @@ impl Store {
 
     /// True when an event with this id is stored.
     pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        Ok(self.inner.tree.contains_key(keys::event(id))?)
+        Ok(self.inner.tree.contains_key(keys::id(id))?)
+    }
+
+    /// The record of a stored event by id.
+    fn record_by_id(&self, id: &EventId) -> Result<Option<sled::IVec>, StoreError> {
+        match self.inner.tree.get(keys::id(id))? {
+            Some(serial) => Ok(self.inner.tree.get(keys::event(writer::decode_serial(&serial)?))?),
+            None => Ok(None),
+        }
     }
 
     /// One stored event by id (expired events are not served).
     pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<Arc<RawValue>>, StoreError> {
-        match self.inner.tree.get(keys::event(id))? {
-            Some(value) => {
-                let (expiration, json) = split_value(&value)?;
-                if is_expired(expiration, now) {
-                    return Ok(None);
-                }
-                Ok(Some(raw_json(json)?))
-            }
-            None => Ok(None),
+        match self.record_by_id(id)? {
+            Some(stored) if !record::header(&stored)?.is_expired(now) => Ok(Some(render(&stored)?)),
+            _ => Ok(None),
         }
     }
 
     /// Stored events matching any filter: newest first, ties lowest id first, each filter's
     /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
     pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<Arc<RawValue>>, StoreError> {
-        let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), sled::IVec> = BTreeMap::new();
+        let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
         for filter in filters {
             let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-            for (key, json) in self.scan(filter, limit, now)? {
-                all.insert(key, json);
+            for hit in self.scan(filter, limit, now)? {
+                all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
             }
         }
-        all.into_values().map(|v| raw_json(&v)).collect()
+        let mut out = Vec::with_capacity(all.len());
+        for hit in all.into_values() {
+            let stored = match hit.record {
+                Some(stored) => stored,
+                // Removed since the scan: not served.
+                None => match self.inner.tree.get(keys::event(hit.serial))? {
+                    Some(stored) => stored,
+                    None => continue,
+                },
+            };
+            out.push(render(&stored)?);
+        }
+        Ok(out)
     }
 
     /// How many stored events match any filter (NIP-45); `limit` is ignored.
     pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
         let mut ids = HashSet::new();
         for filter in filters {
-            let unlimited = Filter { limit: None, ..filter.clone() };
-            for ((_, id), _) in self.scan(&unlimited, usize::MAX, now)? {
-                ids.insert(id);
+            for hit in self.scan(filter, usize::MAX, now)? {
+                ids.insert(hit.id);
             }
         }
         Ok(ids.len() as u64)
@@ -247,7 +275,17 @@ impl Store {
 
     /// How many events by `author` are stored.
     pub fn count_by_author(&self, author: &PubKey) -> usize {
-        self.inner.tree.scan_prefix(IndexPrefix::Author(*author).bytes()).count()
+        self.index().len(&Key::Author(*author))
+    }
+
+    /// How many events are stored.
+    pub fn len(&self) -> usize {
+        self.index().events()
+    }
+
+    /// True when no event is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Bytes the database occupies on disk.
@@ -255,66 +293,79 @@ impl Store {
         Ok(self.inner.db.size_on_disk()?)
     }
 
-    /// The newest `limit` events of one filter, in order.
-    fn scan(&self, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<ScanHit>, StoreError> {
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.inner.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The newest `limit` events of one filter, in order (ties: lowest id first).
+    fn scan(&self, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<Hit>, StoreError> {
         if limit == 0 || filter.is_empty_set() {
             return Ok(Vec::new());
         }
         let tree = &self.inner.tree;
-        let plan = Plan::of(filter);
-        let mut hits: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), sled::IVec> = BTreeMap::new();
-        match &plan {
+        let mut hits = Vec::new();
+        match Plan::of(filter) {
             Plan::Ids(ids) => {
                 for id in ids {
-                    if let Some(value) = tree.get(keys::event(id))? {
-                        let (expiration, json) = split_value(&value)?;
-                        if is_expired(expiration, now) {
-                            continue;
-                        }
-                        let event = parse_stored(json)?;
-                        if filter.matches(&event) {
-                            hits.insert((std::cmp::Reverse(event.created_at), *id), sled::IVec::from(json));
-                        }
+                    let Some(stored) = self.record_by_id(&id)? else { continue };
+                    let header = record::header(&stored)?;
+                    if !header.is_expired(now) && filter.matches(&record::decode(&stored)?) {
+                        hits.push(Hit { created_at: header.created_at, id, serial: 0, record: Some(stored) });
                     }
                 }
             }
-            Plan::Scan { prefixes, needs_check } => {
-                for prefix in prefixes {
-                    let (start, end) = prefix.range(filter.since, filter.until);
+            Plan::Scan { keys, check_tags } => {
+                let index = self.index();
+                for key in &keys {
                     let mut taken = 0;
-                    for item in tree.range(start..=end) {
-                        let (index_key, _) = item?;
-                        let (at, id) = keys::split_entry(&index_key)
-                            .ok_or_else(|| StoreError::Corrupt("short index key".into()))?;
-                        let Some(value) = tree.get(keys::event(&id))? else {
-                            continue;
-                        };
-                        let (expiration, json) = split_value(&value)?;
-                        if is_expired(expiration, now) {
-                            continue;
-                        }
-                        if *needs_check && !filter.matches(&parse_stored(json)?) {
-                            continue;
-                        }
-                        hits.insert((std::cmp::Reverse(at), id), sled::IVec::from(json));
-                        taken += 1;
-                        if taken >= limit {
+                    let mut last = None;
+                    for (at, serial) in index.scan(key, filter.since, filter.until) {
+                        // Past the limit, only ties of the last time taken can still sort in.
+                        if taken >= limit && last != Some(at) {
                             break;
                         }
+                        let Some(header) = index.header(serial) else { continue };
+                        if header.is_expired(now)
+                            || filter.kinds.as_ref().is_some_and(|k| !k.contains(&header.kind))
+                            || filter.authors.as_ref().is_some_and(|a| !a.contains(&header.pubkey))
+                        {
+                            continue;
+                        }
+                        let mut record = None;
+                        if check_tags {
+                            let Some(stored) = tree.get(keys::event(serial))? else { continue };
+                            if !filter.matches(&record::decode(&stored)?) {
+                                continue;
+                            }
+                            record = Some(stored);
+                        }
+                        hits.push(Hit { created_at: at, id: header.id, serial, record });
+                        taken += 1;
+                        last = Some(at);
                     }
                 }
             }
         }
-        Ok(hits.into_iter().take(limit).collect())
+        hits.sort_by_key(|h| (std::cmp::Reverse(h.created_at), h.id));
+        hits.dedup_by(|a, b| a.id == b.id);
+        hits.truncate(limit);
+        Ok(hits)
     }
 }
 
-type ScanHit = ((std::cmp::Reverse<Timestamp>, EventId), sled::IVec);
+/// One event a scan found: its sort key, and its record when the scan already read it.
+struct Hit {
+    created_at: Timestamp,
+    id: EventId,
+    serial: Serial,
+    record: Option<sled::IVec>,
+}
 
-/// Which index serves a filter, and whether matches must be re-checked against the full filter.
+/// Which index list serves a filter, and whether the filter's tag conditions must be checked
+/// against the record (authors, kinds, times and expiry are checked from the index).
 enum Plan {
     Ids(Vec<EventId>),
-    Scan { prefixes: Vec<IndexPrefix>, needs_check: bool },
+    Scan { keys: Vec<Key>, check_tags: bool },
 }
 
 impl Plan {
@@ -326,48 +377,44 @@ impl Plan {
         if let (Some(authors), Some(kinds)) = (&f.authors, &f.kinds)
             && authors.len() * kinds.len() <= MAX_PAIRS
         {
-            let prefixes =
-                authors.iter().flat_map(|a| kinds.iter().map(move |k| IndexPrefix::AuthorKind(*a, *k))).collect();
-            return Plan::Scan { prefixes, needs_check: has_tags };
+            let keys = authors.iter().flat_map(|a| kinds.iter().map(move |k| Key::AuthorKind(*a, *k))).collect();
+            return Plan::Scan { keys, check_tags: has_tags };
         }
         if let Some(authors) = &f.authors {
-            let prefixes = authors.iter().map(|a| IndexPrefix::Author(*a)).collect();
-            return Plan::Scan { prefixes, needs_check: has_tags || f.kinds.is_some() };
+            return Plan::Scan { keys: authors.iter().map(|a| Key::Author(*a)).collect(), check_tags: has_tags };
         }
         if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len())
             && letter.is_ascii()
         {
             let letter = *letter as u8;
-            let prefixes = values.iter().map(|v| IndexPrefix::Tag(letter, v.clone())).collect();
-            // Long values are hashed in the key; several tag letters need the others checked.
-            let hashed = values.iter().any(|v| v.len() > 64);
-            return Plan::Scan { prefixes, needs_check: hashed || f.tags.len() > 1 || f.kinds.is_some() };
+            let keys = values.iter().map(|v| Key::Tag(letter, v.as_str().into())).collect();
+            return Plan::Scan { keys, check_tags: f.tags.len() > 1 };
         }
         if let Some(kinds) = &f.kinds {
-            let prefixes = kinds.iter().map(|k| IndexPrefix::Kind(*k)).collect();
-            return Plan::Scan { prefixes, needs_check: has_tags };
+            return Plan::Scan { keys: kinds.iter().map(|k| Key::Kind(*k)).collect(), check_tags: has_tags };
         }
-        Plan::Scan { prefixes: vec![IndexPrefix::Created], needs_check: has_tags }
+        Plan::Scan { keys: vec![Key::All], check_tags: has_tags }
     }
 }
 
-/// Splits a stored `e` value into its expiration (0 = none) and JSON.
-fn split_value(value: &[u8]) -> Result<(u64, &[u8]), StoreError> {
-    if value.len() < 8 {
-        return Err(StoreError::Corrupt("short event record".into()));
+/// Reads every record into a fresh index; returns it and the next free serial.
+fn rebuild_index(tree: &sled::Tree) -> Result<(Index, Serial), StoreError> {
+    let started = std::time::Instant::now();
+    let mut index = Index::default();
+    let mut next = 1;
+    for item in tree.scan_prefix([keys::EVENT]) {
+        let (key, stored) = item?;
+        let serial = keys::serial_of(&key).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
+        let header = record::header(&stored)?;
+        index.insert(serial, header, index::keys_of(&header, &record::tags(&stored)?));
+        next = serial + 1;
     }
-    let (exp, json) = value.split_at(8);
-    let exp: [u8; 8] = exp.try_into().map_err(|_| StoreError::Corrupt("short event record".into()))?;
-    Ok((u64::from_be_bytes(exp), json))
+    tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
+    Ok((index, next))
 }
 
-fn is_expired(expiration: u64, now: Timestamp) -> bool {
-    expiration != 0 && expiration <= now.0
-}
-
-fn parse_stored(json: &[u8]) -> Result<Event, StoreError> {
-    let text = std::str::from_utf8(json).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    Event::from_json(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+fn render(stored: &[u8]) -> Result<Arc<RawValue>, StoreError> {
+    RawValue::from_string(record::render(stored)?).map(Arc::from).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 fn raw_json(json: &[u8]) -> Result<Arc<RawValue>, StoreError> {

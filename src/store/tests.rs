@@ -1,6 +1,6 @@
 use super::*;
 use crate::protocol::verify::verify;
-use crate::protocol::{Keys, Kind};
+use crate::protocol::{Event, Keys, Kind};
 
 fn keys(n: u8) -> Keys {
     Keys::from_bytes([n; 32]).unwrap()
@@ -117,4 +117,100 @@ async fn query_orders_newest_first_and_limits_per_filter() {
     assert_eq!(ids(&store, r#"{"limit":0}"#), Vec::<EventId>::new());
     let f: Filter = serde_json::from_str(r#"{"kinds":[1]}"#).unwrap();
     assert_eq!(store.count(&[f.clone(), f], Timestamp(0)).unwrap(), 5);
+}
+
+#[tokio::test]
+async fn a_limit_that_cuts_a_tie_keeps_the_lowest_ids() {
+    let store = Store::temporary().unwrap();
+    let k = keys(5);
+    let mut same_second = Vec::new();
+    for i in 0..12 {
+        let e = signed(&k, 50, 1, &[&["n", &i.to_string()]]);
+        store.put(e.clone()).await.unwrap();
+        same_second.push(e.id);
+    }
+    store.put(signed(&k, 60, 1, &[])).await.unwrap();
+    same_second.sort();
+    let got = ids(&store, r#"{"kinds":[1],"limit":4}"#);
+    assert_eq!(got[1..], same_second[..3]);
+    assert_eq!(
+        ids(&store, r#"{"authors":["0000000000000000000000000000000000000000000000000000000000000000"]}"#),
+        vec![]
+    );
+}
+
+#[tokio::test]
+async fn writes_of_one_group_see_each_other() {
+    // Sent together, these can land in one writer group: the duplicate, the older replaceable version
+    // and the deleted event must each be judged against the writes before them in the group.
+    let store = Store::temporary().unwrap();
+    let k = keys(6);
+    let note = signed(&k, 10, 1, &[]);
+    let (old, new) = (signed(&k, 10, 0, &[]), signed(&k, 20, 0, &[]));
+    let doomed = signed(&k, 10, 1, &[&["t", "x"]]);
+    let deletion = signed(&k, 30, 5, &[&["e", &doomed.id.to_hex()]]);
+    let outcomes = futures_util::future::join_all([
+        store.put(note.clone()),
+        store.put(note.clone()),
+        store.put(new.clone()),
+        store.put(old.clone()),
+        store.put(doomed.clone()),
+        store.put(deletion.clone()),
+        store.put(doomed.clone()),
+    ])
+    .await;
+    let names: Vec<&str> = outcomes
+        .into_iter()
+        .map(|o| match o.unwrap() {
+            PutOutcome::Stored(_) => "stored",
+            PutOutcome::Duplicate => "duplicate",
+            PutOutcome::Superseded => "superseded",
+            PutOutcome::Deleted => "deleted",
+        })
+        .collect();
+    assert_eq!(names, ["stored", "duplicate", "stored", "superseded", "stored", "stored", "deleted"]);
+    let mut left = ids(&store, "{}");
+    left.sort();
+    let mut want = vec![note.id, new.id, deletion.id];
+    want.sort();
+    assert_eq!(left, want);
+    assert_eq!(ids(&store, r##"{"#t":["x"]}"##), vec![]);
+    assert_eq!(store.len(), 3);
+}
+
+#[tokio::test]
+async fn reopening_rebuilds_the_index_and_new_records_overwrite_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(7);
+    let first: Vec<_> = (0..5).map(|i| signed(&k, 100 + i, 1, &[&["t", "a"]])).collect();
+    {
+        let store = Store::open(dir.path(), 8).unwrap();
+        for e in &first {
+            store.put(e.clone()).await.unwrap();
+        }
+        store.remove(first[4].id).await.unwrap();
+        store.shutdown().await.unwrap();
+    }
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!(store.len(), 4);
+    let later = signed(&k, 50, 1, &[&["t", "a"]]);
+    store.put(later.clone()).await.unwrap();
+    let want: Vec<EventId> = [3, 2, 1, 0].iter().map(|&i| first[i].id).chain([later.id]).collect();
+    assert_eq!(ids(&store, r##"{"#t":["a"]}"##), want);
+    assert_eq!(store.count_by_author(&k.public_key()), 5);
+    assert!(matches!(store.put(first[0].clone()).await.unwrap(), PutOutcome::Duplicate));
+}
+
+#[test]
+fn a_data_directory_of_the_first_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("events_v1").unwrap();
+        db.flush().unwrap();
+    }
+    match Store::open(dir.path(), 8) {
+        Err(e) => assert_eq!(e.to_string(), "storage: data directory has schema version 1, this hearth reads 2"),
+        Ok(_) => panic!("a v1 directory was opened"),
+    }
 }

@@ -1,18 +1,23 @@
-//! The single writer thread: atomic per-event batches and group commit.
+//! The single writer thread: atomic groups and group commit.
 //!
-//! Owns every mutation of the event tree. One thread applies writes in arrival order, so the
-//! read-check-write of deduplication, replacement and deletion needs no transaction; each event
-//! with all its index entries is one `apply_batch` (atomic in sled). Every write that arrived
-//! while the previous flush ran shares the next flush; replies are sent only after it, so an
-//! `OK true` always means "on disk".
+//! Owns every mutation of the event tree and of the in-memory index. One thread applies writes in
+//! arrival order, so the read-check-write of deduplication, replacement and deletion needs no
+//! transaction. Every write that arrived while the previous flush ran joins one group: its changes
+//! collect in an overlay ([`Pending`]) that later writes of the same group read through, and the
+//! whole group goes to sled as one atomic `apply_batch` and one flush. Replies are sent only after
+//! the flush, so an `OK true` always means "on disk". (One batch per group instead of one per
+//! event: measured 30,000 against 6,900 events/s in sled.)
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use sled::{Batch, IVec, Tree};
 use tokio::sync::{mpsc, oneshot};
 
-use super::keys::{self, IndexPrefix};
-use super::{PutOutcome, StoreError, parse_stored, raw_json, split_value};
+use super::index::{self, Index, Key, Serial};
+use super::keys;
+use super::record::{self, Header};
+use super::{PutOutcome, StoreError, raw_json};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp, VerifiedEvent};
 
 /// Writes handled between two flushes at most.
@@ -20,7 +25,7 @@ const MAX_GROUP: usize = 4096;
 
 /// A request to the writer.
 pub(super) enum WriteOp {
-    Put { event: std::sync::Arc<VerifiedEvent>, reply: oneshot::Sender<Result<PutOutcome, StoreError>> },
+    Put { event: Arc<VerifiedEvent>, reply: oneshot::Sender<Result<PutOutcome, StoreError>> },
     Sweep { now: Timestamp, reply: oneshot::Sender<Result<usize, StoreError>> },
     Remove { id: EventId, reply: oneshot::Sender<Result<bool, StoreError>> },
     Shutdown { reply: oneshot::Sender<()> },
@@ -33,42 +38,148 @@ enum Reply {
 }
 
 impl Reply {
-    /// Sends the outcome, or the flush error when the group did not reach the disk.
-    fn send(self, flushed: &Result<usize, sled::Error>) {
-        fn pick<T>(outcome: Result<T, StoreError>, flushed: &Result<usize, sled::Error>) -> Result<T, StoreError> {
-            match flushed {
-                Ok(_) => outcome,
+    /// Sends the outcome, or the error when the group did not reach the disk.
+    fn send(self, written: &Result<(), sled::Error>) {
+        fn pick<T>(outcome: Result<T, StoreError>, written: &Result<(), sled::Error>) -> Result<T, StoreError> {
+            match written {
+                Ok(()) => outcome,
                 Err(e) => Err(StoreError::Sled(e.clone())),
             }
         }
         // A dropped receiver means the requester gave up; the write stands either way.
         let _ = match self {
-            Reply::Put(tx, outcome) => tx.send(pick(outcome, flushed)).map_err(drop),
-            Reply::Sweep(tx, outcome) => tx.send(pick(outcome, flushed)).map_err(drop),
-            Reply::Remove(tx, outcome) => tx.send(pick(outcome, flushed)).map_err(drop),
+            Reply::Put(tx, outcome) => tx.send(pick(outcome, written)).map_err(drop),
+            Reply::Sweep(tx, outcome) => tx.send(pick(outcome, written)).map_err(drop),
+            Reply::Remove(tx, outcome) => tx.send(pick(outcome, written)).map_err(drop),
         };
     }
 }
 
-pub(super) fn spawn(db: sled::Db, tree: Tree, rx: mpsc::Receiver<WriteOp>) -> Result<(), StoreError> {
+/// A change to the in-memory index, applied once the group is in sled.
+enum IndexOp {
+    Insert(Serial, Header, Vec<Key>),
+    Remove(Serial, Vec<Key>),
+}
+
+/// The writes of one group not yet in sled, read through by later writes of the same group.
+/// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway
+/// leaves nothing behind.
+struct Pending<'t> {
+    tree: &'t Tree,
+    group: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    group_index: Vec<IndexOp>,
+    op: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    op_index: Vec<IndexOp>,
+}
+
+impl<'t> Pending<'t> {
+    fn new(tree: &'t Tree) -> Pending<'t> {
+        Pending { tree, group: HashMap::new(), group_index: Vec::new(), op: HashMap::new(), op_index: Vec::new() }
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
+        match self.op.get(key).or_else(|| self.group.get(key)) {
+            Some(value) => Ok(value.as_deref().map(IVec::from)),
+            None => Ok(self.tree.get(key)?),
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> Result<bool, StoreError> {
+        match self.op.get(key).or_else(|| self.group.get(key)) {
+            Some(value) => Ok(value.is_some()),
+            None => Ok(self.tree.contains_key(key)?),
+        }
+    }
+
+    fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.op.insert(key.into(), Some(value.into()));
+    }
+
+    fn remove(&mut self, key: impl Into<Vec<u8>>) {
+        self.op.insert(key.into(), None);
+    }
+
+    /// Ends the write in progress: keeps its changes when it succeeded, drops them otherwise.
+    fn finish<T>(&mut self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+        if outcome.is_ok() {
+            self.group.extend(self.op.drain());
+            self.group_index.append(&mut self.op_index);
+        } else {
+            self.op.clear();
+            self.op_index.clear();
+        }
+        outcome
+    }
+
+    fn is_empty(&self) -> bool {
+        self.group.is_empty()
+    }
+
+    /// Applies the group to sled as one atomic batch, then to the index.
+    fn apply(&mut self, index: &RwLock<Index>) -> Result<(), sled::Error> {
+        let mut batch = Batch::default();
+        for (key, value) in self.group.drain() {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None => batch.remove(key),
+            }
+        }
+        let ops = std::mem::take(&mut self.group_index);
+        self.tree.apply_batch(batch)?;
+        let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
+        for op in ops {
+            match op {
+                IndexOp::Insert(serial, header, keys) => index.insert(serial, header, keys),
+                IndexOp::Remove(serial, keys) => index.remove(serial, &keys),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the writer thread owns.
+pub(super) struct Writer {
+    pub db: sled::Db,
+    pub tree: Tree,
+    pub index: Arc<RwLock<Index>>,
+    /// The serial the next stored event gets.
+    pub next_serial: Serial,
+}
+
+pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("hearth-writer".into())
-        .spawn(move || run(db, tree, rx))
+        .spawn(move || run(writer, rx))
         .map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
     Ok(())
 }
 
-fn run(db: sled::Db, tree: Tree, mut rx: mpsc::Receiver<WriteOp>) {
+fn run(mut w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else { break };
         let mut replies = Vec::new();
+        let mut pending = Pending::new(&w.tree);
+        let mut applied: Result<(), sled::Error> = Ok(());
         let mut next = Some(first);
         while let Some(op) = next.take() {
             match op {
-                WriteOp::Put { event, reply } => replies.push(Reply::Put(reply, put(&tree, &event))),
-                WriteOp::Sweep { now, reply } => replies.push(Reply::Sweep(reply, sweep(&tree, now))),
-                WriteOp::Remove { id, reply } => replies.push(Reply::Remove(reply, remove(&tree, &id))),
+                WriteOp::Put { event, reply } => {
+                    let outcome = put(&mut pending, &mut w.next_serial, &event);
+                    replies.push(Reply::Put(reply, pending.finish(outcome)));
+                }
+                WriteOp::Sweep { now, reply } => {
+                    // The sweep scans the tree, so the group so far goes in first.
+                    if !pending.is_empty() && applied.is_ok() {
+                        applied = pending.apply(&w.index);
+                    }
+                    let outcome = sweep(&mut pending, now);
+                    replies.push(Reply::Sweep(reply, pending.finish(outcome)));
+                }
+                WriteOp::Remove { id, reply } => {
+                    let outcome = remove_into(&mut pending, &id).map(|removed| removed.is_some());
+                    replies.push(Reply::Remove(reply, pending.finish(outcome)));
+                }
                 WriteOp::Shutdown { reply } => {
                     shutdown = Some(reply);
                     break;
@@ -78,42 +189,24 @@ fn run(db: sled::Db, tree: Tree, mut rx: mpsc::Receiver<WriteOp>) {
                 next = rx.try_recv().ok();
             }
         }
-        // One flush for the whole group; nothing is acknowledged before it.
-        let flushed = db.flush();
-        for reply in replies {
-            reply.send(&flushed);
+        if applied.is_ok() && !pending.is_empty() {
+            applied = pending.apply(&w.index);
         }
-        if let Err(e) = flushed {
-            tracing::error!(error = %e, "flush failed; writes of this group were not acknowledged");
+        // One flush for the whole group; nothing is acknowledged before it.
+        let written = applied.and_then(|()| w.db.flush().map(drop));
+        if let Err(e) = &written {
+            tracing::error!(error = %e, "writing a group failed; its writes were not acknowledged");
+        }
+        for reply in replies {
+            reply.send(&written);
         }
     }
-    if let Err(e) = db.flush() {
+    if let Err(e) = w.db.flush() {
         tracing::error!(error = %e, "final flush failed");
     }
     if let Some(reply) = shutdown {
         let _ = reply.send(());
     }
-}
-
-/// Every index key of a stored event (not the `e` record, the address or the expiry entry).
-fn index_keys(event: &Event) -> Vec<Vec<u8>> {
-    let (at, id) = (event.created_at, &event.id);
-    let mut out = vec![
-        IndexPrefix::Created.entry(at, id),
-        IndexPrefix::Author(event.pubkey).entry(at, id),
-        IndexPrefix::Kind(event.kind).entry(at, id),
-        IndexPrefix::AuthorKind(event.pubkey, event.kind).entry(at, id),
-    ];
-    let tags: BTreeSet<(u8, &str)> = event
-        .tags
-        .iter()
-        .filter_map(|t| match (t.first().map(String::as_bytes), t.get(1)) {
-            (Some([letter]), Some(value)) if letter.is_ascii_alphabetic() => Some((*letter, value.as_str())),
-            _ => None,
-        })
-        .collect();
-    out.extend(tags.into_iter().map(|(letter, value)| IndexPrefix::Tag(letter, value.to_string()).entry(at, id)));
-    out
 }
 
 fn address_of(event: &Event) -> Option<Vec<u8>> {
@@ -150,89 +243,93 @@ fn read_u64(value: &IVec) -> u64 {
     value.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
-/// Removes a stored event and everything that points at it into `batch`. Returns the event.
-fn remove_into(tree: &Tree, batch: &mut Batch, id: &EventId) -> Result<Option<Event>, StoreError> {
-    let Some(value) = tree.get(keys::event(id))? else { return Ok(None) };
-    let (expiration, json) = split_value(&value)?;
-    let event = parse_stored(json)?;
-    batch.remove(keys::event(id));
-    for key in index_keys(&event) {
-        batch.remove(key);
-    }
-    if expiration != 0 {
-        batch.remove(keys::expiry(Timestamp(expiration), id));
+/// The serial stored under an `i` key.
+pub(super) fn decode_serial(value: &[u8]) -> Result<Serial, StoreError> {
+    value.try_into().map(u64::from_be_bytes).map_err(|_| StoreError::Corrupt("id entry".into()))
+}
+
+/// Removes a stored event and everything that points at it. Returns the event.
+fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreError> {
+    let Some(serial) = p.get(&keys::id(id))? else { return Ok(None) };
+    let serial = decode_serial(&serial)?;
+    p.remove(keys::id(id));
+    let Some(stored) = p.get(&keys::event(serial))? else { return Ok(None) };
+    let event = record::decode(&stored)?;
+    p.remove(keys::event(serial).to_vec());
+    if let Some(expiration) = event.expiration() {
+        p.remove(keys::expiry(expiration, id));
     }
     if let Some(address) = address_of(&event)
-        && let Some(current) = tree.get(&address)?
+        && let Some(current) = p.get(&address)?
         && decode_address(&current)?.0 == *id
     {
-        batch.remove(address);
+        p.remove(address);
     }
+    let header = record::header(&stored)?;
+    p.op_index.push(IndexOp::Remove(serial, index::keys_of(&header, &event.tags)));
     Ok(Some(event))
 }
 
-fn put(tree: &Tree, verified: &VerifiedEvent) -> Result<PutOutcome, StoreError> {
+fn put(p: &mut Pending, next_serial: &mut Serial, verified: &VerifiedEvent) -> Result<PutOutcome, StoreError> {
     let event = verified.event();
-    if tree.contains_key(keys::event(&event.id))? {
+    if p.contains(&keys::id(&event.id))? {
         return Ok(PutOutcome::Duplicate);
     }
-    if let Some(deleter) = tree.get(keys::tombstone(&event.id))?
+    if let Some(deleter) = p.get(&keys::tombstone(&event.id))?
         && deleter.as_ref() == event.pubkey.0
     {
         return Ok(PutOutcome::Deleted);
     }
-    let mut batch = Batch::default();
     if let Some(address) = address_of(event) {
         if let Some(tombstone_key) = address_tombstone_of(event)
-            && let Some(deleted_at) = tree.get(tombstone_key)?
+            && let Some(deleted_at) = p.get(&tombstone_key)?
             && event.created_at.0 <= read_u64(&deleted_at)
         {
             return Ok(PutOutcome::Deleted);
         }
-        if let Some(current) = tree.get(&address)? {
+        if let Some(current) = p.get(&address)? {
             let (old_id, old_at) = decode_address(&current)?;
             // Newest wins; at equal created_at the lowest id wins.
             if (std::cmp::Reverse(old_at), old_id) < (std::cmp::Reverse(event.created_at), event.id) {
                 return Ok(PutOutcome::Superseded);
             }
-            remove_into(tree, &mut batch, &old_id)?;
+            remove_into(p, &old_id)?;
         }
-        batch.insert(address, encode_address(&event.id, event.created_at));
+        p.insert(address, encode_address(&event.id, event.created_at));
     }
-    let json = event.to_json();
-    let expiration = event.expiration().map_or(0, |t| t.0);
-    let mut value = Vec::with_capacity(8 + json.len());
-    value.extend_from_slice(&expiration.to_be_bytes());
-    value.extend_from_slice(json.as_bytes());
-    batch.insert(keys::event(&event.id), value);
-    for key in index_keys(event) {
-        batch.insert(key, &[]);
+    let serial = *next_serial;
+    *next_serial += 1;
+    let stored = record::encode(event);
+    let header = record::header(&stored)?;
+    if header.expiration != 0 {
+        p.insert(keys::expiry(Timestamp(header.expiration), &event.id), []);
     }
-    if expiration != 0 {
-        batch.insert(keys::expiry(Timestamp(expiration), &event.id), &[]);
-    }
+    p.insert(keys::event(serial).to_vec(), stored);
+    p.insert(keys::id(&event.id), serial.to_be_bytes());
+    p.op_index.push(IndexOp::Insert(serial, header, index::keys_of(&header, &event.tags)));
     if event.kind == Kind::DELETION {
-        delete_targets(tree, &mut batch, event)?;
+        delete_targets(p, event)?;
     }
-    tree.apply_batch(batch)?;
-    Ok(PutOutcome::Stored(raw_json(json.as_bytes())?))
+    Ok(PutOutcome::Stored(raw_json(event.to_json().as_bytes())?))
 }
 
 /// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records
 /// tombstones so they cannot come back.
-fn delete_targets(tree: &Tree, batch: &mut Batch, deletion: &Event) -> Result<(), StoreError> {
+fn delete_targets(p: &mut Pending, deletion: &Event) -> Result<(), StoreError> {
     let author = deletion.pubkey;
     for value in deletion.tag_values("e") {
         let Some(id) = EventId::from_hex(value) else { continue };
-        if let Some(stored) = tree.get(keys::event(&id))? {
-            let target = parse_stored(split_value(&stored)?.1)?;
+        if let Some(serial) = p.get(&keys::id(&id))?
+            && let Some(stored) = p.get(&keys::event(decode_serial(&serial)?))?
+        {
+            let target = record::header(&stored)?;
             // Only the author's own events; a deletion cannot delete a deletion.
             if target.pubkey != author || target.kind == Kind::DELETION {
                 continue;
             }
-            remove_into(tree, batch, &id)?;
+            remove_into(p, &id)?;
         }
-        batch.insert(keys::tombstone(&id), &author.0);
+        p.insert(keys::tombstone(&id), author.0);
     }
     for value in deletion.tag_values("a") {
         let Some((kind, pubkey, d)) = parse_address(value) else { continue };
@@ -240,13 +337,13 @@ fn delete_targets(tree: &Tree, batch: &mut Batch, deletion: &Event) -> Result<()
             continue;
         }
         let tombstone_key = keys::address_tombstone(&pubkey, kind, d);
-        let previous = tree.get(&tombstone_key)?.map_or(0, |v| read_u64(&v));
-        batch.insert(tombstone_key, &previous.max(deletion.created_at.0).to_be_bytes());
+        let previous = p.get(&tombstone_key)?.map_or(0, |v| read_u64(&v));
+        p.insert(tombstone_key, previous.max(deletion.created_at.0).to_be_bytes());
         let address = keys::address(&pubkey, kind, d);
-        if let Some(current) = tree.get(&address)? {
+        if let Some(current) = p.get(&address)? {
             let (id, at) = decode_address(&current)?;
             if at <= deletion.created_at {
-                remove_into(tree, batch, &id)?;
+                remove_into(p, &id)?;
             }
         }
     }
@@ -262,27 +359,21 @@ fn parse_address(value: &str) -> Option<(Kind, PubKey, &str)> {
     Some((Kind(kind), pubkey, d))
 }
 
-fn remove(tree: &Tree, id: &EventId) -> Result<bool, StoreError> {
-    let mut batch = Batch::default();
-    let removed = remove_into(tree, &mut batch, id)?.is_some();
-    tree.apply_batch(batch)?;
-    Ok(removed)
-}
-
-fn sweep(tree: &Tree, now: Timestamp) -> Result<usize, StoreError> {
+/// Deletes every event whose expiration is at or before `now`. Reads the tree directly: the
+/// caller applies the group first.
+fn sweep(p: &mut Pending, now: Timestamp) -> Result<usize, StoreError> {
     let start = vec![keys::EXPIRY];
     let end = keys::expiry(now, &EventId([0xff; 32]));
-    let mut batch = Batch::default();
     let mut removed = 0;
+    let tree = p.tree;
     for item in tree.range(start..=end) {
         let (key, _) = item?;
         let id: [u8; 32] =
             key[key.len().saturating_sub(32)..].try_into().map_err(|_| StoreError::Corrupt("expiry key".into()))?;
-        batch.remove(key);
-        if remove_into(tree, &mut batch, &EventId(id))?.is_some() {
+        p.remove(key.to_vec());
+        if remove_into(p, &EventId(id))?.is_some() {
             removed += 1;
         }
     }
-    tree.apply_batch(batch)?;
     Ok(removed)
 }

@@ -1,0 +1,160 @@
+//! The secondary indexes, in memory: which stored events (by serial) have an author, a kind, an
+//! author and kind, a tag value, newest first.
+//!
+//! Owns the postings and the per-event header they are checked against. It is derived data: it is
+//! rebuilt from the records when the store opens and changed by the writer only after the batch
+//! that changed the records was applied, so it can never disagree with the disk for longer than
+//! that. Keeping it out of sled is what makes ingest fast: every index entry in sled is a random
+//! insert that costs a leaf rewrite per flush (measured: 4 such entries per event cut sled's rate
+//! from 30,000 to 9,000 events/s and tripled its bytes on disk). Its cost is memory, about 250 bytes
+//! per stored event with a few tags, and start-up time, about 2 µs per stored event.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::record::Header;
+use crate::protocol::{Kind, PubKey, Timestamp};
+
+/// The position of a record in the tree; only grows.
+pub type Serial = u64;
+
+/// One index list entry: `u64::MAX - created_at` (ascending = newest first), then the serial.
+type Posting = (u64, Serial);
+
+/// One index list.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Key {
+    /// Every event.
+    All,
+    /// One author.
+    Author(PubKey),
+    /// One kind.
+    Kind(Kind),
+    /// One author and kind.
+    AuthorKind(PubKey, Kind),
+    /// One single-letter tag name and value (NIP-01 `#<letter>` filters).
+    Tag(u8, Box<str>),
+}
+
+/// The index lists an event belongs to.
+pub fn keys_of(header: &Header, tags: &[Vec<String>]) -> Vec<Key> {
+    let mut out =
+        vec![Key::All, Key::Author(header.pubkey), Key::Kind(header.kind), Key::AuthorKind(header.pubkey, header.kind)];
+    for tag in tags {
+        if let (Some([letter]), Some(value)) = (tag.first().map(String::as_bytes), tag.get(1))
+            && letter.is_ascii_alphabetic()
+        {
+            let key = Key::Tag(*letter, value.as_str().into());
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+    }
+    out
+}
+
+/// The indexes of every stored event.
+#[derive(Default)]
+pub struct Index {
+    headers: HashMap<Serial, Header>,
+    lists: HashMap<Key, BTreeSet<Posting>>,
+}
+
+impl Index {
+    /// Adds a stored event to its lists.
+    pub fn insert(&mut self, serial: Serial, header: Header, keys: Vec<Key>) {
+        let posting = (u64::MAX - header.created_at.0, serial);
+        for key in keys {
+            self.lists.entry(key).or_default().insert(posting);
+        }
+        self.headers.insert(serial, header);
+    }
+
+    /// Removes a stored event from its lists.
+    pub fn remove(&mut self, serial: Serial, keys: &[Key]) {
+        let Some(header) = self.headers.remove(&serial) else { return };
+        let posting = (u64::MAX - header.created_at.0, serial);
+        for key in keys {
+            if let Some(list) = self.lists.get_mut(key) {
+                list.remove(&posting);
+                if list.is_empty() {
+                    self.lists.remove(key);
+                }
+            }
+        }
+    }
+
+    /// The header of a stored event.
+    pub fn header(&self, serial: Serial) -> Option<&Header> {
+        self.headers.get(&serial)
+    }
+
+    /// The events of one list with `since <= created_at <= until`, newest first.
+    pub fn scan(
+        &self,
+        key: &Key,
+        since: Option<Timestamp>,
+        until: Option<Timestamp>,
+    ) -> impl Iterator<Item = (Timestamp, Serial)> + '_ {
+        let from = (u64::MAX - until.map_or(u64::MAX, |t| t.0), 0);
+        let to = (u64::MAX - since.map_or(0, |t| t.0), Serial::MAX);
+        self.lists
+            .get(key)
+            .into_iter()
+            .flat_map(move |list| list.range(from..=to))
+            .map(|&(rev, serial)| (Timestamp(u64::MAX - rev), serial))
+    }
+
+    /// How many events a list holds.
+    pub fn len(&self, key: &Key) -> usize {
+        self.lists.get(key).map_or(0, BTreeSet::len)
+    }
+
+    /// How many events are indexed.
+    pub fn events(&self) -> usize {
+        self.headers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::EventId;
+
+    fn header(at: u64, n: u8) -> Header {
+        Header {
+            id: EventId([n; 32]),
+            pubkey: PubKey([1; 32]),
+            created_at: Timestamp(at),
+            kind: Kind(1),
+            expiration: 0,
+        }
+    }
+
+    #[test]
+    fn scans_newest_first_within_inclusive_bounds() {
+        let mut index = Index::default();
+        for (serial, at) in [(1, 10), (2, 30), (3, 20), (4, 20)] {
+            let h = header(at, serial as u8);
+            index.insert(serial, h, keys_of(&h, &[]));
+        }
+        let all: Vec<_> = index.scan(&Key::All, None, None).map(|(t, s)| (t.0, s)).collect();
+        assert_eq!(all, vec![(30, 2), (20, 3), (20, 4), (10, 1)]);
+        let window: Vec<_> = index.scan(&Key::Kind(Kind(1)), Some(Timestamp(20)), Some(Timestamp(20))).collect();
+        assert_eq!(window.len(), 2);
+        assert_eq!(index.scan(&Key::Kind(Kind(2)), None, None).count(), 0);
+    }
+
+    #[test]
+    fn remove_empties_every_list_and_tags_are_indexed_once() {
+        let mut index = Index::default();
+        let h = header(5, 9);
+        let tags = vec![vec!["t".to_string(), "x".into()], vec!["t".into(), "x".into()], vec!["tt".into(), "y".into()]];
+        let keys = keys_of(&h, &tags);
+        assert_eq!(keys.iter().filter(|k| matches!(k, Key::Tag(..))).count(), 1);
+        index.insert(7, h, keys.clone());
+        assert_eq!(index.len(&Key::Tag(b't', "x".into())), 1);
+        index.remove(7, &keys);
+        assert_eq!(index.events(), 0);
+        assert!(index.lists.is_empty());
+    }
+}
