@@ -298,6 +298,9 @@ impl Default for TierLimits {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
+    /// When false no quota is billed or refused (local development, and the benchmark's
+    /// limiter-off baseline); the handler bound (`unavailable`) still applies. Start-up only.
+    pub enabled: bool,
     /// Quotas of ordinary users.
     pub human: TierLimits,
     /// Quotas of pubkeys in `agent_pubkeys`.
@@ -331,6 +334,7 @@ impl LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
+            enabled: true,
             human: TierLimits::default(),
             agent: TierLimits::default(),
             agent_pubkeys: Vec::new(),

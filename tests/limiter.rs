@@ -354,3 +354,25 @@ async fn auth_required_refuses_until_authenticated_and_members_restrict_authors(
     assert_eq!(info["limitation"]["auth_required"], true);
     assert_eq!(info["limitation"]["restricted_writes"], true);
 }
+
+#[tokio::test]
+async fn a_disabled_limiter_refuses_no_quota() {
+    let relay = TestRelay::start(|c| {
+        c.limits.enabled = false;
+        c.limitation.max_subscriptions = 100;
+    })
+    .await;
+    let mut c = relay.connect().await;
+    // Twice the ws_events burst of 50, and more events than the messages burst of 120 allows.
+    for i in 0..100 {
+        c.send(json!(["REQ", format!("r{i}"), {"kinds": [7], "limit": 1}])).await;
+    }
+    for _ in 0..100 {
+        assert_eq!(c.recv().await[0], "EOSE");
+    }
+    for i in 0..130 {
+        let e = sign(&keys(3), now(), 1, &[], &format!("note {i}"));
+        assert_ok(&c.publish(&e).await, &e.id.to_hex(), true, "");
+    }
+    assert_eq!(relay.limiter.usage(&Principal::Ip(LOCALHOST)).refusals.values().sum::<u64>(), 0);
+}

@@ -291,10 +291,11 @@ impl Limiter {
 
     /// [`Limiter::admit`] at an explicit time (nanoseconds on the limiter's clock).
     pub fn admit_at(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) -> Result<(), Refused> {
-        if limit_type == LimitType::Unavailable {
+        let policy = self.policy();
+        if limit_type == LimitType::Unavailable || !policy.config.enabled {
             return Ok(());
         }
-        let quota = self.policy().quota(principal, limit_type);
+        let quota = policy.quota(principal, limit_type);
         let state = self.state(principal);
         let outcome = match state.lock() {
             Ok(mut s) => {
@@ -320,11 +321,12 @@ impl Limiter {
 
     /// The refusal `limit_type` would give `principal` now, without billing anything.
     pub fn peek(&self, principal: &Principal, limit_type: LimitType) -> Option<Refused> {
-        if limit_type == LimitType::Unavailable {
+        let policy = self.policy();
+        if limit_type == LimitType::Unavailable || !policy.config.enabled {
             return None;
         }
         let state = self.states.get(principal)?;
-        let quota = self.policy().quota(principal, limit_type);
+        let quota = policy.quota(principal, limit_type);
         let now = self.clock.now_ns();
         let s = state.lock().ok()?;
         let (tat, interval) = s.tat[limit_type.index()];

@@ -10,7 +10,7 @@
 //! It knows nothing of connections, quotas or the wire: a second backend implements these same
 //! methods.
 
-mod index;
+pub mod index;
 pub mod keys;
 pub mod record;
 mod writer;

@@ -122,11 +122,12 @@ pub fn render(record: &[u8]) -> Result<String, RecordError> {
     let h = header(record)?;
     let sig: [u8; 64] = array(record, 83)?;
     let (tags, content) = body(record)?;
+    let mut hex_buf = [0u8; 128];
     let mut out = String::with_capacity(record.len() + 200);
     out.push_str("{\"id\":\"");
-    out.push_str(&hex::encode(h.id.0));
+    out.push_str(hex_of(&h.id.0, &mut hex_buf));
     out.push_str("\",\"pubkey\":\"");
-    out.push_str(&hex::encode(h.pubkey.0));
+    out.push_str(hex_of(&h.pubkey.0, &mut hex_buf));
     out.push_str("\",\"created_at\":");
     out.push_str(&h.created_at.0.to_string());
     out.push_str(",\"kind\":");
@@ -136,9 +137,17 @@ pub fn render(record: &[u8]) -> Result<String, RecordError> {
     out.push_str(",\"content\":");
     out.push_str(content);
     out.push_str(",\"sig\":\"");
-    out.push_str(&hex::encode(sig));
+    out.push_str(hex_of(&sig, &mut hex_buf));
     out.push_str("\"}");
     Ok(out)
+}
+
+/// Lowercase hex of `bytes` (at most 64) in `buf`.
+fn hex_of<'b>(bytes: &[u8], buf: &'b mut [u8; 128]) -> &'b str {
+    let out = &mut buf[..bytes.len() * 2];
+    // The buffer is exactly twice the input, so encoding cannot fail; hex digits are ASCII.
+    let _ = hex::encode_to_slice(bytes, out);
+    std::str::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]

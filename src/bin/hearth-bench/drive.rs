@@ -102,15 +102,20 @@ async fn connect(url: &str) -> Res<Ws> {
     Ok(ws)
 }
 
-/// The next text frame as JSON (skipping pings), or None at the end / after `QUIET`.
-async fn next_frame(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<Value> {
+/// The next text frame (skipping pings), or None at the end / after `QUIET`.
+async fn next_text(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<String> {
     loop {
         match tokio::time::timeout(QUIET, rx.next()).await {
-            Ok(Some(Ok(Message::Text(t)))) => return serde_json::from_str(&t).ok(),
+            Ok(Some(Ok(Message::Text(t)))) => return Some(t.as_str().to_string()),
             Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
             Ok(Some(Ok(_))) => {}
         }
     }
+}
+
+/// The next text frame as JSON (skipping pings), or None at the end / after `QUIET`.
+async fn next_frame(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<Value> {
+    serde_json::from_str(&next_text(rx).await?).ok()
 }
 
 #[derive(Default)]
@@ -230,23 +235,31 @@ pub async fn query(relay: &str, file: &Path, n: usize) -> Res<Report> {
         return Err("no events in the file".into());
     }
     let mix = shapes(&events, n);
+    // The expected counts first, so the client does nothing but the queries while they are timed.
+    let mut expected = Vec::with_capacity(mix.len());
+    for (_, filter) in &mix {
+        let f: Filter = serde_json::from_value(filter.clone()).map_err(err)?;
+        let matching = events.iter().filter(|e| f.matches(e)).count();
+        expected.push(matching.min(f.limit.map_or(usize::MAX, |l| l as usize)));
+    }
     let (mut tx, mut rx) = connect(relay).await?.split();
     let mut latencies: HashMap<&str, Vec<Duration>> = HashMap::new();
     let mut mismatches = 0;
-    for (i, (shape, filter)) in mix.iter().enumerate() {
-        let f: Filter = serde_json::from_value(filter.clone()).map_err(err)?;
-        let matching = events.iter().filter(|e| f.matches(e)).count();
-        let expected = matching.min(f.limit.map_or(usize::MAX, |l| l as usize));
+    for (i, ((shape, filter), expected)) in mix.iter().zip(expected).enumerate() {
         let sub = format!("q{i}");
         let started = Instant::now();
         tx.send(Message::text(json!(["REQ", sub, filter]).to_string())).await.map_err(err)?;
         let mut got = 0;
         loop {
-            let frame = next_frame(&mut rx).await.ok_or("relay went quiet during a query")?;
-            match frame[0].as_str() {
-                Some("EVENT") if frame[1] == sub => got += 1,
-                Some("EOSE") if frame[1] == sub => break,
-                Some("CLOSED") if frame[1] == sub => return Err(format!("query refused: {frame}")),
+            let text = next_text(&mut rx).await.ok_or("relay went quiet during a query")?;
+            // Only the verb and the subscription id: the client must not be what is measured.
+            let head: Vec<&serde_json::value::RawValue> = serde_json::from_str(&text).map_err(err)?;
+            let verb = head.first().map(|v| v.get());
+            let same_sub = head.get(1).map(|v| v.get().trim_matches('"')) == Some(sub.as_str());
+            match verb {
+                Some("\"EVENT\"") if same_sub => got += 1,
+                Some("\"EOSE\"") if same_sub => break,
+                Some("\"CLOSED\"") if same_sub => return Err(format!("query refused: {text}")),
                 _ => {}
             }
         }
@@ -411,7 +424,61 @@ const GENEROUS: [(&str, &str); 8] = [
     ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "20"),
 ];
 
-/// Starts the release `hearth` beside this binary on a scratch directory and runs everything.
+/// A release `hearth` started by the suite on a scratch directory.
+struct Spawned {
+    child: std::process::Child,
+    data: PathBuf,
+    relay: String,
+}
+
+impl Spawned {
+    /// Starts the `hearth` beside this binary with generous quotas and `env` on top.
+    fn start(name: &str, env: &[(&str, &str)]) -> Res<Spawned> {
+        let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
+        let data = scratch_dir(name)?;
+        let mut child = std::process::Command::new(&exe)
+            .current_dir(&data)
+            .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
+            .env("HEARTH_STORAGE__DATA_DIR", data.join("data"))
+            .envs(GENEROUS)
+            .envs(env.iter().copied())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e} (build it with cargo build --release)", exe.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines.next().ok_or("hearth exited before listening")?.map_err(err)?;
+            if let Some(i) = line.find("listening on ") {
+                break line[i + "listening on ".len()..].trim().to_string();
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Ok(Spawned { child, data, relay: format!("ws://{addr}/") })
+    }
+
+    /// Peak resident memory so far, in MB.
+    fn peak_rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let hwm_kb: u64 = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        hwm_kb as f64 / 1024.0
+    }
+
+    /// SIGTERM, wait, remove the data.
+    fn stop(mut self) {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+/// Starts the release `hearth` beside this binary on a scratch directory and runs everything;
+/// then ingests the same file into a second relay with the limiter off, for the overhead ratio.
 pub async fn suite(count: usize, file: &Path) -> Res<Vec<Report>> {
     let mut reports = Vec::new();
     if !file.exists() {
@@ -419,57 +486,87 @@ pub async fn suite(count: usize, file: &Path) -> Res<Vec<Report>> {
     }
     let latency_file = file.with_extension("latency.jsonl");
     reports.push(gen_file(2000, &latency_file)?);
-    let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
-    let data = scratch_dir("suite")?;
-    let mut child = std::process::Command::new(&exe)
-        .current_dir(&data)
-        .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
-        .env("HEARTH_STORAGE__DATA_DIR", data.join("data"))
-        .envs(GENEROUS)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{}: {e} (build it with cargo build --release)", exe.display()))?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().ok_or("hearth exited before listening")?.map_err(err)?;
-        if let Some(i) = line.find("listening on ") {
-            break line[i + "listening on ".len()..].trim().to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    let relay = format!("ws://{addr}/");
+    let on = Spawned::start("suite", &[])?;
     let outcome = async {
-        reports.push(bound(file, &data)?);
-        reports.push(ingest(&relay, file, 4, 256).await?);
-        let disk = dir_size(&data.join("data"));
+        reports.push(bound(file, &on.data)?);
+        let ingest_on = ingest(&on.relay, file, 4, 256).await?;
+        let rate_on = ingest_on.json["events_per_sec"].as_f64().unwrap_or(0.0);
+        reports.push(ingest_on);
+        let disk = dir_size(&on.data.join("data"));
         let events = read_lines(file)?.len().max(1) as u64;
         reports.push(Report {
             json: json!({"cmd": "disk", "bytes": disk, "bytes_per_event": disk / events}),
             summary: format!("disk: {} bytes after ingest, {} bytes per event", disk, disk / events),
         });
-        reports.push(ingest(&relay, &latency_file, 1, 1).await?);
-        reports.push(query(&relay, file, 400).await?);
-        reports.push(fanout(&relay, 500, 200, 100).await?);
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-        let hwm_kb: u64 = status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        reports.push(ingest(&on.relay, &latency_file, 1, 1).await?);
+        reports.push(query(&on.relay, file, 400).await?);
+        reports.push(fanout(&on.relay, 500, 200, 100).await?);
+        let rss = on.peak_rss_mb();
         reports.push(Report {
-            json: json!({"cmd": "rss", "peak_rss_mb": hwm_kb as f64 / 1024.0}),
-            summary: format!("rss: peak {:.1} MB over ingest + query + fan-out", hwm_kb as f64 / 1024.0),
+            json: json!({"cmd": "rss", "peak_rss_mb": rss}),
+            summary: format!("rss: peak {rss:.1} MB over ingest + query + fan-out"),
         });
-        Ok::<_, String>(())
+        Ok::<_, String>(rate_on)
     }
     .await;
-    let _ = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&data);
-    outcome?;
+    on.stop();
+    let rate_on = outcome?;
+    let off = Spawned::start("suite-off", &[("HEARTH_LIMITS__ENABLED", "false")])?;
+    let outcome = ingest(&off.relay, file, 4, 256).await;
+    off.stop();
+    let ingest_off = outcome?;
+    let rate_off = ingest_off.json["events_per_sec"].as_f64().unwrap_or(0.0);
+    let ratio = if rate_off > 0.0 { rate_on / rate_off } else { 0.0 };
+    reports.push(Report {
+        json: json!({"cmd": "limiter_overhead", "on_per_sec": rate_on, "off_per_sec": rate_off, "ratio": ratio}),
+        summary: format!(
+            "limiter overhead: ingest {rate_on:.0}/s with the limiter on, {rate_off:.0}/s off: ratio {ratio:.3}"
+        ),
+    });
     Ok(reports)
+}
+
+/// `limiter.admit` in-process: p50/p99 of one call over `principals` distinct principals, and
+/// the memory the limiter holds once it tracks them all.
+pub fn limiter(principals: u32) -> Res<Report> {
+    use hearth::config::LimitsConfig;
+    use hearth::limiter::{LimitType, Limiter, Principal, SystemClock};
+    let rss_kb = || -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let config = LimitsConfig { max_tracked_principals: u64::from(principals), ..LimitsConfig::default() };
+    let before = rss_kb();
+    let limiter = Limiter::new(&config, Arc::new(SystemClock::default()));
+    let ip = |n: u32| Principal::Ip(std::net::IpAddr::V4(std::net::Ipv4Addr::from(n.wrapping_add(1 << 24))));
+    let mut samples = Vec::with_capacity(principals as usize);
+    // First admission of each principal (creates its state), then a second round (finds it).
+    for round in 0..2 {
+        for n in 0..principals {
+            let p = ip(n);
+            let at = Instant::now();
+            let admitted = limiter.admit(&p, LimitType::WsEvents);
+            if round == 1 {
+                samples.push(at.elapsed());
+            }
+            admitted.map_err(|r| format!("admit refused: {}", r.message()))?;
+        }
+    }
+    let held_mb = rss_kb().saturating_sub(before) as f64 / 1024.0;
+    let tracked = limiter.tracked();
+    let (p50, p99) = (percentile_ms(&mut samples, 50.0) * 1000.0, percentile_ms(&mut samples, 99.0) * 1000.0);
+    Ok(Report {
+        json: json!({"cmd": "limiter", "principals": principals, "tracked": tracked, "admit_p50_us": p50,
+            "admit_p99_us": p99, "memory_mb": held_mb}),
+        summary: format!(
+            "limiter: admit p50 {p50:.3} µs p99 {p99:.3} µs; {tracked} principals tracked in {held_mb:.0} MB"
+        ),
+    })
 }
 
 /// Every workload at a tiny size against an in-process relay; fails if any result is wrong.
@@ -507,6 +604,11 @@ pub async fn smoke() -> Res<Vec<Report>> {
             return Err(format!("smoke fanout: {}", fanout.json));
         }
         reports.push(fanout);
+        let limiter = limiter(1000)?;
+        if limiter.json["tracked"] != 1000 {
+            return Err(format!("smoke limiter: {}", limiter.json));
+        }
+        reports.push(limiter);
         Ok(())
     }
     .await;

@@ -68,6 +68,11 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         dir: PathBuf,
     },
+    /// `limiter.admit` latency and the memory of N tracked principals, in-process.
+    Limiter {
+        #[arg(long, default_value_t = 1_000_000)]
+        principals: u32,
+    },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {
         #[arg(long, default_value_t = 200_000)]
@@ -90,6 +95,7 @@ async fn main() -> ExitCode {
         Cmd::Query { relay, file, queries } => drive::query(&relay, &file, queries).await.map(|r| vec![r]),
         Cmd::Fanout { relay, subs, events, rate } => drive::fanout(&relay, subs, events, rate).await.map(|r| vec![r]),
         Cmd::Bound { file, dir } => drive::bound(&file, &dir).map(|r| vec![r]),
+        Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,
     };
