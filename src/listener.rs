@@ -53,6 +53,10 @@ where
         let svc = warp::service(routes.clone());
         let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(PeerAddr(peer));
+            if req.headers().contains_key(hyper::header::UPGRADE) {
+                let on = hyper::upgrade::on(&mut req);
+                req.extensions_mut().insert(crate::ws::upgrade::UpgradeSlot::new(on));
+            }
             let mut svc = svc.clone();
             tower_service::Service::call(&mut svc, req)
         });

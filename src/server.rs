@@ -41,11 +41,11 @@ impl warp::reject::Reject for NotNip11 {}
 pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error = Infallible> + Clone {
     // GET / (WebSocket upgrade)
     let ws = warp::path::end()
-        .and(warp::ws())
+        .and(crate::ws::upgrade::ws())
         .and(with_app(app.clone()))
         .and(crate::listener::peer())
         .and(warp::header::headers_cloned())
-        .map(|ws: warp::ws::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap| {
+        .map(|ws: crate::ws::upgrade::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap| {
             let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
             let client_ip =
                 client_ip(peer.map(|p| p.ip()), header("x-forwarded-for"), header("forwarded"), &app.trusted_proxies);
@@ -54,13 +54,10 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
             }
             let info = ConnInfo { peer, client_ip, host: header("host").map(str::to_string) };
             let cap = hard_frame_cap(app.config.limitation.max_message_length);
-            ws.max_message_size(cap)
-                .max_frame_size(cap)
-                .on_upgrade(move |socket| {
-                    let tasks = app.tasks.clone();
-                    tasks.track_future(conn::serve(app, socket, info))
-                })
-                .into_response()
+            ws.on_upgrade(cap, move |socket| {
+                let tasks = app.tasks.clone();
+                tasks.track_future(conn::serve(app, socket, info))
+            })
         });
     // GET / with Accept: application/nostr+json (NIP-11)
     let nip11 = warp::path::end()

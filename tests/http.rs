@@ -68,3 +68,49 @@ async fn metrics_count_stored_events() {
     let n: f64 = stored.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(n >= 1.0);
 }
+
+#[tokio::test]
+async fn a_browser_style_handshake_gets_the_rfc_6455_accept_key_and_a_working_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let relay = TestRelay::start(generous).await;
+    let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    // Firefox sends "keep-alive, Upgrade"; the key is RFC 6455's own example.
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {}\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        relay.addr
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(STEP, tcp.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "closed during the handshake");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&got).to_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="), "{head}");
+    // The AUTH challenge follows as the first WebSocket frame: an unmasked text frame.
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut frame = got[end..].to_vec();
+    while frame.len() < 2 {
+        let n = tokio::time::timeout(STEP, tcp.read(&mut buf)).await.unwrap().unwrap();
+        frame.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(frame[0], 0x81, "a final text frame");
+}
+
+#[tokio::test]
+async fn an_upgrade_to_something_else_is_not_a_websocket() {
+    let relay = TestRelay::start(generous).await;
+    let resp = reqwest::Client::new()
+        .get(relay.http_url("/"))
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "h2c")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().starts_with("hearth: a Nostr relay"));
+}

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, SplitSink};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use warp::ws::{Message, WebSocket};
+
+use crate::ws::upgrade::Socket as WebSocket;
 
 use crate::app::AppState;
 use crate::fanout::{ConnId, Registration};
@@ -99,7 +101,19 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
             _ = app.shutdown.cancelled() => break,
             _ = reg.slow.cancelled() => break,
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                if !guarded(deliver(&mut sink, &mut session, app, reg.id, done), &reg.slow, &app.shutdown).await {
+                // Every result that is ready goes out in one write: a group commit finishes
+                // many EVENTs at once, and one syscall per OK would cost more than the OK.
+                let batch = async {
+                    let mut more = Some(done);
+                    while let Some(done) = more.take() {
+                        if !deliver(&mut sink, &mut session, app, reg.id, done).await {
+                            return false;
+                        }
+                        more = in_flight.next().now_or_never().flatten();
+                    }
+                    sink.flush().await.is_ok()
+                };
+                if !guarded(batch, &reg.slow, &app.shutdown).await {
                     break;
                 }
             }
@@ -117,15 +131,14 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                     }
                     None => break,
                 };
-                if msg.is_close() {
-                    break;
-                }
-                let action = if let Ok(text) = msg.to_str() {
-                    handle(app, &mut session, reg.id, text, relay_match.as_ref())
-                } else if msg.is_binary() {
-                    Action::Reply(RelayMessage::Notice("invalid: binary frames are not supported; send text".into()))
-                } else {
-                    Action::Nothing
+                let action = match &msg {
+                    Message::Close(_) => break,
+                    Message::Text(text) => handle(app, &mut session, reg.id, text.as_str(), relay_match.as_ref()),
+                    Message::Binary(_) => {
+                        Action::Reply(RelayMessage::Notice("invalid: binary frames are not supported; send text".into()))
+                    }
+                    // Pings are answered by tungstenite itself.
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Action::Nothing,
                 };
                 match action {
                     Action::Reply(reply) => {
@@ -153,14 +166,14 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
     let mut writable = !reg.slow.is_cancelled();
     while let Ok(Some(done)) = tokio::time::timeout_at(deadline, in_flight.next()).await {
         if writable {
-            writable = tokio::time::timeout_at(deadline, deliver(&mut sink, &mut session, app, reg.id, done))
-                .await
-                .unwrap_or(false);
+            let write =
+                async { deliver(&mut sink, &mut session, app, reg.id, done).await && sink.flush().await.is_ok() };
+            writable = tokio::time::timeout_at(deadline, write).await.unwrap_or(false);
         }
     }
     // The registration's drop removes every subscription of the connection.
     if writable {
-        let _ = tokio::time::timeout(FINAL_WRITE, sink.send(Message::close())).await;
+        let _ = tokio::time::timeout(FINAL_WRITE, sink.send(Message::Close(None))).await;
     }
 }
 
@@ -182,6 +195,7 @@ async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {
     sink.send(Message::text(msg.to_json())).await.is_ok()
 }
 
+/// Queues the frames of one finished piece of work; the caller flushes.
 async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: ConnId, done: Done) -> bool {
     let frames = match done {
         Done::Frames(frames) => frames,
@@ -214,7 +228,7 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: C
             return false;
         }
     }
-    sink.flush().await.is_ok()
+    true
 }
 
 /// A fresh NIP-42 challenge: 16 random bytes as hex.

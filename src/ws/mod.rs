@@ -5,3 +5,4 @@
 
 pub mod conn;
 pub mod session;
+pub mod upgrade;
