@@ -19,8 +19,8 @@ use warp::reply::{Reply, Response};
 /// An upgraded WebSocket.
 pub type Socket = WebSocketStream<TokioIo<Upgraded>>;
 
-/// Bytes read from the socket at once (tungstenite's default is 128 KiB).
-const READ_BUFFER: usize = 8 * 1024;
+/// Bytes read from the socket at once (tungstenite's default is 128 KiB, zero-filled per read).
+pub const READ_BUFFER: usize = 8 * 1024;
 
 /// hyper's upgrade handle of a request, put in its extensions by the accept loop.
 #[derive(Clone)]
