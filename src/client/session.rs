@@ -73,16 +73,10 @@ impl Session {
             Some(p) => Some(p),
             None => advertised_pace(relay_url).await,
         };
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(
-            relay_url,
-            Some(
-                tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-                    .read_buffer_size(crate::ws::upgrade::READ_BUFFER),
-            ),
-            true,
-        )
-        .await
-        .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
+        let (ws, _) =
+            tokio_tungstenite::connect_async_with_config(relay_url, Some(crate::ws::upgrade::config(None)), true)
+                .await
+                .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
         let core = Core::new(relay_url, keys, options.publish_timeout, pace);
         let (commands, rx) = mpsc::channel(1024);
         tokio::spawn(drive(ws, core, rx));

@@ -20,7 +20,12 @@ use warp::reply::{Reply, Response};
 pub type Socket = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Bytes read from the socket at once (tungstenite's default is 128 KiB, zero-filled per read).
-pub const READ_BUFFER: usize = 8 * 1024;
+const READ_BUFFER: usize = 8 * 1024;
+
+/// The socket configuration of both ends: hearth's server, its client and its bench.
+pub fn config(max_message: Option<usize>) -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(READ_BUFFER).max_message_size(max_message).max_frame_size(max_message)
+}
 
 /// hyper's upgrade handle of a request, put in its extensions by the accept loop.
 #[derive(Clone)]
@@ -89,12 +94,8 @@ impl Ws {
         tokio::spawn(async move {
             match on.await {
                 Ok(upgraded) => {
-                    let config = WebSocketConfig::default()
-                        .read_buffer_size(READ_BUFFER)
-                        .max_message_size(Some(max_message))
-                        .max_frame_size(Some(max_message));
-                    let socket =
-                        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+                    let config = Some(config(Some(max_message)));
+                    let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, config).await;
                     serve(socket).await;
                 }
                 Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),

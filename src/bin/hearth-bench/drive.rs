@@ -97,16 +97,9 @@ fn read_lines(file: &Path) -> Res<Vec<String>> {
 }
 
 async fn connect(url: &str) -> Res<Ws> {
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(
-        url,
-        Some(
-            tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-                .read_buffer_size(hearth::ws::upgrade::READ_BUFFER),
-        ),
-        true,
-    )
-    .await
-    .map_err(|e| format!("{url}: {e}"))?;
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(hearth::ws::upgrade::config(None)), true)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
     Ok(ws)
 }
 
