@@ -1,0 +1,20 @@
+//! The benchmark's smoke mode, run as part of the test suite so the bench never rots: every
+//! workload at a tiny size against an in-process relay, each result checked by the bench itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use serde_json::Value;
+
+#[test]
+fn hearth_bench_smoke_runs_every_workload_and_checks_it() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth-bench")).arg("smoke").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "hearth-bench smoke failed:\n{stderr}");
+    let reports: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let cmds: Vec<&str> = reports.iter().map(|r| r["cmd"].as_str().unwrap()).collect();
+    assert_eq!(cmds, ["gen", "bound", "ingest", "query", "fanout", "limiter"]);
+    let ingest = &reports[2];
+    assert_eq!((ingest["ok_true"].as_u64(), ingest["missing"].as_u64()), (Some(300), Some(0)));
+    assert_eq!(reports[3]["mismatches"], 0);
+    assert_eq!(reports[4]["completeness"], 1.0);
+}
