@@ -1,11 +1,12 @@
 //! Durable event storage in sled: the store's one narrow API.
 //!
-//! Owns the sled database: events keyed by id, the secondary indexes (see [`keys`]), NIP-09
-//! tombstones, NIP-40 expiry, and replaceable/addressable versions. Writes go through one writer
-//! thread ([`writer`]) that applies each event and its index entries as one atomic sled batch and
-//! shares one flush between every event that arrived meanwhile (group commit): a `put` returns
-//! only once its event is on disk. Reads ([`Store::query`], [`Store::count`], [`Store::get`]) are
-//! blocking range scans; async callers run them with `spawn_blocking`.
+//! Owns the sled database: event records ([`record`]) under a growing serial with an id entry
+//! as each event's identity (layout in [`keys`]), NIP-09 tombstones, NIP-40 expiry, and
+//! replaceable/addressable versions; and the in-memory secondary indexes ([`index`]) derived from
+//! the records. Writes go through one writer thread ([`writer`]) that applies every write that
+//! arrived meanwhile as one atomic sled batch and one flush (group commit): a `put` returns only
+//! once its event is on disk. Reads ([`Store::query`], [`Store::count`], [`Store::get`]) scan the
+//! index and read records; they block, so async callers run them with `spawn_blocking`.
 //!
 //! It knows nothing of connections, quotas or the wire: a second backend implements these same
 //! methods.

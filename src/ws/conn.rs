@@ -17,8 +17,6 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::ws::upgrade::Socket as WebSocket;
-
 use crate::app::AppState;
 use crate::fanout::{ConnId, Registration};
 use crate::ingest::{self, Publisher};
@@ -27,6 +25,7 @@ use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::verify::verify;
 use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp};
 use crate::ws::session::{Session, prepare_filters};
+use crate::ws::upgrade::Socket as WebSocket;
 
 /// What the HTTP upgrade knew about the client.
 #[derive(Clone, Debug, Default)]
