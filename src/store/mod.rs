@@ -415,12 +415,11 @@ fn rebuild_index(tree: &sled::Tree) -> Result<(Index, Serial), StoreError> {
 }
 
 fn render(stored: &[u8]) -> Result<Arc<RawValue>, StoreError> {
-    RawValue::from_string(record::render(stored)?).map(Arc::from).map_err(|e| StoreError::Corrupt(e.to_string()))
+    raw_json(record::render(stored)?)
 }
 
-fn raw_json(json: &[u8]) -> Result<Arc<RawValue>, StoreError> {
-    let text = String::from_utf8(json.to_vec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    RawValue::from_string(text).map(Arc::from).map_err(|e| StoreError::Corrupt(e.to_string()))
+fn raw_json(json: String) -> Result<Arc<RawValue>, StoreError> {
+    RawValue::from_string(json).map(Arc::from).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 #[cfg(test)]

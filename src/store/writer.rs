@@ -310,7 +310,7 @@ fn put(p: &mut Pending, next_serial: &mut Serial, verified: &VerifiedEvent) -> R
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
     }
-    Ok(PutOutcome::Stored(raw_json(event.to_json().as_bytes())?))
+    Ok(PutOutcome::Stored(raw_json(event.to_json())?))
 }
 
 /// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records

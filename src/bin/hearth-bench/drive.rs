@@ -430,6 +430,17 @@ const GENEROUS: [(&str, &str); 8] = [
     ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "20"),
 ];
 
+/// One kB figure of `/proc/<pid>/status` (0 where there is no such file, e.g. not on Linux).
+fn proc_status_kb(pid: &str, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A release `hearth` started by the suite on a scratch directory.
 struct Spawned {
     child: std::process::Child,
@@ -465,14 +476,7 @@ impl Spawned {
 
     /// Peak resident memory so far, in MB.
     fn peak_rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        let hwm_kb: u64 = status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        hwm_kb as f64 / 1024.0
+        proc_status_kb(&self.child.id().to_string(), "VmHWM:") as f64 / 1024.0
     }
 
     /// SIGTERM, wait, remove the data.
@@ -537,15 +541,7 @@ pub async fn suite(count: usize, file: &Path) -> Res<Vec<Report>> {
 pub fn limiter(principals: u32) -> Res<Report> {
     use hearth::config::LimitsConfig;
     use hearth::limiter::{LimitType, Limiter, Principal, SystemClock};
-    let rss_kb = || -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let rss_kb = || proc_status_kb("self", "VmRSS:");
     let config = LimitsConfig { max_tracked_principals: u64::from(principals), ..LimitsConfig::default() };
     let before = rss_kb();
     let limiter = Limiter::new(&config, Arc::new(SystemClock::default()));
