@@ -204,6 +204,9 @@ fn run(mut w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     if let Err(e) = w.db.flush() {
         tracing::error!(error = %e, "final flush failed");
     }
+    // This thread's handle on the database goes before shutdown is acknowledged, so that once
+    // the store's own handles are dropped the directory can be opened again at once.
+    drop(w);
     if let Some(reply) = shutdown {
         let _ = reply.send(());
     }
