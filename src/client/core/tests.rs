@@ -16,6 +16,16 @@ fn is_event_frame(frame: &Option<String>, e: &Event) -> bool {
     frame.as_deref().is_some_and(|f| f.starts_with("[\"EVENT\"") && f.contains(&e.id.to_hex()))
 }
 
+/// A core with `timeout_secs` that has published `event(n)` at `t0` and sent its frame.
+fn sent(timeout_secs: u64, n: u8) -> (Instant, Core, Event) {
+    let t0 = Instant::now();
+    let mut c = core(timeout_secs);
+    let e = event(n);
+    c.publish(e.clone(), t0);
+    assert!(is_event_frame(&c.poll_transmit(t0), &e));
+    (t0, c, e)
+}
+
 const LIMITED: &str = "rate-limited: quota exceeded (messages); retry in 3s";
 
 #[test]
@@ -28,11 +38,7 @@ fn retry_hints_are_parsed_only_from_rate_limited_messages() {
 
 #[test]
 fn a_rate_limited_publish_is_resent_once_the_gate_clears_and_succeeds() {
-    let t0 = Instant::now();
-    let mut c = core(60);
-    let e = event(1);
-    c.publish(e.clone(), t0);
-    assert!(is_event_frame(&c.poll_transmit(t0), &e));
+    let (t0, mut c, e) = sent(60, 1);
     c.on_frame(&ok(&e, false, LIMITED), t0);
     assert_eq!(c.gate(), Some(t0 + Duration::from_secs(3)));
     assert_eq!(c.next_wakeup(t0), Some(t0 + Duration::from_secs(3)));
@@ -46,11 +52,7 @@ fn a_rate_limited_publish_is_resent_once_the_gate_clears_and_succeeds() {
 
 #[test]
 fn a_second_refusal_fails_fast_with_the_relays_reason() {
-    let t0 = Instant::now();
-    let mut c = core(60);
-    let e = event(2);
-    c.publish(e.clone(), t0);
-    c.poll_transmit(t0);
+    let (t0, mut c, e) = sent(60, 2);
     c.on_frame(&ok(&e, false, LIMITED), t0);
     let t1 = t0 + Duration::from_secs(3);
     assert!(is_event_frame(&c.poll_transmit(t1), &e));
@@ -62,11 +64,7 @@ fn a_second_refusal_fails_fast_with_the_relays_reason() {
 
 #[test]
 fn a_gate_as_long_as_the_timeout_fails_the_publish_at_once() {
-    let t0 = Instant::now();
-    let mut c = core(10);
-    let e = event(3);
-    c.publish(e.clone(), t0);
-    c.poll_transmit(t0);
+    let (t0, mut c, e) = sent(10, 3);
     let long = "rate-limited: quota exceeded (messages); retry in 10s";
     c.on_frame(&ok(&e, false, long), t0);
     assert_eq!(c.poll_update(), Some(Update::Published(e.id, Err(PublishError::Refused(long.into())))));
@@ -76,11 +74,7 @@ fn a_gate_as_long_as_the_timeout_fails_the_publish_at_once() {
 
 #[test]
 fn other_refusals_fail_at_once_without_a_resend() {
-    let t0 = Instant::now();
-    let mut c = core(60);
-    let e = event(4);
-    c.publish(e.clone(), t0);
-    c.poll_transmit(t0);
+    let (t0, mut c, e) = sent(60, 4);
     c.on_frame(&ok(&e, false, "blocked: this pubkey is banned"), t0);
     assert_eq!(
         c.poll_update(),
@@ -108,11 +102,7 @@ fn an_uncorrelated_notice_arms_the_gate_but_never_resends() {
 
 #[test]
 fn a_reset_during_the_wait_cancels_the_resend() {
-    let t0 = Instant::now();
-    let mut c = core(60);
-    let e = event(7);
-    c.publish(e.clone(), t0);
-    c.poll_transmit(t0);
+    let (t0, mut c, e) = sent(60, 7);
     c.on_frame(&ok(&e, false, LIMITED), t0);
     c.on_disconnect("connection reset");
     assert_eq!(
@@ -124,11 +114,7 @@ fn a_reset_during_the_wait_cancels_the_resend() {
 
 #[test]
 fn a_timeout_during_the_wait_cancels_the_resend() {
-    let t0 = Instant::now();
-    let mut c = core(5);
-    let e = event(8);
-    c.publish(e.clone(), t0);
-    c.poll_transmit(t0);
+    let (t0, mut c, e) = sent(5, 8);
     c.on_frame(&ok(&e, false, "rate-limited: quota exceeded (messages); retry in 4s"), t0);
     c.on_tick(t0 + Duration::from_secs(5));
     assert_eq!(c.poll_update(), Some(Update::Published(e.id, Err(PublishError::Timeout))));
