@@ -6,15 +6,16 @@
 //! buckets. It knows nothing about frames or HTTP: callers say who ([`Principal`]) and what
 //! ([`LimitType`]), and get `Ok` or a [`Refused`] with an exact, truthful retry time.
 //!
-//! State is bounded: a moka cache of at most `limits.max_tracked_principals` entries with
-//! time-to-idle eviction, so floods of fresh keys or IPs cannot grow memory.
+//! State is bounded: a [`table`] of at most `limits.max_tracked_principals` entries with sampled
+//! LRU eviction and an idle time, so floods of fresh keys or IPs cannot grow memory.
 
 pub mod clock;
 pub mod gcra;
 pub mod principal;
+mod table;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -26,9 +27,10 @@ pub use principal::Principal;
 
 use crate::config::{LimitsConfig, TierLimits, parse_pubkey};
 use crate::protocol::{PubKey, Timestamp};
+use table::Table;
 
-/// Idle principals are forgotten after this long (longer than any quota's refill window).
-const IDLE: Duration = Duration::from_secs(3600);
+/// Idle principals are forgotten after this many seconds (longer than any quota's refill window).
+const IDLE_SECS: u32 = 3600;
 /// Failed admin credentials allowed per IP: a burst of this many, refilling over a minute.
 pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 
@@ -175,9 +177,16 @@ impl Policy {
 #[derive(Debug)]
 struct State {
     tat: [(u64, u64); 4],
-    refusals: [u64; 5],
+    refusals: [u32; 5],
     first_seen: Timestamp,
     last_seen: Timestamp,
+}
+
+impl State {
+    fn fresh() -> State {
+        let now = Timestamp::now();
+        State { tat: [(0, 0); 4], refusals: [0; 5], first_seen: now, last_seen: now }
+    }
 }
 
 /// Usage of one limit, exactly as the limiter decides with.
@@ -212,10 +221,20 @@ pub struct Usage {
     pub last_seen: Option<u64>,
 }
 
+/// Counts a refusal in the metrics.
+fn count_metric(refused: &Refused) {
+    metrics::counter!(
+        "hearth_admission_rejections_total",
+        "reason" => refused.reason(),
+        "limit_type" => refused.limit_type.as_str()
+    )
+    .increment(1);
+}
+
 /// The admission limiter.
 pub struct Limiter {
     policy: RwLock<Arc<Policy>>,
-    states: moka::sync::Cache<Principal, Arc<Mutex<State>>>,
+    states: Table<State>,
     clock: Arc<dyn Clock>,
     permits: Arc<Semaphore>,
     handler_wait: Duration,
@@ -225,7 +244,7 @@ impl Limiter {
     /// A limiter with `config` limits, timing by `clock`.
     pub fn new(config: &LimitsConfig, clock: Arc<dyn Clock>) -> Limiter {
         Limiter {
-            states: moka::sync::Cache::builder().max_capacity(config.max_tracked_principals).time_to_idle(IDLE).build(),
+            states: Table::new(config.max_tracked_principals, IDLE_SECS),
             permits: Arc::new(Semaphore::new(config.handler_permits)),
             handler_wait: Duration::from_millis(config.handler_wait_ms),
             policy: RwLock::new(Arc::new(Policy::of(config.clone()))),
@@ -260,24 +279,17 @@ impl Limiter {
         self.policy().tier(principal)
     }
 
-    fn state(&self, principal: &Principal) -> Arc<Mutex<State>> {
-        let now = Timestamp::now();
-        self.states.get_with(principal.clone(), || {
-            Arc::new(Mutex::new(State { tat: [(0, 0); 4], refusals: [0; 5], first_seen: now, last_seen: now }))
-        })
+    /// The limiter clock in whole seconds: the table's idle time runs on it.
+    fn now_secs(&self) -> u32 {
+        u32::try_from(self.clock.now_ns() / NANOS).unwrap_or(u32::MAX)
     }
 
     fn count_refusal(&self, principal: &Principal, refused: &Refused) {
-        let state = self.state(principal);
-        if let Ok(mut s) = state.lock() {
-            s.refusals[refused.limit_type.index()] += 1;
-        }
-        metrics::counter!(
-            "hearth_admission_rejections_total",
-            "reason" => refused.reason(),
-            "limit_type" => refused.limit_type.as_str()
-        )
-        .increment(1);
+        self.states.update(principal, self.now_secs(), State::fresh, |s| {
+            let n = &mut s.refusals[refused.limit_type.index()];
+            *n = n.saturating_add(1);
+        });
+        count_metric(refused);
     }
 
     /// Bills one `limit_type` request of `principal` now. `Unavailable` is not a quota: use
@@ -296,25 +308,24 @@ impl Limiter {
             return Ok(());
         }
         let quota = policy.quota(principal, limit_type);
-        let state = self.state(principal);
-        let outcome = match state.lock() {
-            Ok(mut s) => {
-                s.last_seen = Timestamp::now();
-                let (tat, interval) = s.tat[limit_type.index()];
-                match quota.check(quota.rescale(tat, now_ns, interval), now_ns) {
-                    Ok(tat) => {
-                        s.tat[limit_type.index()] = (tat, quota.interval_ns);
-                        Ok(())
-                    }
-                    Err(wait) => Err(Refused { limit_type, retry_after: Duration::from_nanos(wait) }),
+        let now_secs = u32::try_from(now_ns / NANOS).unwrap_or(u32::MAX);
+        let outcome = self.states.update(principal, now_secs, State::fresh, |s| {
+            s.last_seen = Timestamp::now();
+            let (tat, interval) = s.tat[limit_type.index()];
+            match quota.check(quota.rescale(tat, now_ns, interval), now_ns) {
+                Ok(tat) => {
+                    s.tat[limit_type.index()] = (tat, quota.interval_ns);
+                    Ok(())
+                }
+                Err(wait) => {
+                    let n = &mut s.refusals[limit_type.index()];
+                    *n = n.saturating_add(1);
+                    Err(Refused { limit_type, retry_after: Duration::from_nanos(wait) })
                 }
             }
-            // A poisoned lock means a panic mid-update elsewhere; admit rather than lock a
-            // principal out forever.
-            Err(_) => Ok(()),
-        };
+        });
         if let Err(refused) = &outcome {
-            self.count_refusal(principal, refused);
+            count_metric(refused);
         }
         outcome
     }
@@ -325,11 +336,9 @@ impl Limiter {
         if limit_type == LimitType::Unavailable || !policy.config.enabled {
             return None;
         }
-        let state = self.states.get(principal)?;
         let quota = policy.quota(principal, limit_type);
         let now = self.clock.now_ns();
-        let s = state.lock().ok()?;
-        let (tat, interval) = s.tat[limit_type.index()];
+        let (tat, interval) = self.states.read(principal, self.now_secs(), |s| s.tat[limit_type.index()])?;
         match quota.wait(quota.rescale(tat, now, interval), now) {
             0 => None,
             wait => Some(Refused { limit_type, retry_after: Duration::from_nanos(wait) }),
@@ -351,9 +360,9 @@ impl Limiter {
     /// What the limiter knows of `principal`: exactly the state it decides with (a principal
     /// it holds no state for has a full bucket everywhere and was never seen).
     pub fn usage(&self, principal: &Principal) -> Usage {
-        let snapshot = self.states.get(principal).and_then(|state| {
-            state.lock().ok().map(|s| (s.tat, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)))
-        });
+        let snapshot = self
+            .states
+            .read(principal, self.now_secs(), |s| (s.tat, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
         let (tats, refusals, first_seen, last_seen) = snapshot.unwrap_or(([(0, 0); 4], [0; 5], None, None));
         let now = self.clock.now_ns();
         let policy = self.policy();
@@ -375,7 +384,7 @@ impl Limiter {
                 (lt.as_str(), usage)
             })
             .collect();
-        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), refusals[lt.index()])).collect();
+        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals[lt.index()]))).collect();
         Usage {
             principal: principal.to_string(),
             tier: policy.tier(principal),
@@ -388,13 +397,12 @@ impl Limiter {
 
     /// Principals with state, for the admin API's busiest list.
     pub fn principals(&self) -> Vec<Principal> {
-        self.states.iter().map(|(k, _)| (*k).clone()).collect()
+        self.states.keys(self.now_secs())
     }
 
-    /// How many principals have state (after pending evictions are applied).
+    /// How many principals have state.
     pub fn tracked(&self) -> u64 {
-        self.states.run_pending_tasks();
-        self.states.entry_count()
+        self.principals().len() as u64
     }
 }
 
