@@ -32,6 +32,8 @@ const SCHEMA_VERSION: u8 = 2;
 const EVENTS_TREE: &str = "events_v2";
 /// Pending writes queued for the writer before `put` waits.
 const WRITE_QUEUE: usize = 4096;
+/// sled's log file in the data directory.
+const SLED_LOG: &str = "db";
 /// More author × kind pairs than this are scanned by author only.
 const MAX_PAIRS: usize = 256;
 
@@ -87,6 +89,8 @@ struct Inner {
     settings: sled::Tree,
     /// The admin audit log, keyed by a big-endian sequence number.
     audit: sled::Tree,
+    /// sled's log file, synced after sled's flushes (`None` for a temporary store).
+    log: Option<Arc<std::fs::File>>,
     tx: mpsc::Sender<writer::WriteOp>,
     /// The secondary indexes; written by the writer thread only.
     index: Arc<RwLock<Index>>,
@@ -103,15 +107,17 @@ impl Store {
             // Every write is flushed by the writer before it is acknowledged.
             .flush_every_ms(None)
             .open()?;
-        Store::from_db(db)
+        // sled keeps its log in the file `db`; a read-only handle is enough to sync it.
+        let log = std::fs::File::open(dir.join(SLED_LOG)).map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
+        Store::from_db(db, Some(Arc::new(log)))
     }
 
     /// An in-memory store for unit tests.
     pub fn temporary() -> Result<Store, StoreError> {
-        Store::from_db(sled::Config::new().temporary(true).flush_every_ms(None).open()?)
+        Store::from_db(sled::Config::new().temporary(true).flush_every_ms(None).open()?, None)
     }
 
-    fn from_db(db: sled::Db) -> Result<Store, StoreError> {
+    fn from_db(db: sled::Db, log: Option<Arc<std::fs::File>>) -> Result<Store, StoreError> {
         if db.tree_names().iter().any(|name| name.as_ref() == b"events_v1") {
             return Err(StoreError::Schema { found: 1 });
         }
@@ -129,9 +135,10 @@ impl Store {
         let settings = db.open_tree("settings_v1")?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-        let w = writer::Writer { db: db.clone(), tree: tree.clone(), index: index.clone(), next_serial };
+        let w =
+            writer::Writer { db: db.clone(), tree: tree.clone(), index: index.clone(), next_serial, log: log.clone() };
         writer::spawn(w, rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, tx, index }) })
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, log, tx, index }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -165,16 +172,20 @@ impl Store {
     /// Saves a named settings document durably.
     pub async fn save_setting(&self, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
         self.inner.settings.insert(name, value)?;
-        self.inner.settings.flush_async().await?;
-        Ok(())
+        self.flush_durably().await
     }
 
     /// Appends one entry to the audit log durably.
     pub async fn append_audit(&self, entry: Vec<u8>) -> Result<(), StoreError> {
         let seq = self.inner.db.generate_id()?;
         self.inner.audit.insert(seq.to_be_bytes(), entry)?;
-        self.inner.audit.flush_async().await?;
-        Ok(())
+        self.flush_durably().await
+    }
+
+    /// sled's flush and the log's data sync, off the async reactor.
+    async fn flush_durably(&self) -> Result<(), StoreError> {
+        self.inner.db.flush_async().await?;
+        self.off_reactor(|s| Ok(sync(s.inner.log.as_deref())?)).await
     }
 
     /// The newest `limit` audit entries, newest first.
@@ -189,8 +200,7 @@ impl Store {
             return Ok(());
         }
         rx.await.map_err(|_| StoreError::Closed)?;
-        self.inner.db.flush_async().await?;
-        Ok(())
+        self.flush_durably().await
     }
 
     /// True when an event with this id is stored.
@@ -412,6 +422,13 @@ fn rebuild_index(tree: &sled::Tree) -> Result<(Index, Serial), StoreError> {
     }
     tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
     Ok((index, next))
+}
+
+/// Makes what sled flushed durable: `fdatasync` on its log file. sled's own flush ends in
+/// `sync_file_range` on Linux, which leaves the drive's write cache and a grown file's size
+/// unsynced.
+fn sync(log: Option<&std::fs::File>) -> Result<(), sled::Error> {
+    log.map_or(Ok(()), |f| f.sync_data().map_err(sled::Error::Io))
 }
 
 fn render(stored: &[u8]) -> Result<Arc<RawValue>, StoreError> {

@@ -5,8 +5,10 @@
 //! transaction. Every write that arrived while the previous flush ran joins one group: its changes
 //! collect in an overlay ([`Pending`]) that later writes of the same group read through, and the
 //! whole group goes to sled as one atomic `apply_batch` and one flush. Replies are sent only after
-//! the flush, so an `OK true` always means "on disk". (One batch per group instead of one per
-//! event: measured 30,000 against 6,900 events/s in sled.)
+//! the flush and an `fdatasync` of sled's log file, so an `OK true` always means "on disk", also
+//! across a power cut. (sled's own flush ends in `sync_file_range` on Linux, which neither makes
+//! the drive flush its write cache nor persists a grown file's size.) One batch per group instead
+//! of one per event: measured 30,000 against 6,900 events/s in sled.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -144,6 +146,16 @@ pub(super) struct Writer {
     pub index: Arc<RwLock<Index>>,
     /// The serial the next stored event gets.
     pub next_serial: Serial,
+    /// sled's log file, synced after every flush (`None` for a temporary store).
+    pub log: Option<Arc<std::fs::File>>,
+}
+
+impl Writer {
+    /// sled's flush, then the data sync that makes it durable.
+    fn flush(&self) -> Result<(), sled::Error> {
+        self.db.flush()?;
+        super::sync(self.log.as_deref())
+    }
 }
 
 pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>) -> Result<(), StoreError> {
@@ -193,7 +205,7 @@ fn run(mut w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             applied = pending.apply(&w.index);
         }
         // One flush for the whole group; nothing is acknowledged before it.
-        let written = applied.and_then(|()| w.db.flush().map(drop));
+        let written = applied.and_then(|()| w.flush());
         if let Err(e) = &written {
             tracing::error!(error = %e, "writing a group failed; its writes were not acknowledged");
         }
@@ -201,7 +213,7 @@ fn run(mut w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             reply.send(&written);
         }
     }
-    if let Err(e) = w.db.flush() {
+    if let Err(e) = w.flush() {
         tracing::error!(error = %e, "final flush failed");
     }
     // This thread's handle on the database goes before shutdown is acknowledged, so that once
