@@ -11,6 +11,7 @@
 //! It knows nothing of connections, quotas or the wire: a second backend implements these same
 //! methods.
 
+mod durable;
 pub mod index;
 pub mod keys;
 pub mod record;
@@ -24,6 +25,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::{EventId, Filter, PubKey, Timestamp, VerifiedEvent};
+use durable::Durable;
 use index::{Index, Key, Serial};
 
 /// Current on-disk layout version.
@@ -32,8 +34,6 @@ const SCHEMA_VERSION: u8 = 2;
 const EVENTS_TREE: &str = "events_v2";
 /// Pending writes queued for the writer before `put` waits.
 const WRITE_QUEUE: usize = 4096;
-/// sled's log file in the data directory.
-const SLED_LOG: &str = "db";
 /// More author × kind pairs than this are scanned by author only.
 const MAX_PAIRS: usize = 256;
 
@@ -89,8 +89,8 @@ struct Inner {
     settings: sled::Tree,
     /// The admin audit log, keyed by a big-endian sequence number.
     audit: sled::Tree,
-    /// sled's log file, synced after sled's flushes (`None` for a temporary store).
-    log: Option<Arc<std::fs::File>>,
+    /// Syncs what sled flushed (`None` for a temporary store).
+    durable: Option<Arc<Durable>>,
     tx: mpsc::Sender<writer::WriteOp>,
     /// The secondary indexes; written by the writer thread only.
     index: Arc<RwLock<Index>>,
@@ -107,9 +107,8 @@ impl Store {
             // Every write is flushed by the writer before it is acknowledged.
             .flush_every_ms(None)
             .open()?;
-        // sled keeps its log in the file `db`; a read-only handle is enough to sync it.
-        let log = std::fs::File::open(dir.join(SLED_LOG)).map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
-        Store::from_db(db, Some(Arc::new(log)))
+        let durable = Durable::open(dir).map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
+        Store::from_db(db, Some(Arc::new(durable)))
     }
 
     /// An in-memory store for unit tests.
@@ -117,7 +116,7 @@ impl Store {
         Store::from_db(sled::Config::new().temporary(true).flush_every_ms(None).open()?, None)
     }
 
-    fn from_db(db: sled::Db, log: Option<Arc<std::fs::File>>) -> Result<Store, StoreError> {
+    fn from_db(db: sled::Db, durable: Option<Arc<Durable>>) -> Result<Store, StoreError> {
         if db.tree_names().iter().any(|name| name.as_ref() == b"events_v1") {
             return Err(StoreError::Schema { found: 1 });
         }
@@ -135,10 +134,15 @@ impl Store {
         let settings = db.open_tree("settings_v1")?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-        let w =
-            writer::Writer { db: db.clone(), tree: tree.clone(), index: index.clone(), next_serial, log: log.clone() };
+        let w = writer::Writer {
+            db: db.clone(),
+            tree: tree.clone(),
+            index: index.clone(),
+            next_serial,
+            durable: durable.clone(),
+        };
         writer::spawn(w, rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, log, tx, index }) })
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, tx, index }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -185,7 +189,7 @@ impl Store {
     /// sled's flush and the log's data sync, off the async reactor.
     async fn flush_durably(&self) -> Result<(), StoreError> {
         self.inner.db.flush_async().await?;
-        self.off_reactor(|s| Ok(sync(s.inner.log.as_deref())?)).await
+        self.off_reactor(|s| Ok(sync(s.inner.durable.as_deref())?)).await
     }
 
     /// The newest `limit` audit entries, newest first.
@@ -424,11 +428,9 @@ fn rebuild_index(tree: &sled::Tree) -> Result<(Index, Serial), StoreError> {
     Ok((index, next))
 }
 
-/// Makes what sled flushed durable: `fdatasync` on its log file. sled's own flush ends in
-/// `sync_file_range` on Linux, which leaves the drive's write cache and a grown file's size
-/// unsynced.
-fn sync(log: Option<&std::fs::File>) -> Result<(), sled::Error> {
-    log.map_or(Ok(()), |f| f.sync_data().map_err(sled::Error::Io))
+/// Makes what sled flushed durable (see [`durable`]); nothing to do for a temporary store.
+fn sync(durable: Option<&Durable>) -> Result<(), sled::Error> {
+    durable.map_or(Ok(()), |d| d.sync().map_err(sled::Error::Io))
 }
 
 fn render(stored: &[u8]) -> Result<Arc<RawValue>, StoreError> {

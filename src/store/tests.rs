@@ -214,3 +214,24 @@ fn a_data_directory_of_the_first_layout_is_refused() {
         Ok(_) => panic!("a v1 directory was opened"),
     }
 }
+
+#[tokio::test]
+async fn every_blob_sled_writes_for_large_events_is_synced() {
+    // Leaves of several 60 KB events exceed sled's 128 KiB inline limit and go to blob files,
+    // which sled itself never syncs.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    let k = keys(9);
+    let content = "x".repeat(60_000);
+    for i in 0..40 {
+        let e = verify(k.sign(Timestamp(100 + i), Kind(1), vec![], &content)).unwrap();
+        assert!(matches!(store.put(e).await.unwrap(), PutOutcome::Stored(_)));
+    }
+    let synced = store.inner.durable.as_ref().unwrap().synced_blobs();
+    let blobs: Vec<_> = std::fs::read_dir(dir.path().join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!blobs.is_empty(), "no blob was written: the test no longer covers blobs");
+    for blob in blobs {
+        assert!(synced.contains(&blob), "blob {blob:?} was not synced");
+    }
+    assert_eq!(ids(&store, "{}").len(), 40);
+}
