@@ -89,8 +89,27 @@ async fn client(command: Command) -> ExitCode {
     ExitCode::from(code)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// Blocking-pool threads per core. The pool runs signature checks and store reads; tokio's
+/// default of 512 threads let a pipelined ingest grow it to ~250 threads on two cores, each with
+/// its own stack and malloc arena (measured: peak RSS and ingest rate both better bounded).
+const BLOCKING_THREADS_PER_CORE: usize = 4;
+
+fn main() -> ExitCode {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(cores * BLOCKING_THREADS_PER_CORE)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("hearth: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
