@@ -1,5 +1,6 @@
 //! criterion micro-benchmarks of the hot paths the relay-level figures are made of: validation,
-//! filter matching, the stored-record and index-key encoding, and `limiter.admit`.
+//! filter matching, the stored-record and index-key encoding, reads of a warm store, and
+//! `limiter.admit`.
 //! Run: `cargo bench --bench micro`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // benchmarks: a failed unwrap is a failed run
@@ -13,7 +14,7 @@ use hearth::config::LimitsConfig;
 use hearth::limiter::{LimitType, Limiter, Principal, SystemClock};
 use hearth::protocol::verify::verify;
 use hearth::protocol::{Event, Filter, Keys, Kind, Timestamp};
-use hearth::store::{index, keys, record};
+use hearth::store::{Store, index, keys, record};
 
 /// A kind-1 event shaped like the bench's: a few `t` and `p` tags, 200 bytes of content.
 fn sample() -> String {
@@ -51,6 +52,34 @@ fn encoding(c: &mut Criterion) {
     c.bench_function("store: record render (stored → JSON)", |b| b.iter(|| record::render(black_box(&stored))));
 }
 
+/// Reads of a store whose records all sit in sled's cache: the floor under the query figures.
+fn warm_reads(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let store = Store::temporary().unwrap();
+    let authors: Vec<Keys> = (1..=10u8).map(|n| Keys::from_bytes([n; 32]).unwrap()).collect();
+    let mut ids = Vec::new();
+    for i in 0..10_000u64 {
+        let keys = &authors[(i % 10) as usize];
+        let event = verify(keys.sign(Timestamp(1_700_000_000 + i), Kind(1), vec![], &"hearth ".repeat(28))).unwrap();
+        ids.push(event.id);
+        runtime.block_on(store.put(event)).unwrap();
+    }
+    let now = Timestamp(2_000_000_000);
+    let mut n = 0;
+    c.bench_function("store: get by id, warm (10,000 events)", |b| {
+        b.iter(|| {
+            n = (n + 7919) % ids.len();
+            store.get(black_box(&ids[n]), now).unwrap().unwrap()
+        })
+    });
+    let filter: Filter =
+        serde_json::from_str(&format!(r#"{{"authors":["{}"],"limit":50}}"#, authors[3].public_key().to_hex())).unwrap();
+    let filters = [filter];
+    c.bench_function("store: query authors + limit 50, warm", |b| {
+        b.iter(|| assert_eq!(store.query(black_box(&filters), now).unwrap().len(), 50))
+    });
+}
+
 fn admit(c: &mut Criterion) {
     let mut config = LimitsConfig::default();
     config.human.messages_per_min = 1_000_000_000;
@@ -65,5 +94,5 @@ fn admit(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, validation, filter_matching, encoding, admit);
+criterion_group!(benches, validation, filter_matching, encoding, warm_reads, admit);
 criterion_main!(benches);
