@@ -1,8 +1,12 @@
 //! The one publish path for every transport: policy → verify → store → fan-out → outcome.
 //!
 //! Owns deciding what happens to a submitted event and the typed [`Outcome`] that each transport
-//! maps to its wire (`OK` on WebSocket, a status code over HTTP). Signature checks run on the
-//! blocking pool, never on the async reactor. It does not parse frames or bill the arrival of
+//! maps to its wire (`OK` on WebSocket, a status code over HTTP). The signature check (≈ 60 µs)
+//! runs on the publishing connection's own task, so the scheduler shares the cores between
+//! connections. On a shared blocking pool the checks queued first-in first-out: a client flooding
+//! EVENTs put every other client's events behind its backlog (measured: live delivery to 500
+//! subscribers during a 4 × 256 ingest, p50 117–158 ms on the pool, 3.6–5.2 ms here, at the same
+//! ingest rate). It does not parse frames or bill the arrival of
 //! frames; it does bill the durable `messages` quota, after verification and the duplicate check,
 //! and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
@@ -160,15 +164,12 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         Ok(permit) => permit,
         Err(refused) => return Outcome::RateLimited(refused),
     };
-    let verified = match tokio::task::spawn_blocking(move || verify(event)).await {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
+    // On this connection's own task: see the module doc for why not the blocking pool.
+    let verified = match verify(event) {
+        Ok(v) => v,
+        Err(e) => {
             metrics::counter!("hearth_events_invalid_total").increment(1);
             return Outcome::refused(Prefix::Invalid, e.to_string());
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "verification task failed");
-            return Outcome::refused(Prefix::Error, "internal error");
         }
     };
     if verified.is_protected() {

@@ -359,10 +359,10 @@ fn check_request(
 /// Checks a NIP-42 answer: signature, kind, challenge, relay, time.
 async fn authenticate(event: Event, challenge: String, relay_match: Option<RelayMatch>) -> Done {
     let id = event.id.to_hex();
-    let result = match tokio::task::spawn_blocking(move || verify(event)).await {
-        Err(e) => Err(format!("error: {e}")),
-        Ok(Err(e)) => Err(format!("invalid: {e}")),
-        Ok(Ok(verified)) => {
+    // On the connection's own task, like every signature check (see `ingest`).
+    let result = match verify(event) {
+        Err(e) => Err(format!("invalid: {e}")),
+        Ok(verified) => {
             // Without a public_url or a Host header there is nothing to compare the relay tag to.
             let relay_match = relay_match.unwrap_or_else(|| {
                 RelayMatch::Host(verified.tag_values("relay").next().and_then(nip42::host_of).unwrap_or_default())
