@@ -5,9 +5,8 @@
 //! runs on the publishing connection's own task, so the scheduler shares the cores between
 //! connections. On a shared blocking pool the checks queued first-in first-out: a client flooding
 //! EVENTs put every other client's events behind its backlog (measured: live delivery to 500
-//! subscribers during a 4 × 256 ingest, p50 117–158 ms on the pool, 3.6–5.2 ms here, at the same
-//! ingest rate). It does not parse frames or bill the arrival of
-//! frames; it does bill the durable `messages` quota, after verification and the duplicate check,
+//! subscribers during a 4 × 256 ingest, p50 117–158 ms on the pool, 4–82 ms here; what remains
+//! is the writer's queue). It does not parse frames or bill the arrival of frames; it does bill the durable `messages` quota, after verification and the duplicate check,
 //! and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
 use std::fmt;

@@ -1,9 +1,10 @@
 //! The limiter's principal table: bounded per-principal state, the one place it is kept.
 //!
 //! Owns where quota state lives and how it is forgotten. The table is split into shards, each a
-//! mutex around an insertion-ordered hash map (so an entry can be picked by position). A shard
-//! that is full evicts the least recently used of a few sampled entries (sampled LRU, as Redis
-//! does), so a flood of fresh principals costs one eviction each and never grows memory past
+//! mutex around an insertion-ordered hash map (so an entry can be picked by position), and one
+//! count bounds them all. When the table is full, a new principal takes the place of the least
+//! recently used of a few entries sampled from its own shard (sampled LRU, as Redis does), so a
+//! flood of fresh principals costs one eviction each and never grows memory past
 //! `max_tracked_principals`. An entry untouched for longer than the idle time counts as absent.
 //! Time is the limiter's clock in whole seconds, so tests move it by hand.
 //!

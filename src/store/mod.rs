@@ -186,7 +186,7 @@ impl Store {
         self.flush_durably().await
     }
 
-    /// sled's flush and the log's data sync, off the async reactor.
+    /// sled's flush, then the data sync of its files ([`durable`]) off the async reactor.
     async fn flush_durably(&self) -> Result<(), StoreError> {
         self.inner.db.flush_async().await?;
         self.off_reactor(|s| Ok(sync(s.inner.durable.as_deref())?)).await
