@@ -6,7 +6,7 @@
 //! buckets. It knows nothing about frames or HTTP: callers say who ([`Principal`]) and what
 //! ([`LimitType`]), and get `Ok` or a [`Refused`] with an exact, truthful retry time.
 //!
-//! State is bounded: a [`table`] of at most `limits.max_tracked_principals` entries with sampled
+//! State is bounded: a table (`table.rs`) of at most `limits.max_tracked_principals` entries with sampled
 //! LRU eviction and an idle time, so floods of fresh keys or IPs cannot grow memory.
 
 pub mod clock;
