@@ -20,6 +20,7 @@ mod writer;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
@@ -34,6 +35,10 @@ const SCHEMA_VERSION: u8 = 2;
 const EVENTS_TREE: &str = "events_v2";
 /// Pending writes queued for the writer before `put` waits.
 const WRITE_QUEUE: usize = 4096;
+/// How long [`Store::open`] waits for a just-closed database's file lock.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// How often it tries meanwhile.
+const LOCK_RETRY: Duration = Duration::from_millis(20);
 /// More author × kind pairs than this are scanned by author only.
 const MAX_PAIRS: usize = 256;
 
@@ -99,14 +104,26 @@ struct Inner {
 impl Store {
     /// Opens (or creates) the database in `dir` and starts the writer thread.
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
             // Writes dominate a relay's storage work; LowSpace compacts more eagerly.
             .mode(sled::Mode::HighThroughput)
             // Every write is flushed by the writer before it is acknowledged.
-            .flush_every_ms(None)
-            .open()?;
+            .flush_every_ms(None);
+        // sled's I/O threads can hold a closed database's file lock for a moment after its last
+        // handle is dropped (seen when the same process reopens the directory at once); another
+        // process holding it still fails, after this wait.
+        let mut waited = Duration::ZERO;
+        let db = loop {
+            match config.open() {
+                Err(e) if lock_busy(&e) && waited < LOCK_WAIT => {
+                    std::thread::sleep(LOCK_RETRY);
+                    waited += LOCK_RETRY;
+                }
+                other => break other?,
+            }
+        };
         let durable = Durable::open(dir).map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
         Store::from_db(db, Some(Arc::new(durable)))
     }
@@ -426,6 +443,11 @@ fn rebuild_index(tree: &sled::Tree) -> Result<(Index, Serial), StoreError> {
     }
     tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
     Ok((index, next))
+}
+
+/// sled's error for a data directory whose file lock is held (it has no error kind of its own).
+fn lock_busy(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock"))
 }
 
 /// Makes what sled flushed durable (see [`durable`]); nothing to do for a temporary store.
