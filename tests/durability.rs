@@ -188,3 +188,25 @@ async fn a_client_that_does_not_read_is_disconnected_and_others_are_unaffected()
     bystander.send(json!(["COUNT", "n", {"kinds": [1]}])).await;
     assert_eq!(bystander.recv_within(Duration::from_secs(5)).await, Some(json!(["COUNT", "n", {"count": 401}])));
 }
+
+#[tokio::test]
+async fn a_write_that_cannot_be_synced_is_refused_and_the_relay_recovers() {
+    let relay = TestRelay::start(generous).await;
+    let mut c = relay.connect().await;
+    let k = keys(3);
+    let first = sign(&k, 1000, 1, &[], "synced");
+    assert_ok(&c.publish(&first).await, &first.id.to_hex(), true, "");
+    // sled's blob directory gone: the sync after the flush fails, so nothing may be acknowledged.
+    let blobs = relay.data_dir().join("blobs");
+    std::fs::remove_dir(&blobs).unwrap();
+    let second = sign(&k, 1001, 1, &[], "not synced");
+    assert_eq!(c.publish(&second).await, json!(["OK", second.id.to_hex(), false, "error: could not store the event"]));
+    // Reads and other connections are unaffected.
+    let mut other = relay.connect().await;
+    assert_eq!(other.req_ids("s", vec![json!({"ids": [first.id.to_hex()]})]).await, vec![first.id.to_hex()]);
+    // Once the directory is back, the same event is accepted (stored or already there) and served.
+    std::fs::create_dir(&blobs).unwrap();
+    let again = c.publish(&second).await;
+    assert_eq!(again[2], true, "{again}");
+    assert_eq!(other.req_ids("s2", vec![json!({"ids": [second.id.to_hex()]})]).await, vec![second.id.to_hex()]);
+}
