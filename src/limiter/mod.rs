@@ -221,6 +221,11 @@ pub struct Usage {
     pub last_seen: Option<u64>,
 }
 
+/// A time on the limiter's clock in whole seconds, as the table keeps it.
+fn secs(now_ns: u64) -> u32 {
+    u32::try_from(now_ns / NANOS).unwrap_or(u32::MAX)
+}
+
 /// Counts a refusal in the metrics.
 fn count_metric(refused: &Refused) {
     metrics::counter!(
@@ -281,7 +286,7 @@ impl Limiter {
 
     /// The limiter clock in whole seconds: the table's idle time runs on it.
     fn now_secs(&self) -> u32 {
-        u32::try_from(self.clock.now_ns() / NANOS).unwrap_or(u32::MAX)
+        secs(self.clock.now_ns())
     }
 
     fn count_refusal(&self, principal: &Principal, refused: &Refused) {
@@ -308,8 +313,7 @@ impl Limiter {
             return Ok(());
         }
         let quota = policy.quota(principal, limit_type);
-        let now_secs = u32::try_from(now_ns / NANOS).unwrap_or(u32::MAX);
-        let outcome = self.states.update(principal, now_secs, State::fresh, |s| {
+        let outcome = self.states.update(principal, secs(now_ns), State::fresh, |s| {
             s.last_seen = Timestamp::now();
             let (tat, interval) = s.tat[limit_type.index()];
             match quota.check(quota.rescale(tat, now_ns, interval), now_ns) {

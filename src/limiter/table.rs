@@ -13,7 +13,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use indexmap::IndexMap;
 
@@ -66,6 +66,12 @@ impl<S> Shard<S> {
     }
 }
 
+/// Locks a shard. A poisoned shard only means a panic elsewhere mid-update; its state is still
+/// usable.
+fn lock<S>(shard: &Mutex<Shard<S>>) -> MutexGuard<'_, Shard<S>> {
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Bounded state of type `S` per principal.
 pub(super) struct Table<S> {
     shards: Box<[Mutex<Shard<S>>]>,
@@ -93,11 +99,7 @@ impl<S> Table<S> {
 
     fn shard(&self, principal: &Principal) -> MutexGuard<'_, Shard<S>> {
         let at = (self.hasher.hash_one(principal) % self.shards.len() as u64) as usize;
-        // A poisoned shard only means a panic elsewhere mid-update; its state is still usable.
-        match self.shards[at].lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        lock(&self.shards[at])
     }
 
     fn live(&self, slot: &Slot<S>, now: u32) -> bool {
@@ -146,11 +148,7 @@ impl<S> Table<S> {
     /// The principals held and not idle at `now`.
     pub fn keys(&self, now: u32) -> Vec<Principal> {
         let mut keys = Vec::new();
-        for at in 0..self.shards.len() {
-            let shard = match self.shards[at].lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+        for shard in self.shards.iter().map(lock) {
             keys.extend(shard.map.iter().filter(|(_, slot)| self.live(slot, now)).map(|(k, _)| k.clone()));
         }
         keys

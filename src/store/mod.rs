@@ -203,10 +203,9 @@ impl Store {
         self.flush_durably().await
     }
 
-    /// sled's flush, then the data sync of its files ([`durable`]) off the async reactor.
+    /// [`flush_durably`] off the async reactor.
     async fn flush_durably(&self) -> Result<(), StoreError> {
-        self.inner.db.flush_async().await?;
-        self.off_reactor(|s| Ok(sync(s.inner.durable.as_deref())?)).await
+        self.off_reactor(|s| Ok(flush_durably(&s.inner.db, s.inner.durable.as_deref())?)).await
     }
 
     /// The newest `limit` audit entries, newest first.
@@ -450,8 +449,10 @@ fn lock_busy(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock"))
 }
 
-/// Makes what sled flushed durable (see [`durable`]); nothing to do for a temporary store.
-fn sync(durable: Option<&Durable>) -> Result<(), sled::Error> {
+/// sled's flush, then the data sync that makes it durable (see [`durable`]; a temporary store
+/// has nothing to sync). The writer and the settings/audit paths both end their writes here.
+fn flush_durably(db: &sled::Db, durable: Option<&Durable>) -> Result<(), sled::Error> {
+    db.flush()?;
     durable.map_or(Ok(()), |d| d.sync().map_err(sled::Error::Io))
 }
 

@@ -152,8 +152,7 @@ pub(super) struct Writer {
 impl Writer {
     /// sled's flush, then the data sync that makes it durable.
     fn flush(&self) -> Result<(), sled::Error> {
-        self.db.flush()?;
-        super::sync(self.durable.as_deref())
+        super::flush_durably(&self.db, self.durable.as_deref())
     }
 }
 
