@@ -1,28 +1,23 @@
-//! Key encoding for the one sled tree that holds events.
+//! Key encoding for the one sled tree that holds the event catalogue.
 //!
 //! Owns the byte layout of every key. Pure functions, unit-tested. Numbers are big-endian so that
 //! byte order is numeric order.
 //!
 //! | prefix | key                                   | value                          |
 //! |--------|---------------------------------------|--------------------------------|
-//! | `e`    | serial                                | the event record ([`super::record`]) |
-//! | `i`    | id                                    | serial                         |
+//! | `i`    | id                                    | serial (the record's place in [`super::log`]) |
 //! | `r`    | pubkey + kind + d                     | id + created_at                |
 //! | `x`    | expiration + id                       | —                              |
 //! | `d`    | id (tombstone)                        | deleting pubkey                |
 //! | `D`    | pubkey + kind + d (address tombstone) | deletion created_at            |
-//! | `m`    | name                                  | metadata (schema version)      |
+//! | `m`    | name                                  | metadata: `schema` version, `log_end` |
 //!
-//! Records are keyed by a serial number that only grows, so each new record lands at the end of
-//! the tree: sled rewrites one leaf per flush for them instead of one leaf per event, which is
-//! what random keys cost (measured: 6,900 events/s with id-keyed records, 30,000/s like this).
-//! The `i` entry is the event's identity: deduplication and `ids` filters go through it. The
-//! secondary indexes (author, kind, tags, time) live in memory ([`super::index`]).
+//! The `i` entry is the event's identity: deduplication and `ids` filters go through it, and an
+//! event is stored exactly while its `i` entry exists. The records themselves are in the event
+//! log, and the secondary indexes (author, kind, tags, time) in memory ([`super::index`]).
 
 use crate::protocol::{EventId, Kind, PubKey, Timestamp};
 
-/// Event record by serial.
-pub const EVENT: u8 = b'e';
 /// Id → serial.
 pub const ID: u8 = b'i';
 /// Replaceable / addressable address → current version.
@@ -35,6 +30,8 @@ pub const TOMBSTONE: u8 = b'd';
 pub const ADDRESS_TOMBSTONE: u8 = b'D';
 /// Metadata.
 pub const META: u8 = b'm';
+/// The `m` name of the event log's committed end (u64).
+pub const LOG_END: &str = "log_end";
 
 fn key(parts: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
@@ -42,21 +39,6 @@ fn key(parts: &[&[u8]]) -> Vec<u8> {
         out.extend_from_slice(p);
     }
     out
-}
-
-/// `e` + serial.
-pub fn event(serial: u64) -> [u8; 9] {
-    let mut out = [EVENT; 9];
-    out[1..].copy_from_slice(&serial.to_be_bytes());
-    out
-}
-
-/// The serial of an `e` key.
-pub fn serial_of(event_key: &[u8]) -> Option<u64> {
-    match event_key {
-        [EVENT, rest @ ..] => rest.try_into().ok().map(u64::from_be_bytes),
-        _ => None,
-    }
 }
 
 /// `i` + id.
@@ -92,16 +74,6 @@ pub fn meta(name: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn serials_sort_numerically_and_round_trip() {
-        let mut keys = vec![event(256), event(1), event(255), event(u64::MAX)];
-        keys.sort();
-        assert_eq!(keys, vec![event(1), event(255), event(256), event(u64::MAX)]);
-        assert_eq!(serial_of(&event(987_654_321)), Some(987_654_321));
-        assert_eq!(serial_of(&id(&EventId([1; 32]))), None);
-        assert_eq!(serial_of(b"e123"), None);
-    }
 
     #[test]
     fn expiry_keys_sort_by_time() {

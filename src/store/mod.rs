@@ -14,6 +14,7 @@
 mod durable;
 pub mod index;
 pub mod keys;
+pub mod log;
 pub mod record;
 mod writer;
 
@@ -28,11 +29,14 @@ use tokio::sync::{mpsc, oneshot};
 use crate::protocol::{EventId, Filter, PubKey, Timestamp, VerifiedEvent};
 use durable::Durable;
 use index::{Index, Key, Serial};
+use log::Log;
 
 /// Current on-disk layout version.
-const SCHEMA_VERSION: u8 = 2;
+const SCHEMA_VERSION: u8 = 3;
 /// The tree of this layout; older layouts lived in other trees.
-const EVENTS_TREE: &str = "events_v2";
+const EVENTS_TREE: &str = "events_v3";
+/// The trees of older layouts, with their versions.
+const OLD_TREES: [(&str, u8); 2] = [("events_v1", 1), ("events_v2", 2)];
 /// Pending writes queued for the writer before `put` waits.
 const WRITE_QUEUE: usize = 4096;
 /// How long [`Store::open`] waits for a just-closed database's file lock.
@@ -60,6 +64,9 @@ pub enum StoreError {
     /// A stored event record could not be decoded.
     #[error("storage: corrupt {0}")]
     Record(#[from] record::RecordError),
+    /// The event log failed or holds a damaged frame.
+    #[error("storage: {0}")]
+    Log(#[from] log::LogError),
     /// The writer has stopped (shutdown or a fatal error).
     #[error("storage: writer is not running")]
     Closed,
@@ -96,6 +103,8 @@ struct Inner {
     audit: sled::Tree,
     /// Syncs what sled flushed (`None` for a temporary store).
     durable: Option<Arc<Durable>>,
+    /// The event records.
+    log: Arc<Log>,
     tx: mpsc::Sender<writer::WriteOp>,
     /// The secondary indexes; written by the writer thread only.
     index: Arc<RwLock<Index>>,
@@ -125,17 +134,25 @@ impl Store {
             }
         };
         let durable = Durable::open(dir).map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
-        Store::from_db(db, Some(Arc::new(durable)))
+        Store::from_db(db, Some(Arc::new(durable)), |committed| Log::open(dir, committed))
     }
 
     /// An in-memory store for unit tests.
     pub fn temporary() -> Result<Store, StoreError> {
-        Store::from_db(sled::Config::new().temporary(true).flush_every_ms(None).open()?, None)
+        let db = sled::Config::new().temporary(true).flush_every_ms(None).open()?;
+        Store::from_db(db, None, |_| Ok(Log::memory()))
     }
 
-    fn from_db(db: sled::Db, durable: Option<Arc<Durable>>) -> Result<Store, StoreError> {
-        if db.tree_names().iter().any(|name| name.as_ref() == b"events_v1") {
-            return Err(StoreError::Schema { found: 1 });
+    /// The store over an open database; `open_log` opens the event log at its committed end.
+    fn from_db(
+        db: sled::Db,
+        durable: Option<Arc<Durable>>,
+        open_log: impl FnOnce(u64) -> Result<Log, log::LogError>,
+    ) -> Result<Store, StoreError> {
+        let names = db.tree_names();
+        if let Some((_, found)) = OLD_TREES.iter().find(|(tree, _)| names.iter().any(|n| n.as_ref() == tree.as_bytes()))
+        {
+            return Err(StoreError::Schema { found: *found });
         }
         let tree = db.open_tree(EVENTS_TREE)?;
         match tree.get(keys::meta("schema"))? {
@@ -146,8 +163,12 @@ impl Store {
             Some(v) if v.as_ref() == [SCHEMA_VERSION] => {}
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
         }
-        let (index, next_serial) = rebuild_index(&tree)?;
-        let index = Arc::new(RwLock::new(index));
+        let committed = match tree.get(keys::meta(keys::LOG_END))? {
+            Some(v) => writer::decode_serial(&v)?,
+            None => 0,
+        };
+        let log = Arc::new(open_log(committed)?);
+        let index = Arc::new(RwLock::new(rebuild_index(&tree, &log)?));
         let settings = db.open_tree("settings_v1")?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
@@ -155,11 +176,11 @@ impl Store {
             db: db.clone(),
             tree: tree.clone(),
             index: index.clone(),
-            next_serial,
+            log: log.clone(),
             durable: durable.clone(),
         };
         writer::spawn(w, rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, tx, index }) })
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, log, tx, index }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -229,9 +250,9 @@ impl Store {
     }
 
     /// The record of a stored event by id.
-    fn record_by_id(&self, id: &EventId) -> Result<Option<sled::IVec>, StoreError> {
+    fn record_by_id(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
         match self.inner.tree.get(keys::id(id))? {
-            Some(serial) => Ok(self.inner.tree.get(keys::event(writer::decode_serial(&serial)?))?),
+            Some(serial) => Ok(Some(self.inner.log.read(writer::decode_serial(&serial)?)?)),
             None => Ok(None),
         }
     }
@@ -256,13 +277,11 @@ impl Store {
         }
         let mut out = Vec::with_capacity(all.len());
         for hit in all.into_values() {
+            // An event removed since the scan is still served: the answer is the store as the
+            // scan saw it (its frame stays in the log).
             let stored = match hit.record {
                 Some(stored) => stored,
-                // Removed since the scan: not served.
-                None => match self.inner.tree.get(keys::event(hit.serial))? {
-                    Some(stored) => stored,
-                    None => continue,
-                },
+                None => self.inner.log.read(hit.serial)?,
             };
             out.push(render(&stored)?);
         }
@@ -319,9 +338,10 @@ impl Store {
         self.len() == 0
     }
 
-    /// Bytes the database occupies on disk.
+    /// Bytes the database and the event log occupy on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.inner.db.size_on_disk()?)
+        let log = self.inner.log.size().map_err(log::LogError::Io)?;
+        Ok(self.inner.db.size_on_disk()? + log)
     }
 
     fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
@@ -333,7 +353,6 @@ impl Store {
         if limit == 0 || filter.is_empty_set() {
             return Ok(Vec::new());
         }
-        let tree = &self.inner.tree;
         let mut hits = Vec::new();
         match Plan::of(filter) {
             Plan::Ids(ids) => {
@@ -364,7 +383,7 @@ impl Store {
                         }
                         let mut record = None;
                         if check_tags {
-                            let Some(stored) = tree.get(keys::event(serial))? else { continue };
+                            let stored = self.inner.log.read(serial)?;
                             if !filter.matches(&record::decode(&stored)?) {
                                 continue;
                             }
@@ -389,7 +408,7 @@ struct Hit {
     created_at: Timestamp,
     id: EventId,
     serial: Serial,
-    record: Option<sled::IVec>,
+    record: Option<Vec<u8>>,
 }
 
 /// Which index list serves a filter, and whether the filter's tag conditions must be checked
@@ -428,20 +447,23 @@ impl Plan {
     }
 }
 
-/// Reads every record into a fresh index; returns it and the next free serial.
-fn rebuild_index(tree: &sled::Tree) -> Result<(Index, Serial), StoreError> {
+/// Reads every stored event's record into a fresh index. An event is stored while its `i`
+/// entry exists; its frames are read in log order.
+fn rebuild_index(tree: &sled::Tree, log: &Log) -> Result<Index, StoreError> {
     let started = std::time::Instant::now();
+    let mut serials = Vec::new();
+    for item in tree.scan_prefix([keys::ID]) {
+        serials.push(writer::decode_serial(&item?.1)?);
+    }
+    serials.sort_unstable();
     let mut index = Index::default();
-    let mut next = 1;
-    for item in tree.scan_prefix([keys::EVENT]) {
-        let (key, stored) = item?;
-        let serial = keys::serial_of(&key).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
+    for serial in serials {
+        let stored = log.read(serial)?;
         let header = record::header(&stored)?;
         index.insert(serial, header, index::keys_of(&header, &record::tags(&stored)?));
-        next = serial + 1;
     }
     tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
-    Ok((index, next))
+    Ok(index)
 }
 
 /// sled's error for a data directory whose file lock is held (it has no error kind of its own).

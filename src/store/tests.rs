@@ -202,30 +202,33 @@ async fn reopening_rebuilds_the_index_and_new_records_overwrite_none() {
 }
 
 #[test]
-fn a_data_directory_of_the_first_layout_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let db = sled::open(dir.path()).unwrap();
-        db.open_tree("events_v1").unwrap();
-        db.flush().unwrap();
-    }
-    match Store::open(dir.path(), 8) {
-        Err(e) => assert_eq!(e.to_string(), "storage: data directory has schema version 1, this hearth reads 2"),
-        Ok(_) => panic!("a v1 directory was opened"),
+fn data_directories_of_older_layouts_are_refused() {
+    for (tree, version) in [("events_v1", 1), ("events_v2", 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.open_tree(tree).unwrap();
+            db.flush().unwrap();
+        }
+        match Store::open(dir.path(), 8) {
+            Err(e) => assert_eq!(
+                e.to_string(),
+                format!("storage: data directory has schema version {version}, this hearth reads 3")
+            ),
+            Ok(_) => panic!("a v{version} directory was opened"),
+        }
     }
 }
 
 #[tokio::test]
-async fn every_blob_sled_writes_for_large_events_is_synced() {
-    // Leaves of several 60 KB events exceed sled's 128 KiB inline limit and go to blob files,
-    // which sled itself never syncs.
+async fn every_blob_sled_writes_is_synced() {
+    // Leaves of several 60 KB settings documents exceed sled's 128 KiB inline limit and go to
+    // blob files, which sled itself never syncs.
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 8).unwrap();
-    let k = keys(9);
-    let content = "x".repeat(60_000);
+    let document = vec![b'x'; 60_000];
     for i in 0..40 {
-        let e = verify(k.sign(Timestamp(100 + i), Kind(1), vec![], &content)).unwrap();
-        assert!(matches!(store.put(e).await.unwrap(), PutOutcome::Stored(_)));
+        store.save_setting(&format!("doc-{i:02}"), document.clone()).await.unwrap();
     }
     let synced = store.inner.durable.as_ref().unwrap().synced_blobs();
     let blobs: Vec<_> = std::fs::read_dir(dir.path().join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -233,5 +236,37 @@ async fn every_blob_sled_writes_for_large_events_is_synced() {
     for blob in blobs {
         assert!(synced.contains(&blob), "blob {blob:?} was not synced");
     }
-    assert_eq!(ids(&store, "{}").len(), 40);
+    assert_eq!(store.load_setting("doc-39").unwrap().map(|d| d.len()), Some(60_000));
+}
+
+#[tokio::test]
+async fn a_group_that_never_reached_sled_is_cut_off_at_open() {
+    // A crash between syncing a group's frames and applying its sled batch leaves frames after
+    // the committed end that no `i` entry points to; they were never acknowledged.
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(10);
+    let kept = signed(&k, 100, 1, &[]);
+    {
+        let store = Store::open(dir.path(), 8).unwrap();
+        store.put(kept.clone()).await.unwrap();
+        store.shutdown().await.unwrap();
+    }
+    let path = dir.path().join(log::FILE);
+    let committed = std::fs::metadata(&path).unwrap().len();
+    let lost = signed(&k, 200, 1, &[]);
+    let mut tail = Vec::new();
+    log::push_frame(&mut tail, &record::encode(lost.event()));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&tail);
+    std::fs::write(&path, bytes).unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), committed);
+    assert_eq!(ids(&store, "{}"), vec![kept.id]);
+    // The event that was never acknowledged can be sent again; it lands where the tail was.
+    assert!(matches!(store.put(lost.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    store.shutdown().await.unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!(ids(&store, "{}"), vec![lost.id, kept.id]);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), committed + tail.len() as u64);
 }

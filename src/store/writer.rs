@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::index::{self, Index, Key, Serial};
 use super::keys;
+use super::log::{self, Log};
 use super::record::{self, Header};
 use super::{PutOutcome, StoreError, raw_json};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp, VerifiedEvent};
@@ -64,18 +65,33 @@ enum IndexOp {
 
 /// The writes of one group not yet in sled, read through by later writes of the same group.
 /// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway
-/// leaves nothing behind.
+/// leaves nothing behind. New records collect as log frames that go after the log's committed
+/// end (`start`); a record's serial is where its frame will be.
 struct Pending<'t> {
     tree: &'t Tree,
+    log: &'t Log,
+    start: Serial,
     group: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    group_frames: Vec<u8>,
     group_index: Vec<IndexOp>,
     op: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    op_frames: Vec<u8>,
     op_index: Vec<IndexOp>,
 }
 
 impl<'t> Pending<'t> {
-    fn new(tree: &'t Tree) -> Pending<'t> {
-        Pending { tree, group: HashMap::new(), group_index: Vec::new(), op: HashMap::new(), op_index: Vec::new() }
+    fn new(tree: &'t Tree, log: &'t Log) -> Pending<'t> {
+        Pending {
+            tree,
+            log,
+            start: log.end(),
+            group: HashMap::new(),
+            group_frames: Vec::new(),
+            group_index: Vec::new(),
+            op: HashMap::new(),
+            op_frames: Vec::new(),
+            op_index: Vec::new(),
+        }
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
@@ -100,13 +116,33 @@ impl<'t> Pending<'t> {
         self.op.insert(key.into(), None);
     }
 
+    /// Adds a record to the log frames; returns its serial.
+    fn push_record(&mut self, record: &[u8]) -> Serial {
+        let serial = self.start + (self.group_frames.len() + self.op_frames.len()) as u64;
+        log::push_frame(&mut self.op_frames, record);
+        serial
+    }
+
+    /// The record at `serial`: from this group's frames, or from the log.
+    fn record(&self, serial: Serial) -> Result<Vec<u8>, StoreError> {
+        let Some(at) = serial.checked_sub(self.start) else { return Ok(self.log.read(serial)?) };
+        let at = usize::try_from(at).map_err(|_| StoreError::Corrupt("serial".into()))?;
+        let found = match at.checked_sub(self.group_frames.len()) {
+            None => log::frame_in(&self.group_frames, at),
+            Some(at) => log::frame_in(&self.op_frames, at),
+        };
+        found.map(<[u8]>::to_vec).ok_or_else(|| StoreError::Corrupt(format!("no pending record at {serial}")))
+    }
+
     /// Ends the write in progress: keeps its changes when it succeeded, drops them otherwise.
     fn finish<T>(&mut self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
         if outcome.is_ok() {
             self.group.extend(self.op.drain());
+            self.group_frames.append(&mut self.op_frames);
             self.group_index.append(&mut self.op_index);
         } else {
             self.op.clear();
+            self.op_frames.clear();
             self.op_index.clear();
         }
         outcome
@@ -116,8 +152,12 @@ impl<'t> Pending<'t> {
         self.group.is_empty()
     }
 
-    /// Applies the group to sled as one atomic batch, then to the index.
+    /// Writes the group's frames to the log and syncs them, applies its sled changes and the
+    /// log's new committed end as one atomic batch, then changes the index. The caller flushes.
     fn apply(&mut self, index: &RwLock<Index>) -> Result<(), sled::Error> {
+        let frames = std::mem::take(&mut self.group_frames);
+        let end = self.start + frames.len() as u64;
+        let ops = std::mem::take(&mut self.group_index);
         let mut batch = Batch::default();
         for (key, value) in self.group.drain() {
             match value {
@@ -125,8 +165,13 @@ impl<'t> Pending<'t> {
                 None => batch.remove(key),
             }
         }
-        let ops = std::mem::take(&mut self.group_index);
+        if !frames.is_empty() {
+            self.log.write(self.start, &frames)?;
+            batch.insert(&keys::meta(keys::LOG_END)[..], &end.to_be_bytes()[..]);
+        }
         self.tree.apply_batch(batch)?;
+        self.log.commit(end);
+        self.start = end;
         let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
         for op in ops {
             match op {
@@ -143,8 +188,8 @@ pub(super) struct Writer {
     pub db: sled::Db,
     pub tree: Tree,
     pub index: Arc<RwLock<Index>>,
-    /// The serial the next stored event gets.
-    pub next_serial: Serial,
+    /// Where the records go.
+    pub log: Arc<Log>,
     /// Syncs what sled flushed (`None` for a temporary store).
     pub durable: Option<Arc<super::durable::Durable>>,
 }
@@ -164,18 +209,18 @@ pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>) -> Result<(), S
     Ok(())
 }
 
-fn run(mut w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
+fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else { break };
         let mut replies = Vec::new();
-        let mut pending = Pending::new(&w.tree);
+        let mut pending = Pending::new(&w.tree, &w.log);
         let mut applied: Result<(), sled::Error> = Ok(());
         let mut next = Some(first);
         while let Some(op) = next.take() {
             match op {
                 WriteOp::Put { event, reply } => {
-                    let outcome = put(&mut pending, &mut w.next_serial, &event);
+                    let outcome = put(&mut pending, &event);
                     replies.push(Reply::Put(reply, pending.finish(outcome)));
                 }
                 WriteOp::Sweep { now, reply } => {
@@ -266,9 +311,9 @@ fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreErro
     let Some(serial) = p.get(&keys::id(id))? else { return Ok(None) };
     let serial = decode_serial(&serial)?;
     p.remove(keys::id(id));
-    let Some(stored) = p.get(&keys::event(serial))? else { return Ok(None) };
+    // The record stays in the log, unreachable.
+    let stored = p.record(serial)?;
     let event = record::decode(&stored)?;
-    p.remove(keys::event(serial).to_vec());
     if let Some(expiration) = event.expiration() {
         p.remove(keys::expiry(expiration, id));
     }
@@ -283,7 +328,7 @@ fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreErro
     Ok(Some(event))
 }
 
-fn put(p: &mut Pending, next_serial: &mut Serial, verified: &VerifiedEvent) -> Result<PutOutcome, StoreError> {
+fn put(p: &mut Pending, verified: &VerifiedEvent) -> Result<PutOutcome, StoreError> {
     let event = verified.event();
     if p.contains(&keys::id(&event.id))? {
         return Ok(PutOutcome::Duplicate);
@@ -310,14 +355,12 @@ fn put(p: &mut Pending, next_serial: &mut Serial, verified: &VerifiedEvent) -> R
         }
         p.insert(address, encode_address(&event.id, event.created_at));
     }
-    let serial = *next_serial;
-    *next_serial += 1;
     let stored = record::encode(event);
     let header = record::header(&stored)?;
     if header.expiration != 0 {
         p.insert(keys::expiry(Timestamp(header.expiration), &event.id), []);
     }
-    p.insert(keys::event(serial).to_vec(), stored);
+    let serial = p.push_record(&stored);
     p.insert(keys::id(&event.id), serial.to_be_bytes());
     p.op_index.push(IndexOp::Insert(serial, header, index::keys_of(&header, &event.tags)));
     if event.kind == Kind::DELETION {
@@ -332,10 +375,8 @@ fn delete_targets(p: &mut Pending, deletion: &Event) -> Result<(), StoreError> {
     let author = deletion.pubkey;
     for value in deletion.tag_values("e") {
         let Some(id) = EventId::from_hex(value) else { continue };
-        if let Some(serial) = p.get(&keys::id(&id))?
-            && let Some(stored) = p.get(&keys::event(decode_serial(&serial)?))?
-        {
-            let target = record::header(&stored)?;
+        if let Some(serial) = p.get(&keys::id(&id))? {
+            let target = record::header(&p.record(decode_serial(&serial)?)?)?;
             // Only the author's own events; a deletion cannot delete a deletion.
             if target.pubkey != author || target.kind == Kind::DELETION {
                 continue;

@@ -1,0 +1,259 @@
+//! The event log: one append-only file of event records, read in place.
+//!
+//! Owns `events.log` in the data directory. Each record is a frame: the payload's length (u32
+//! big-endian), its CRC-32 (u32 big-endian), then the payload, a [`super::record`]. A record's
+//! serial is the offset of its frame, so serials only grow, and reading a record is one `pread`
+//! served by the OS page cache: no sled leaf is paged in and decoded for it, and the records take
+//! no room in sled's cache (measured on 200k events: ≈ 30 µs per record read from sled against
+//! ≈ 2 µs from here).
+//!
+//! Durability: the writer writes a group's frames after the committed end and syncs the file
+//! (`fdatasync`, which also persists its new size) before it applies the sled batch that makes
+//! them reachable: their `i` entries and the new committed end (`m` `log_end`). Bytes after the
+//! committed end belong to a group that was never acknowledged; the next group overwrites them,
+//! and opening cuts them off. Frames before the committed end are never written again. A removed
+//! event's frame stays where it is, unreachable, until the file is compacted.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock};
+
+use super::index::Serial;
+
+/// The log's file name in the data directory.
+pub const FILE: &str = "events.log";
+/// Length and CRC before each payload.
+pub const FRAME_HEADER: u64 = 8;
+/// The largest payload a frame holds; anything larger is corruption.
+const MAX_PAYLOAD: u64 = u32::MAX as u64;
+
+/// Event log failures.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Reading, writing or syncing the file failed.
+    #[error("event log: {0}")]
+    Io(#[from] io::Error),
+    /// A frame is not what was written.
+    #[error("event log: corrupt frame at {serial}: {reason}")]
+    Corrupt {
+        /// The frame's offset.
+        serial: Serial,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The file holds less than sled says was committed to it.
+    #[error("event log: {FILE} has {len} bytes but {committed} were committed")]
+    Short {
+        /// The file's length.
+        len: u64,
+        /// The committed end recorded in sled.
+        committed: u64,
+    },
+}
+
+/// Where the frames live: the file, or memory for a temporary store.
+enum Backing {
+    File(File),
+    Memory(RwLock<Vec<u8>>),
+}
+
+/// The event log of one store.
+pub struct Log {
+    backing: Backing,
+    /// The committed end: frames before it are reachable and never change.
+    end: AtomicU64,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, whose committed end sled recorded as `committed`;
+    /// cuts off whatever a group that was never acknowledged left after it.
+    pub fn open(dir: &Path, committed: u64) -> Result<Log, LogError> {
+        let path = dir.join(FILE);
+        let created = !path.exists();
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+        if created {
+            // The new name must survive a power cut as well as the data written under it.
+            File::open(dir)?.sync_all()?;
+        }
+        let len = file.metadata()?.len();
+        if len < committed {
+            return Err(LogError::Short { len, committed });
+        }
+        if len > committed {
+            tracing::warn!(bytes = len - committed, "cutting off an event log tail that was never acknowledged");
+            file.set_len(committed)?;
+            file.sync_data()?;
+        }
+        Ok(Log { backing: Backing::File(file), end: AtomicU64::new(committed) })
+    }
+
+    /// A log in memory (temporary stores).
+    pub fn memory() -> Log {
+        Log { backing: Backing::Memory(RwLock::new(Vec::new())), end: AtomicU64::new(0) }
+    }
+
+    /// The committed end: where the next group's frames go.
+    pub fn end(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+
+    /// Writes `frames` at `at` (the committed end) and syncs them to disk. They are not
+    /// reachable until [`Log::commit`].
+    pub fn write(&self, at: u64, frames: &[u8]) -> io::Result<()> {
+        match &self.backing {
+            Backing::File(file) => {
+                file.write_all_at(frames, at)?;
+                file.sync_data()
+            }
+            Backing::Memory(bytes) => {
+                let mut bytes = bytes.write().unwrap_or_else(PoisonError::into_inner);
+                let at = usize::try_from(at).map_err(io::Error::other)?;
+                bytes.truncate(at);
+                bytes.extend_from_slice(frames);
+                Ok(())
+            }
+        }
+    }
+
+    /// Makes the frames before `end` reachable; called once sled recorded `end` as committed.
+    pub fn commit(&self, end: u64) {
+        self.end.store(end, Ordering::Release);
+    }
+
+    /// The payload of the frame at `serial`, checked against its CRC.
+    pub fn read(&self, serial: Serial) -> Result<Vec<u8>, LogError> {
+        let corrupt = |reason| LogError::Corrupt { serial, reason };
+        let end = self.end();
+        if serial.saturating_add(FRAME_HEADER) > end {
+            return Err(corrupt("starts past the committed end"));
+        }
+        let mut header = [0u8; FRAME_HEADER as usize];
+        self.read_at(&mut header, serial)?;
+        let (len, crc) = split_header(header);
+        if serial + FRAME_HEADER + len > end {
+            return Err(corrupt("ends past the committed end"));
+        }
+        let mut payload = vec![0u8; usize::try_from(len).map_err(|_| corrupt("too long"))?];
+        self.read_at(&mut payload, serial + FRAME_HEADER)?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(corrupt("checksum mismatch"));
+        }
+        Ok(payload)
+    }
+
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        match &self.backing {
+            Backing::File(file) => file.read_exact_at(buf, at),
+            Backing::Memory(bytes) => {
+                let bytes = bytes.read().unwrap_or_else(PoisonError::into_inner);
+                let from = usize::try_from(at).map_err(io::Error::other)?;
+                let src = bytes.get(from..from + buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+
+    /// Bytes the file occupies.
+    pub fn size(&self) -> io::Result<u64> {
+        match &self.backing {
+            Backing::File(file) => Ok(file.metadata()?.len()),
+            Backing::Memory(bytes) => Ok(bytes.read().unwrap_or_else(PoisonError::into_inner).len() as u64),
+        }
+    }
+}
+
+/// Appends one frame holding `payload` to `frames`; returns the frame's length.
+pub fn push_frame(frames: &mut Vec<u8>, payload: &[u8]) -> u64 {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    frames.extend_from_slice(&len.to_be_bytes());
+    frames.extend_from_slice(&crc32fast::hash(payload).to_be_bytes());
+    frames.extend_from_slice(payload);
+    FRAME_HEADER + payload.len() as u64
+}
+
+/// The payload of the frame at `at` in a buffer of frames not yet written.
+pub fn frame_in(frames: &[u8], at: usize) -> Option<&[u8]> {
+    let header: [u8; FRAME_HEADER as usize] = frames.get(at..at + FRAME_HEADER as usize)?.try_into().ok()?;
+    let (len, _) = split_header(header);
+    let start = at + FRAME_HEADER as usize;
+    frames.get(start..start + usize::try_from(len.min(MAX_PAYLOAD)).ok()?)
+}
+
+fn split_header(header: [u8; FRAME_HEADER as usize]) -> (u64, u32) {
+    let [a, b, c, d, e, f, g, h] = header;
+    (u64::from(u32::from_be_bytes([a, b, c, d])), u32::from_be_bytes([e, f, g, h]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(payloads: &[&[u8]]) -> (Vec<u8>, Vec<u64>) {
+        let (mut out, mut at) = (Vec::new(), Vec::new());
+        for p in payloads {
+            at.push(out.len() as u64);
+            push_frame(&mut out, p);
+        }
+        (out, at)
+    }
+
+    #[test]
+    fn committed_frames_read_back_and_an_unacknowledged_tail_is_cut_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), 0).unwrap();
+        let (first, at) = frames(&[b"one", b"", b"three"]);
+        log.write(0, &first).unwrap();
+        // Written but not committed: not readable yet.
+        assert!(matches!(log.read(at[0]), Err(LogError::Corrupt { .. })));
+        log.commit(first.len() as u64);
+        assert_eq!(log.read(at[2]).unwrap(), b"three");
+        assert_eq!(log.read(at[1]).unwrap(), b"");
+        // A later group is written but its sled batch never lands.
+        let (second, _) = frames(&[b"never acknowledged"]);
+        log.write(log.end(), &second).unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), first.len() as u64).unwrap();
+        assert_eq!(log.size().unwrap(), first.len() as u64);
+        assert_eq!(log.read(at[0]).unwrap(), b"one");
+        // The next group goes where the cut tail was.
+        let (third, _) = frames(&[b"four"]);
+        log.write(log.end(), &third).unwrap();
+        log.commit(log.end() + third.len() as u64);
+        assert_eq!(log.read(first.len() as u64).unwrap(), b"four");
+    }
+
+    #[test]
+    fn a_log_shorter_than_committed_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Log::open(dir.path(), 0).unwrap());
+        match Log::open(dir.path(), 100) {
+            Err(e) => assert_eq!(e.to_string(), "event log: events.log has 0 bytes but 100 were committed"),
+            Ok(_) => panic!("opened"),
+        }
+    }
+
+    #[test]
+    fn damaged_frames_are_errors_not_panics() {
+        let log = Log::memory();
+        let (bytes, at) = frames(&[b"payload", b"next"]);
+        let mut damaged = bytes.clone();
+        damaged[FRAME_HEADER as usize + 2] ^= 1;
+        log.write(0, &damaged).unwrap();
+        log.commit(bytes.len() as u64);
+        match log.read(at[0]) {
+            Err(e) => assert_eq!(e.to_string(), "event log: corrupt frame at 0: checksum mismatch"),
+            Ok(_) => panic!("read a damaged frame"),
+        }
+        assert_eq!(log.read(at[1]).unwrap(), b"next");
+        // Offsets that are not frame starts, or run past the end, fail cleanly.
+        for serial in [1, 3, bytes.len() as u64 - 2, bytes.len() as u64, u64::MAX] {
+            assert!(log.read(serial).is_err(), "{serial}");
+        }
+        assert_eq!(frame_in(&bytes, at[1] as usize), Some(&b"next"[..]));
+        assert_eq!(frame_in(&bytes, bytes.len() - 3), None);
+    }
+}
