@@ -127,6 +127,7 @@ mod tests {
             created_at: Timestamp(at),
             kind: Kind(1),
             expiration: 0,
+            len: 200,
         }
     }
 

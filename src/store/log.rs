@@ -29,6 +29,8 @@ pub const FILE: &str = "events.log";
 pub const FRAME_HEADER: u64 = 8;
 /// The largest payload a frame holds; anything larger is corruption.
 const MAX_PAYLOAD: u64 = u32::MAX as u64;
+/// Bytes a read takes at once: most records fit, so most reads are one `pread`.
+const READ_AHEAD: u64 = 2048;
 
 /// Event log failures.
 #[derive(Debug, thiserror::Error)]
@@ -123,25 +125,46 @@ impl Log {
         self.end.store(end, Ordering::Release);
     }
 
-    /// The payload of the frame at `serial`, checked against its CRC.
+    /// The payload of the frame at `serial`, checked against its CRC. One `pread` for most
+    /// records: the frame is read together with its header when it fits in [`READ_AHEAD`].
     pub fn read(&self, serial: Serial) -> Result<Vec<u8>, LogError> {
+        self.read_hinted(serial, READ_AHEAD)
+    }
+
+    /// [`Log::read`] of a payload known to be `len` bytes long (the index keeps each record's
+    /// length): exactly one `pread` of exactly the frame.
+    pub fn read_sized(&self, serial: Serial, len: u32) -> Result<Vec<u8>, LogError> {
+        self.read_hinted(serial, FRAME_HEADER + u64::from(len))
+    }
+
+    /// Reads `hint` bytes at `serial` first, then the rest of the frame if it is longer.
+    fn read_hinted(&self, serial: Serial, hint: u64) -> Result<Vec<u8>, LogError> {
         let corrupt = |reason| LogError::Corrupt { serial, reason };
         let end = self.end();
         if serial.saturating_add(FRAME_HEADER) > end {
             return Err(corrupt("starts past the committed end"));
         }
-        let mut header = [0u8; FRAME_HEADER as usize];
-        self.read_at(&mut header, serial)?;
+        let first = usize::try_from((end - serial).min(hint.max(FRAME_HEADER))).map_err(|_| corrupt("too long"))?;
+        let mut buf = vec![0u8; first];
+        self.read_at(&mut buf, serial)?;
+        let header: [u8; FRAME_HEADER as usize] =
+            buf.get(..FRAME_HEADER as usize).and_then(|h| h.try_into().ok()).ok_or(corrupt("short header"))?;
         let (len, crc) = split_header(header);
         if serial + FRAME_HEADER + len > end {
             return Err(corrupt("ends past the committed end"));
         }
-        let mut payload = vec![0u8; usize::try_from(len).map_err(|_| corrupt("too long"))?];
-        self.read_at(&mut payload, serial + FRAME_HEADER)?;
-        if crc32fast::hash(&payload) != crc {
+        let total = usize::try_from(FRAME_HEADER + len).map_err(|_| corrupt("too long"))?;
+        if total > buf.len() {
+            let have = buf.len();
+            buf.resize(total, 0);
+            self.read_at(&mut buf[have..], serial + have as u64)?;
+        }
+        buf.truncate(total);
+        buf.drain(..FRAME_HEADER as usize);
+        if crc32fast::hash(&buf) != crc {
             return Err(corrupt("checksum mismatch"));
         }
-        Ok(payload)
+        Ok(buf)
     }
 
     fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
@@ -249,6 +272,9 @@ mod tests {
             Ok(_) => panic!("read a damaged frame"),
         }
         assert_eq!(log.read(at[1]).unwrap(), b"next");
+        // A wrong length hint only costs a second read.
+        assert_eq!(log.read_sized(at[1], 1).unwrap(), b"next");
+        assert_eq!(log.read_sized(at[1], 4000).unwrap(), b"next");
         // Offsets that are not frame starts, or run past the end, fail cleanly.
         for serial in [1, 3, bytes.len() as u64 - 2, bytes.len() as u64, u64::MAX] {
             assert!(log.read(serial).is_err(), "{serial}");

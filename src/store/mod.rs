@@ -281,7 +281,7 @@ impl Store {
             // scan saw it (its frame stays in the log).
             let stored = match hit.record {
                 Some(stored) => stored,
-                None => self.inner.log.read(hit.serial)?,
+                None => self.inner.log.read_sized(hit.serial, hit.len)?,
             };
             out.push(render(&stored)?);
         }
@@ -360,7 +360,7 @@ impl Store {
                     let Some(stored) = self.record_by_id(&id)? else { continue };
                     let header = record::header(&stored)?;
                     if !header.is_expired(now) && filter.matches(&record::decode(&stored)?) {
-                        hits.push(Hit { created_at: header.created_at, id, serial: 0, record: Some(stored) });
+                        hits.push(Hit { created_at: header.created_at, id, serial: 0, len: 0, record: Some(stored) });
                     }
                 }
             }
@@ -383,13 +383,13 @@ impl Store {
                         }
                         let mut record = None;
                         if check_tags {
-                            let stored = self.inner.log.read(serial)?;
+                            let stored = self.inner.log.read_sized(serial, header.len)?;
                             if !filter.matches(&record::decode(&stored)?) {
                                 continue;
                             }
                             record = Some(stored);
                         }
-                        hits.push(Hit { created_at: at, id: header.id, serial, record });
+                        hits.push(Hit { created_at: at, id: header.id, serial, len: header.len, record });
                         taken += 1;
                         last = Some(at);
                     }
@@ -408,6 +408,8 @@ struct Hit {
     created_at: Timestamp,
     id: EventId,
     serial: Serial,
+    /// The record's length, from the index (0 when `record` is already read).
+    len: u32,
     record: Option<Vec<u8>>,
 }
 

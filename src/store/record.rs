@@ -39,6 +39,8 @@ pub struct Header {
     pub kind: Kind,
     /// NIP-40 expiration; 0 = none.
     pub expiration: u64,
+    /// The whole record's length in bytes.
+    pub len: u32,
 }
 
 impl Header {
@@ -81,6 +83,7 @@ pub fn header(record: &[u8]) -> Result<Header, RecordError> {
         expiration: u64::from_be_bytes(array(record, 11)?),
         id: EventId(array(record, 19)?),
         pubkey: PubKey(array(record, 51)?),
+        len: u32::try_from(record.len()).map_err(|_| RecordError("longer than 4 GiB"))?,
     })
 }
 
@@ -117,21 +120,24 @@ pub fn decode(record: &[u8]) -> Result<Event, RecordError> {
     })
 }
 
-/// The event's compact JSON, exactly as [`Event::to_json`] writes it.
+/// The event's compact JSON, exactly as [`Event::to_json`] writes it, in a string allocated at
+/// its exact length (so turning it into a boxed JSON value does not reallocate).
 pub fn render(record: &[u8]) -> Result<String, RecordError> {
+    use std::fmt::Write;
     let h = header(record)?;
     let sig: [u8; 64] = array(record, 83)?;
     let (tags, content) = body(record)?;
+    let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let len = RENDERED_FIXED + digits(h.created_at.0) + digits(u64::from(h.kind.0)) + tags.len() + content.len();
     let mut hex_buf = [0u8; 128];
-    let mut out = String::with_capacity(record.len() + 200);
+    let mut out = String::with_capacity(len);
     out.push_str("{\"id\":\"");
     out.push_str(hex_of(&h.id.0, &mut hex_buf));
     out.push_str("\",\"pubkey\":\"");
     out.push_str(hex_of(&h.pubkey.0, &mut hex_buf));
     out.push_str("\",\"created_at\":");
-    out.push_str(&h.created_at.0.to_string());
-    out.push_str(",\"kind\":");
-    out.push_str(&h.kind.0.to_string());
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{},\"kind\":{}", h.created_at.0, h.kind.0);
     out.push_str(",\"tags\":");
     out.push_str(tags);
     out.push_str(",\"content\":");
@@ -141,6 +147,10 @@ pub fn render(record: &[u8]) -> Result<String, RecordError> {
     out.push_str("\"}");
     Ok(out)
 }
+
+/// The rendered JSON's length without its two numbers, tags and content: the field names and
+/// punctuation (71 bytes) and the hex of the id, pubkey and sig (256).
+const RENDERED_FIXED: usize = 71 + 256;
 
 /// Lowercase hex of `bytes` (at most 64) in `buf`.
 fn hex_of<'b>(bytes: &[u8], buf: &'b mut [u8; 128]) -> &'b str {
@@ -160,7 +170,9 @@ mod tests {
         for line in valid.lines().filter(|l| !l.trim().is_empty()) {
             let event = Event::from_json(line).unwrap();
             let record = encode(&event);
-            assert_eq!(render(&record).unwrap(), event.to_json(), "{line}");
+            let rendered = render(&record).unwrap();
+            assert_eq!(rendered, event.to_json(), "{line}");
+            assert_eq!(rendered.capacity(), rendered.len(), "{line}");
             assert_eq!(decode(&record).unwrap(), event);
             let h = header(&record).unwrap();
             assert_eq!((h.id, h.pubkey, h.created_at, h.kind), (event.id, event.pubkey, event.created_at, event.kind));
