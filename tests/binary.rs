@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use common::*;
+use hearth::protocol::Event;
 use serde_json::json;
 
 fn hearth() -> Command {
@@ -48,10 +49,19 @@ impl Drop for Running {
 }
 
 fn start(dir: &std::path::Path) -> (Running, String) {
+    start_with(dir, &[])
+}
+
+/// Quotas no test here should reach.
+const GENEROUS: [(&str, &str); 2] =
+    [("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "100000"), ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000")];
+
+fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
     let mut child = hearth()
         .current_dir(dir)
         .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
         .env("HEARTH_STORAGE__DATA_DIR", dir.join("data"))
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -105,5 +115,47 @@ async fn binary_serves_on_the_logged_address_and_exits_0_on_sigterm() {
     let first = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
     assert_eq!(frame(first), json!(["EVENT", "s", e]));
     drop(ws);
+    assert_eq!(sigterm(&mut child).code(), Some(0));
+}
+
+#[tokio::test]
+async fn every_acknowledged_write_survives_kill_9() {
+    // SIGKILL right after the last OK: the event log holds the acknowledged groups, sled's batches
+    // for them may never have been flushed, and the next start must replay them.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = start_with(dir.path(), &GENEROUS);
+    let url = format!("ws://{addr}/");
+    let mut c = Client::connect(&url).await;
+    let k = keys(4);
+    let base = now() - 1000;
+    let notes: Vec<Event> = (0..200).map(|i| sign(&k, base + i, 1, &[&["t", "kill"]], &format!("note {i}"))).collect();
+    // Pipelined, so that the writer takes them in groups.
+    for e in &notes {
+        c.send(json!(["EVENT", e])).await;
+    }
+    for _ in &notes {
+        let ok = c.recv().await;
+        assert_eq!((&ok[0], &ok[2]), (&json!("OK"), &json!(true)), "{ok}");
+    }
+    let (old, new) = (sign(&k, base, 0, &[], "old profile"), sign(&k, base + 1, 0, &[], "new profile"));
+    let deletion = sign(&k, base + 500, 5, &[&["e", &notes[0].id.to_hex()]], "");
+    for e in [&old, &new, &deletion] {
+        assert_eq!(c.publish(e).await[2], true);
+    }
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    drop(c);
+
+    let (mut child, addr) = start_with(dir.path(), &GENEROUS);
+    let mut c = Client::connect(&format!("ws://{addr}/")).await;
+    let mut want: Vec<String> = notes[1..].iter().rev().map(|e| e.id.to_hex()).collect();
+    assert_eq!(c.req_ids("notes", vec![json!({"#t": ["kill"], "limit": 500})]).await, want);
+    want = vec![new.id.to_hex()];
+    assert_eq!(c.req_ids("profile", vec![json!({"kinds": [0]})]).await, want);
+    assert_eq!(c.req_ids("deletion", vec![json!({"kinds": [5]})]).await, vec![deletion.id.to_hex()]);
+    // What was acknowledged as stored, replaced or deleted stays so.
+    assert_eq!(c.publish(&notes[5]).await[3], "duplicate: already have this event");
+    assert_eq!(c.publish(&old).await[2], false);
+    assert_eq!(c.publish(&notes[0]).await[2], false);
     assert_eq!(sigterm(&mut child).code(), Some(0));
 }

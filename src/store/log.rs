@@ -7,17 +7,20 @@
 //! no room in sled's cache (measured on 200k events: ≈ 30 µs per record read from sled against
 //! ≈ 2 µs from here).
 //!
-//! Durability: the writer writes a group's frames after the committed end and syncs the file
-//! (`fdatasync`, which also persists its new size) before it applies the sled batch that makes
-//! them reachable: their `i` entries and the new committed end (`m` `log_end`). Bytes after the
-//! committed end belong to a group that was never acknowledged; the next group overwrites them,
-//! and opening cuts them off. Frames before the committed end are never written again. A removed
-//! event's frame stays where it is, unreachable, until the file is compacted.
+//! Durability: the log is the store's journal. The writer writes a group's frames after the end
+//! and syncs the file (`fdatasync`, which also persists its new size); that is the commit point
+//! of every write in the group. Then it applies the sled batch that makes them reachable: their
+//! `i` entries and the new end (`m` `log_end`). sled is flushed later, so after a crash the file
+//! can hold complete frames after the end sled recorded: [`Log::recover_tail`] finds them (and
+//! cuts off a torn last frame, which was never acknowledged) and the writer replays them. Frames
+//! before the end are never written again; a removed event's frame stays where it is,
+//! unreachable, until the file is compacted.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
@@ -56,9 +59,10 @@ pub enum LogError {
     },
 }
 
-/// Where the frames live: the file, or memory for a temporary store.
+/// Where the frames live: the file (and its path, to notice it being removed under the store),
+/// or memory for a temporary store.
 enum Backing {
-    File(File),
+    File(File, PathBuf),
     Memory(RwLock<Vec<u8>>),
 }
 
@@ -70,8 +74,8 @@ pub struct Log {
 }
 
 impl Log {
-    /// Opens (or creates) the log in `dir`, whose committed end sled recorded as `committed`;
-    /// cuts off whatever a group that was never acknowledged left after it.
+    /// Opens (or creates) the log in `dir`, whose end sled recorded as `committed`. Frames after
+    /// it are left for [`Log::recover_tail`].
     pub fn open(dir: &Path, committed: u64) -> Result<Log, LogError> {
         let path = dir.join(FILE);
         let created = !path.exists();
@@ -84,12 +88,57 @@ impl Log {
         if len < committed {
             return Err(LogError::Short { len, committed });
         }
-        if len > committed {
-            tracing::warn!(bytes = len - committed, "cutting off an event log tail that was never acknowledged");
-            file.set_len(committed)?;
-            file.sync_data()?;
+        Ok(Log { backing: Backing::File(file, path), end: AtomicU64::new(committed) })
+    }
+
+    /// The complete, intact frames after the end, in order, made readable by moving the end past
+    /// them; whatever follows the last of them (a frame torn by a crash, never acknowledged) is
+    /// cut off. Returns their serials, for the writer to replay.
+    pub fn recover_tail(&self) -> Result<Vec<Serial>, LogError> {
+        let Backing::File(file, _) = &self.backing else { return Ok(Vec::new()) };
+        let len = file.metadata()?.len();
+        let mut at = self.end();
+        let mut serials = Vec::new();
+        let mut reader = io::BufReader::with_capacity(1 << 16, file);
+        io::Seek::seek(&mut reader, io::SeekFrom::Start(at))?;
+        let mut payload = Vec::new();
+        while at + FRAME_HEADER <= len {
+            let mut header = [0u8; FRAME_HEADER as usize];
+            io::Read::read_exact(&mut reader, &mut header)?;
+            let (size, crc) = split_header(header);
+            // An empty payload is never written: all zeros is what a torn write leaves.
+            if size == 0 || at + FRAME_HEADER + size > len {
+                break;
+            }
+            payload.resize(usize::try_from(size).map_err(io::Error::other)?, 0);
+            io::Read::read_exact(&mut reader, &mut payload)?;
+            if crc32fast::hash(&payload) != crc {
+                break;
+            }
+            serials.push(at);
+            at += FRAME_HEADER + size;
         }
-        Ok(Log { backing: Backing::File(file), end: AtomicU64::new(committed) })
+        if at < len {
+            tracing::warn!(bytes = len - at, "cutting a torn frame, never acknowledged, off the event log");
+            self.truncate(at)?;
+        }
+        self.commit(at);
+        Ok(serials)
+    }
+
+    /// Cuts the file back to `at` (the end), dropping the frames of a group that failed.
+    pub fn truncate(&self, at: u64) -> io::Result<()> {
+        match &self.backing {
+            Backing::File(file, _) => {
+                file.set_len(at)?;
+                file.sync_data()
+            }
+            Backing::Memory(bytes) => {
+                let at = usize::try_from(at).map_err(io::Error::other)?;
+                bytes.write().unwrap_or_else(PoisonError::into_inner).truncate(at);
+                Ok(())
+            }
+        }
     }
 
     /// A log in memory (temporary stores).
@@ -104,9 +153,15 @@ impl Log {
 
     /// Writes `frames` at `at` (the committed end) and syncs them to disk. They are not
     /// reachable until [`Log::commit`].
+    /// Fails when the file at the log's path is no longer the one open (removed or replaced under
+    /// the running store): writes to it would be acknowledged and then lost.
     pub fn write(&self, at: u64, frames: &[u8]) -> io::Result<()> {
         match &self.backing {
-            Backing::File(file) => {
+            Backing::File(file, path) => {
+                let (open, named) = (file.metadata()?, std::fs::metadata(path));
+                if !named.is_ok_and(|named| (named.dev(), named.ino()) == (open.dev(), open.ino())) {
+                    return Err(io::Error::other(format!("{} was removed or replaced", path.display())));
+                }
                 file.write_all_at(frames, at)?;
                 file.sync_data()
             }
@@ -169,7 +224,7 @@ impl Log {
 
     fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
         match &self.backing {
-            Backing::File(file) => file.read_exact_at(buf, at),
+            Backing::File(file, _) => file.read_exact_at(buf, at),
             Backing::Memory(bytes) => {
                 let bytes = bytes.read().unwrap_or_else(PoisonError::into_inner);
                 let from = usize::try_from(at).map_err(io::Error::other)?;
@@ -183,7 +238,7 @@ impl Log {
     /// Bytes the file occupies.
     pub fn size(&self) -> io::Result<u64> {
         match &self.backing {
-            Backing::File(file) => Ok(file.metadata()?.len()),
+            Backing::File(file, _) => Ok(file.metadata()?.len()),
             Backing::Memory(bytes) => Ok(bytes.read().unwrap_or_else(PoisonError::into_inner).len() as u64),
         }
     }
@@ -225,28 +280,47 @@ mod tests {
     }
 
     #[test]
-    fn committed_frames_read_back_and_an_unacknowledged_tail_is_cut_at_open() {
+    fn committed_frames_read_back_and_a_torn_tail_is_cut_at_recovery() {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), 0).unwrap();
-        let (first, at) = frames(&[b"one", b"", b"three"]);
+        let (first, at) = frames(&[b"one", b"2", b"three"]);
         log.write(0, &first).unwrap();
         // Written but not committed: not readable yet.
         assert!(matches!(log.read(at[0]), Err(LogError::Corrupt { .. })));
         log.commit(first.len() as u64);
         assert_eq!(log.read(at[2]).unwrap(), b"three");
-        assert_eq!(log.read(at[1]).unwrap(), b"");
-        // A later group is written but its sled batch never lands.
-        let (second, _) = frames(&[b"never acknowledged"]);
+        assert_eq!(log.read(at[1]).unwrap(), b"2");
+        // A later group is synced but sled never recorded it; the one after that was torn.
+        let (second, _) = frames(&[b"synced", b"also synced"]);
         log.write(log.end(), &second).unwrap();
+        let (third, _) = frames(&[b"torn by the crash"]);
+        log.write(log.end() + second.len() as u64, &third[..third.len() - 3]).unwrap();
         drop(log);
         let log = Log::open(dir.path(), first.len() as u64).unwrap();
-        assert_eq!(log.size().unwrap(), first.len() as u64);
-        assert_eq!(log.read(at[0]).unwrap(), b"one");
-        // The next group goes where the cut tail was.
-        let (third, _) = frames(&[b"four"]);
-        log.write(log.end(), &third).unwrap();
-        log.commit(log.end() + third.len() as u64);
-        assert_eq!(log.read(first.len() as u64).unwrap(), b"four");
+        let tail = log.recover_tail().unwrap();
+        let synced_end = (first.len() + second.len()) as u64;
+        assert_eq!(tail, vec![first.len() as u64, first.len() as u64 + 14]);
+        assert_eq!(log.end(), synced_end);
+        assert_eq!(log.size().unwrap(), synced_end);
+        assert_eq!(log.read(tail[1]).unwrap(), b"also synced");
+        // Nothing more to recover the next time.
+        drop(log);
+        let log = Log::open(dir.path(), synced_end).unwrap();
+        assert_eq!(log.recover_tail().unwrap(), Vec::<u64>::new());
+        // The next group goes where the torn frame was.
+        let (fourth, _) = frames(&[b"four"]);
+        log.write(log.end(), &fourth).unwrap();
+        log.commit(log.end() + fourth.len() as u64);
+        assert_eq!(log.read(synced_end).unwrap(), b"four");
+    }
+
+    #[test]
+    fn zeros_after_the_end_are_not_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), 0).unwrap();
+        log.write(0, &[0u8; 100]).unwrap();
+        assert_eq!(log.recover_tail().unwrap(), Vec::<u64>::new());
+        assert_eq!(log.size().unwrap(), 0);
     }
 
     #[test]

@@ -168,6 +168,13 @@ impl Store {
             None => 0,
         };
         let log = Arc::new(open_log(committed)?);
+        let tail = log.recover_tail()?;
+        if !tail.is_empty() {
+            let started = std::time::Instant::now();
+            let frames = writer::replay(&tree, &log, &tail)?;
+            flush_durably(&db, durable.as_deref())?;
+            tracing::info!(frames, ms = started.elapsed().as_millis() as u64, "replayed the event log after a crash");
+        }
         let index = Arc::new(RwLock::new(rebuild_index(&tree, &log)?));
         let settings = db.open_tree("settings_v1")?;
         let audit = db.open_tree("audit_v1")?;

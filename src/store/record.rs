@@ -22,7 +22,8 @@
 
 use crate::protocol::{Event, EventId, Kind, PubKey, Sig, Timestamp};
 
-const FORMAT: u8 = 1;
+/// First byte of every record (frames of other kinds in the event log start with other bytes).
+pub const FORMAT: u8 = 1;
 const HEADER: usize = 151;
 
 /// A stored record could not be decoded.

@@ -240,33 +240,72 @@ async fn every_blob_sled_writes_is_synced() {
 }
 
 #[tokio::test]
-async fn a_group_that_never_reached_sled_is_cut_off_at_open() {
-    // A crash between syncing a group's frames and applying its sled batch leaves frames after
-    // the committed end that no `i` entry points to; they were never acknowledged.
+async fn frames_after_sleds_end_are_replayed_at_open_and_a_torn_one_is_cut_off() {
+    // A crash after a group's frames were synced (and acknowledged) but before sled flushed its
+    // batch leaves frames after the end sled recorded. They are written here as the writer does.
     let dir = tempfile::tempdir().unwrap();
     let k = keys(10);
     let kept = signed(&k, 100, 1, &[]);
+    let doomed = signed(&k, 110, 1, &[]);
     {
         let store = Store::open(dir.path(), 8).unwrap();
         store.put(kept.clone()).await.unwrap();
+        store.put(doomed.clone()).await.unwrap();
         store.shutdown().await.unwrap();
     }
     let path = dir.path().join(log::FILE);
-    let committed = std::fs::metadata(&path).unwrap().len();
-    let lost = signed(&k, 200, 1, &[]);
+    let size = || std::fs::metadata(&path).unwrap().len();
+    let committed = size();
+    let note = signed(&k, 200, 1, &[&["t", "replayed"]]);
+    let removed_by_admin = signed(&k, 250, 1, &[]);
+    let deletion = signed(&k, 300, 5, &[&["e", &doomed.id.to_hex()]]);
     let mut tail = Vec::new();
-    log::push_frame(&mut tail, &record::encode(lost.event()));
+    for e in [&note, &removed_by_admin, &deletion] {
+        log::push_frame(&mut tail, &record::encode(e.event()));
+    }
+    log::push_frame(&mut tail, &writer::remove_frame(&removed_by_admin.id));
+    let replayed = tail.len() as u64;
+    // Half a frame of a group whose sync never returned.
+    let mut torn = Vec::new();
+    log::push_frame(&mut torn, &record::encode(signed(&k, 400, 1, &[]).event()));
+    tail.extend_from_slice(&torn[..torn.len() / 2]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&tail);
+    std::fs::write(&path, bytes).unwrap();
+
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!(size(), committed + replayed);
+    assert_eq!(ids(&store, "{}"), vec![deletion.id, note.id, kept.id]);
+    assert_eq!(ids(&store, r##"{"#t":["replayed"]}"##), vec![note.id]);
+    // The replayed deletion left its tombstone, and the replayed put its identity.
+    assert!(matches!(store.put(doomed.clone()).await.unwrap(), PutOutcome::Deleted));
+    assert!(matches!(store.put(note.clone()).await.unwrap(), PutOutcome::Duplicate));
+    store.shutdown().await.unwrap();
+    drop(store);
+    // The replay was made durable: the next open finds the same without replaying.
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!(ids(&store, "{}"), vec![deletion.id, note.id, kept.id]);
+    assert_eq!(size(), committed + replayed);
+}
+
+#[tokio::test]
+async fn a_replayed_sweep_runs_where_it_ran_the_first_time() {
+    // A profile that expired and was swept; then an older profile, stored because the address
+    // was free again. Replayed without the sweep, the older one would be refused as superseded.
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path(), 8).unwrap());
+    let k = keys(11);
+    let expiring = signed(&k, 120, 0, &[&["expiration", "150"]]);
+    let older = signed(&k, 110, 0, &[]);
+    let mut tail = Vec::new();
+    log::push_frame(&mut tail, &record::encode(expiring.event()));
+    log::push_frame(&mut tail, &writer::sweep_frame(Timestamp(200)));
+    log::push_frame(&mut tail, &record::encode(older.event()));
+    let path = dir.path().join(log::FILE);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend_from_slice(&tail);
     std::fs::write(&path, bytes).unwrap();
     let store = Store::open(dir.path(), 8).unwrap();
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), committed);
-    assert_eq!(ids(&store, "{}"), vec![kept.id]);
-    // The event that was never acknowledged can be sent again; it lands where the tail was.
-    assert!(matches!(store.put(lost.clone()).await.unwrap(), PutOutcome::Stored(_)));
-    store.shutdown().await.unwrap();
-    drop(store);
-    let store = Store::open(dir.path(), 8).unwrap();
-    assert_eq!(ids(&store, "{}"), vec![lost.id, kept.id]);
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), committed + tail.len() as u64);
+    assert_eq!(ids(&store, r#"{"kinds":[0]}"#), vec![older.id]);
+    assert_eq!(store.len(), 1);
 }

@@ -1,16 +1,24 @@
-//! The single writer thread: atomic groups and group commit.
+//! The single writer thread: atomic groups, group commit, and the event log as its journal.
 //!
-//! Owns every mutation of the event tree and of the in-memory index. One thread applies writes in
-//! arrival order, so the read-check-write of deduplication, replacement and deletion needs no
-//! transaction. Every write that arrived while the previous flush ran joins one group: its changes
-//! collect in an overlay ([`Pending`]) that later writes of the same group read through, and the
-//! whole group goes to sled as one atomic `apply_batch` and one flush. Replies are sent only after
-//! the flush and the data sync of sled's files ([`super::durable`]), so an `OK true` always means
-//! "on disk", also across a power cut. One batch per group instead of one per event: measured
-//! 30,000 against 6,900 events/s in sled.
+//! Owns every mutation of the event tree, of the event log and of the in-memory index. One thread
+//! applies writes in arrival order, so the read-check-write of deduplication, replacement and
+//! deletion needs no transaction. Every write that arrived while the previous group was written
+//! joins one group: its changes collect in an overlay ([`Pending`]) that later writes of the same
+//! group read through.
+//!
+//! A group commits with one `fdatasync`: its frames (stored records, and a frame for each
+//! moderation removal and each expiry sweep that removed something) are written to the event log
+//! and synced; only then is its sled batch applied, with the log's new end, and only then are
+//! its writes acknowledged. sled is flushed in the background ([`SLED_FLUSH_EVERY`]) and at
+//! shutdown. After a crash, [`replay`] runs the frames after the end sled last made durable
+//! through the same code the writes took the first time, in the same order, so sled and the index
+//! come back exactly as they were acknowledged. Measured: one group commit against one per event,
+//! 30,000 against 6,900 events/s in sled; one sync per ack instead of three (log, sled flush,
+//! sled sync) took the 1 × 1 OK latency from 0.34 to NN ms.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use sled::{Batch, IVec, Tree};
 use tokio::sync::{mpsc, oneshot};
@@ -22,8 +30,16 @@ use super::record::{self, Header};
 use super::{PutOutcome, StoreError, raw_json};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp, VerifiedEvent};
 
-/// Writes handled between two flushes at most.
+/// Writes handled in one group at most.
 const MAX_GROUP: usize = 4096;
+/// How often sled's state is flushed and synced behind the acknowledged writes; this bounds what
+/// [`replay`] has to redo after a crash.
+const SLED_FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// First byte of the log frame of a moderation removal (then the id); records start with
+/// [`record::FORMAT`].
+const REMOVE_FRAME: u8 = 0x80;
+/// First byte of the log frame of an expiry sweep that removed events (then `now`, u64).
+const SWEEP_FRAME: u8 = 0x81;
 
 /// A request to the writer.
 pub(super) enum WriteOp {
@@ -116,10 +132,10 @@ impl<'t> Pending<'t> {
         self.op.insert(key.into(), None);
     }
 
-    /// Adds a record to the log frames; returns its serial.
-    fn push_record(&mut self, record: &[u8]) -> Serial {
+    /// Adds a frame to the log frames of the write in progress; returns its serial.
+    fn push_frame(&mut self, payload: &[u8]) -> Serial {
         let serial = self.start + (self.group_frames.len() + self.op_frames.len()) as u64;
-        log::push_frame(&mut self.op_frames, record);
+        log::push_frame(&mut self.op_frames, payload);
         serial
     }
 
@@ -152,8 +168,9 @@ impl<'t> Pending<'t> {
         self.group.is_empty()
     }
 
-    /// Writes the group's frames to the log and syncs them, applies its sled changes and the
-    /// log's new committed end as one atomic batch, then changes the index. The caller flushes.
+    /// Writes the group's frames to the log and syncs them (the commit point), applies its sled
+    /// changes and the log's new end as one atomic batch, then changes the index. A group that
+    /// fails leaves no frames behind it in the log.
     fn apply(&mut self, index: &RwLock<Index>) -> Result<(), sled::Error> {
         let frames = std::mem::take(&mut self.group_frames);
         let end = self.start + frames.len() as u64;
@@ -165,11 +182,15 @@ impl<'t> Pending<'t> {
                 None => batch.remove(key),
             }
         }
-        if !frames.is_empty() {
-            self.log.write(self.start, &frames)?;
-            batch.insert(&keys::meta(keys::LOG_END)[..], &end.to_be_bytes()[..]);
+        batch.insert(&keys::meta(keys::LOG_END)[..], &end.to_be_bytes()[..]);
+        let written = if frames.is_empty() { Ok(()) } else { self.log.write(self.start, &frames) };
+        if let Err(e) = written.map_err(sled::Error::from).and_then(|()| self.tree.apply_batch(batch)) {
+            // Frames of a failed group must not be replayed after a crash.
+            if let Err(cut) = self.log.truncate(self.start) {
+                tracing::error!(error = %cut, "cutting the frames of a failed group off the event log failed");
+            }
+            return Err(e);
         }
-        self.tree.apply_batch(batch)?;
         self.log.commit(end);
         self.start = end;
         let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
@@ -211,6 +232,7 @@ pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>) -> Result<(), S
 
 fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     let mut shutdown: Option<oneshot::Sender<()>> = None;
+    let mut flushed = Instant::now();
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else { break };
         let mut replies = Vec::new();
@@ -220,7 +242,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
         while let Some(op) = next.take() {
             match op {
                 WriteOp::Put { event, reply } => {
-                    let outcome = put(&mut pending, &event);
+                    let outcome = put(&mut pending, event.event(), None);
                     replies.push(Reply::Put(reply, pending.finish(outcome)));
                 }
                 WriteOp::Sweep { now, reply } => {
@@ -228,11 +250,19 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
                     if !pending.is_empty() && applied.is_ok() {
                         applied = pending.apply(&w.index);
                     }
-                    let outcome = sweep(&mut pending, now);
+                    let outcome = sweep(&mut pending, now).inspect(|&removed| {
+                        if removed > 0 {
+                            pending.push_frame(&sweep_frame(now));
+                        }
+                    });
                     replies.push(Reply::Sweep(reply, pending.finish(outcome)));
                 }
                 WriteOp::Remove { id, reply } => {
-                    let outcome = remove_into(&mut pending, &id).map(|removed| removed.is_some());
+                    let outcome = remove_into(&mut pending, &id).map(|removed| removed.is_some()).inspect(|&removed| {
+                        if removed {
+                            pending.push_frame(&remove_frame(&id));
+                        }
+                    });
                     replies.push(Reply::Remove(reply, pending.finish(outcome)));
                 }
                 WriteOp::Shutdown { reply } => {
@@ -247,13 +277,19 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
         if applied.is_ok() && !pending.is_empty() {
             applied = pending.apply(&w.index);
         }
-        // One flush for the whole group; nothing is acknowledged before it.
-        let written = applied.and_then(|()| w.flush());
-        if let Err(e) = &written {
+        // The group's frames are synced (or it failed): nothing is acknowledged before that.
+        if let Err(e) = &applied {
             tracing::error!(error = %e, "writing a group failed; its writes were not acknowledged");
         }
         for reply in replies {
-            reply.send(&written);
+            reply.send(&applied);
+        }
+        if flushed.elapsed() >= SLED_FLUSH_EVERY {
+            // Behind the acknowledgements: a failure here only means a longer replay.
+            if let Err(e) = w.flush() {
+                tracing::error!(error = %e, "flushing sled behind the event log failed");
+            }
+            flushed = Instant::now();
         }
     }
     if let Err(e) = w.flush() {
@@ -328,8 +364,9 @@ fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreErro
     Ok(Some(event))
 }
 
-fn put(p: &mut Pending, verified: &VerifiedEvent) -> Result<PutOutcome, StoreError> {
-    let event = verified.event();
+/// Stores an event (verified by the caller) unless it is a duplicate, superseded or deleted.
+/// Its record goes into a new log frame, or, when replaying, is the frame at `replayed`.
+fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> Result<PutOutcome, StoreError> {
     if p.contains(&keys::id(&event.id))? {
         return Ok(PutOutcome::Duplicate);
     }
@@ -360,7 +397,10 @@ fn put(p: &mut Pending, verified: &VerifiedEvent) -> Result<PutOutcome, StoreErr
     if header.expiration != 0 {
         p.insert(keys::expiry(Timestamp(header.expiration), &event.id), []);
     }
-    let serial = p.push_record(&stored);
+    let serial = match replayed {
+        Some(serial) => serial,
+        None => p.push_frame(&stored),
+    };
     p.insert(keys::id(&event.id), serial.to_be_bytes());
     p.op_index.push(IndexOp::Insert(serial, header, index::keys_of(&header, &event.tags)));
     if event.kind == Kind::DELETION {
@@ -430,4 +470,56 @@ fn sweep(p: &mut Pending, now: Timestamp) -> Result<usize, StoreError> {
         }
     }
     Ok(removed)
+}
+
+/// The log frame of a moderation removal.
+pub(super) fn remove_frame(id: &EventId) -> Vec<u8> {
+    let mut frame = vec![REMOVE_FRAME];
+    frame.extend_from_slice(&id.0);
+    frame
+}
+
+/// The log frame of an expiry sweep that removed events.
+pub(super) fn sweep_frame(now: Timestamp) -> Vec<u8> {
+    let mut frame = vec![SWEEP_FRAME];
+    frame.extend_from_slice(&now.0.to_be_bytes());
+    frame
+}
+
+/// Redoes, in order, the writes whose frames are in the event log after the end sled made
+/// durable (`serials`, from [`Log::recover_tail`]): puts, removals and sweeps take the same code
+/// as the first time against the same state, so they decide the same way. Returns how many frames
+/// were replayed; the caller flushes.
+pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize, StoreError> {
+    // The index is rebuilt from sled afterwards; the replayed changes to it are not needed.
+    let index = RwLock::new(Index::default());
+    let mut p = Pending::new(tree, log);
+    for &serial in serials {
+        let frame = log.read(serial)?;
+        let outcome = match frame.split_first() {
+            Some((&REMOVE_FRAME, id)) => {
+                let id = EventId(id.try_into().map_err(|_| StoreError::Corrupt(format!("removal frame at {serial}")))?);
+                remove_into(&mut p, &id).map(drop)
+            }
+            Some((&SWEEP_FRAME, now)) => {
+                let now = now.try_into().map_err(|_| StoreError::Corrupt(format!("sweep frame at {serial}")))?;
+                if !p.is_empty() {
+                    p.apply(&index)?;
+                }
+                sweep(&mut p, Timestamp(u64::from_be_bytes(now))).map(drop)
+            }
+            _ => match put(&mut p, &record::decode(&frame)?, Some(serial))? {
+                PutOutcome::Stored(_) => Ok(()),
+                other => {
+                    tracing::warn!(serial, outcome = ?other, "a replayed record was not stored again");
+                    Ok(())
+                }
+            },
+        };
+        p.finish(outcome)?;
+    }
+    if !p.is_empty() {
+        p.apply(&index)?;
+    }
+    Ok(serials.len())
 }

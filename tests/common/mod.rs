@@ -113,17 +113,7 @@ impl TestRelay {
     }
 
     pub async fn connect(&self) -> Client {
-        let (ws, _) =
-            tokio::time::timeout(STEP, tokio_tungstenite::connect_async_with_config(self.ws_url(), None, true))
-                .await
-                .unwrap()
-                .unwrap();
-        let mut client = Client { ws, challenge: String::new() };
-        // NIP-42: the relay opens with its challenge.
-        let first = client.recv().await;
-        assert_eq!(first[0], "AUTH", "{first}");
-        client.challenge = first[1].as_str().unwrap().to_string();
-        client
+        Client::connect(&self.ws_url()).await
     }
 }
 
@@ -143,6 +133,20 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects to the relay at `url` and takes its NIP-42 challenge.
+    pub async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::connect_async_with_config(url, None, true))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut client = Client { ws, challenge: String::new() };
+        // NIP-42: the relay opens with its challenge.
+        let first = client.recv().await;
+        assert_eq!(first[0], "AUTH", "{first}");
+        client.challenge = first[1].as_str().unwrap().to_string();
+        client
+    }
+
     /// Answers the relay's challenge as `keys`; returns the OK frame.
     pub async fn auth(&mut self, keys: &Keys, relay_url: &str) -> Value {
         let event = keys.sign(
