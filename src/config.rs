@@ -127,9 +127,9 @@ impl ServerConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// Directory of the sled database.
+    /// Directory of the store: the sled database and the event log.
     pub data_dir: PathBuf,
-    /// sled page cache, in MiB.
+    /// sled page cache, in MiB (the event catalogue; records are read from the event log).
     pub cache_capacity_mb: u64,
     /// Seconds between sweeps that delete expired (NIP-40) events.
     pub expiration_sweep_secs: u64,
