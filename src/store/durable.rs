@@ -1,11 +1,12 @@
-//! What makes a sled flush durable: the one place that syncs the data directory's files.
+//! What makes a sled flush durable: the one place that syncs sled's files.
 //!
 //! sled's flush ends in `sync_file_range` on Linux, which neither makes the drive flush its
 //! write cache nor persists a grown file's size, and it never syncs the files it writes for
-//! nodes too large for a log segment (`blobs/`, over 128 KiB: a leaf holding a few large events).
-//! After every flush [`Durable::sync`] calls `fdatasync` on the log file (`db`) and on each blob
-//! file not yet synced, then syncs the blob directory so the new names survive too. An `OK true`
-//! is sent only after this returns.
+//! nodes too large for a log segment (`blobs/`, over 128 KiB: e.g. a leaf of large settings
+//! documents). After a flush [`Durable::sync`] calls `fdatasync` on the log file (`db`) and on each
+//! blob file not yet synced, then syncs the blob directory so the new names survive too. Settings
+//! and audit writes return only after it; the writer runs it every second behind the event log,
+//! which is what acknowledges events ([`super::log`]).
 
 use std::collections::HashSet;
 use std::ffi::OsString;

@@ -181,7 +181,7 @@ impl Log {
     }
 
     /// The payload of the frame at `serial`, checked against its CRC. One `pread` for most
-    /// records: the frame is read together with its header when it fits in [`READ_AHEAD`].
+    /// records: the frame is read together with its header when it fits in `READ_AHEAD`.
     pub fn read(&self, serial: Serial) -> Result<Vec<u8>, LogError> {
         self.read_hinted(serial, READ_AHEAD)
     }

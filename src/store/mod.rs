@@ -1,12 +1,14 @@
-//! Durable event storage in sled: the store's one narrow API.
+//! Durable event storage: the store's one narrow API.
 //!
-//! Owns the sled database: event records ([`record`]) under a growing serial with an id entry
-//! as each event's identity (layout in [`keys`]), NIP-09 tombstones, NIP-40 expiry, and
-//! replaceable/addressable versions; and the in-memory secondary indexes ([`index`]) derived from
-//! the records. Writes go through one writer thread ([`writer`]) that applies every write that
-//! arrived meanwhile as one atomic sled batch and one flush (group commit): a `put` returns only
-//! once its event is on disk. Reads ([`Store::query`], [`Store::count`], [`Store::get`]) scan the
-//! index and read records; they block, so async callers run them with `spawn_blocking`.
+//! Owns the data directory: the event log ([`log`], `events.log`), whose frames hold the event
+//! records ([`record`]) and are the store's journal; the sled database, which holds the catalogue
+//! (an id entry as each event's identity, NIP-09 tombstones, NIP-40 expiry, replaceable and
+//! addressable versions; layout in [`keys`]) and the settings and audit trees; and the in-memory
+//! secondary indexes ([`index`]) derived from them. Writes go through one writer thread
+//! (`writer`) that commits every write that arrived meanwhile with one sync of the log (group
+//! commit): a `put` returns only once its event is on disk, and opening the store replays what
+//! sled had not yet made durable. Reads ([`Store::query`], [`Store::count`], [`Store::get`]) scan
+//! the index and `pread` records; they block, so async callers run them with `spawn_blocking`.
 //!
 //! It knows nothing of connections, quotas or the wire: a second backend implements these same
 //! methods.
