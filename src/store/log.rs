@@ -176,8 +176,9 @@ impl Log {
     }
 
     /// Makes the frames before `end` reachable; called once sled recorded `end` as committed.
+    /// The end never moves back (a replay records its progress below an end already known).
     pub fn commit(&self, end: u64) {
-        self.end.store(end, Ordering::Release);
+        self.end.fetch_max(end, Ordering::AcqRel);
     }
 
     /// The payload of the frame at `serial`, checked against its CRC. One `pread` for most

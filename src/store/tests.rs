@@ -297,15 +297,21 @@ async fn a_replayed_sweep_runs_where_it_ran_the_first_time() {
     let k = keys(11);
     let expiring = signed(&k, 120, 0, &[&["expiration", "150"]]);
     let older = signed(&k, 110, 0, &[]);
+    let note = signed(&k, 130, 1, &[]);
+    let deletion = signed(&k, 140, 5, &[&["e", &note.id.to_hex()]]);
     let mut tail = Vec::new();
+    log::push_frame(&mut tail, &record::encode(note.event()));
     log::push_frame(&mut tail, &record::encode(expiring.event()));
     log::push_frame(&mut tail, &writer::sweep_frame(Timestamp(200)));
     log::push_frame(&mut tail, &record::encode(older.event()));
+    // After the sweep's partial apply, a deletion still reads its target from the tail.
+    log::push_frame(&mut tail, &record::encode(deletion.event()));
     let path = dir.path().join(log::FILE);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend_from_slice(&tail);
     std::fs::write(&path, bytes).unwrap();
     let store = Store::open(dir.path(), 8).unwrap();
     assert_eq!(ids(&store, r#"{"kinds":[0]}"#), vec![older.id]);
-    assert_eq!(store.len(), 1);
+    assert_eq!(ids(&store, "{}"), vec![deletion.id, older.id]);
+    assert!(matches!(store.put(note.clone()).await.unwrap(), PutOutcome::Deleted));
 }

@@ -496,6 +496,9 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize
     let mut p = Pending::new(tree, log);
     for &serial in serials {
         let frame = log.read(serial)?;
+        // What is applied to sled records as done exactly the frames before this one (a sweep
+        // applies the group so far), so a crash during the replay redoes the rest.
+        p.start = serial;
         let outcome = match frame.split_first() {
             Some((&REMOVE_FRAME, id)) => {
                 let id = EventId(id.try_into().map_err(|_| StoreError::Corrupt(format!("removal frame at {serial}")))?);
@@ -517,6 +520,7 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize
             },
         };
         p.finish(outcome)?;
+        p.start = serial + log::FRAME_HEADER + frame.len() as u64;
     }
     if !p.is_empty() {
         p.apply(&index)?;
