@@ -175,10 +175,10 @@ impl Log {
         }
     }
 
-    /// Makes the frames before `end` reachable; called once sled recorded `end` as committed.
-    /// The end never moves back (a replay records its progress below an end already known).
+    /// Sets the end: the frames before it are synced and may be read. The writer moves it past a
+    /// group's frames once they are synced, and back if the group then fails.
     pub fn commit(&self, end: u64) {
-        self.end.fetch_max(end, Ordering::AcqRel);
+        self.end.store(end, Ordering::Release);
     }
 
     /// The payload of the frame at `serial`, checked against its CRC. One `pread` for most

@@ -168,6 +168,14 @@ impl<'t> Pending<'t> {
         self.group.is_empty()
     }
 
+    /// Drops the frames of a group that failed: they must not be read, nor replayed after a crash.
+    fn cut(&self) {
+        if let Err(e) = self.log.truncate(self.start) {
+            tracing::error!(error = %e, "cutting the frames of a failed group off the event log failed");
+        }
+        self.log.commit(self.start);
+    }
+
     /// Writes the group's frames to the log and syncs them (the commit point), applies its sled
     /// changes and the log's new end as one atomic batch, then changes the index. A group that
     /// fails leaves no frames behind it in the log.
@@ -183,15 +191,22 @@ impl<'t> Pending<'t> {
             }
         }
         batch.insert(&keys::meta(keys::LOG_END)[..], &end.to_be_bytes()[..]);
-        let written = if frames.is_empty() { Ok(()) } else { self.log.write(self.start, &frames) };
-        if let Err(e) = written.map_err(sled::Error::from).and_then(|()| self.tree.apply_batch(batch)) {
-            // Frames of a failed group must not be replayed after a crash.
-            if let Err(cut) = self.log.truncate(self.start) {
-                tracing::error!(error = %cut, "cutting the frames of a failed group off the event log failed");
+        if !frames.is_empty() {
+            if let Err(e) = self.log.write(self.start, &frames) {
+                self.cut();
+                return Err(e.into());
+            }
+            // Readable before sled points at them: whoever finds a new `i` entry can read its frame.
+            self.log.commit(end);
+        }
+        if let Err(e) = self.tree.apply_batch(batch) {
+            // Only this group's own frames are cut: a replay's group has none, and the frames
+            // after its position are acknowledged writes.
+            if !frames.is_empty() {
+                self.cut();
             }
             return Err(e);
         }
-        self.log.commit(end);
         self.start = end;
         let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
         for op in ops {
