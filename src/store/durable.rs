@@ -5,7 +5,7 @@
 //! nodes too large for a log segment (`blobs/`, over 128 KiB: e.g. a leaf of large settings
 //! documents). After a flush [`Durable::sync`] calls `fdatasync` on the log file (`db`) and on each
 //! blob file not yet synced, then syncs the blob directory so the new names survive too. Settings
-//! and audit writes return only after it; the writer runs it every second behind the event log,
+//! and audit writes return only after it; the writer runs it behind the event log, at most once a second,
 //! which is what acknowledges events ([`super::log`]).
 
 use std::collections::HashSet;
