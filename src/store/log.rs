@@ -30,8 +30,6 @@ use super::index::Serial;
 pub const FILE: &str = "events.log";
 /// Length and CRC before each payload.
 pub const FRAME_HEADER: u64 = 8;
-/// The largest payload a frame holds; anything larger is corruption.
-const MAX_PAYLOAD: u64 = u32::MAX as u64;
 /// Bytes a read takes at once: most records fit, so most reads are one `pread`.
 const READ_AHEAD: u64 = 2048;
 
@@ -59,10 +57,15 @@ pub enum LogError {
     },
 }
 
-/// Where the frames live: the file (and its path, to notice it being removed under the store),
-/// or memory for a temporary store.
+/// Where the frames live: the file, or memory for a temporary store.
 enum Backing {
-    File(File, PathBuf),
+    File {
+        file: File,
+        /// Where it was opened, and the (device, inode) it had there: to notice the file being
+        /// removed or replaced under the store.
+        path: PathBuf,
+        identity: (u64, u64),
+    },
     Memory(RwLock<Vec<u8>>),
 }
 
@@ -84,18 +87,19 @@ impl Log {
             // The new name must survive a power cut as well as the data written under it.
             File::open(dir)?.sync_all()?;
         }
-        let len = file.metadata()?.len();
-        if len < committed {
-            return Err(LogError::Short { len, committed });
+        let meta = file.metadata()?;
+        if meta.len() < committed {
+            return Err(LogError::Short { len: meta.len(), committed });
         }
-        Ok(Log { backing: Backing::File(file, path), end: AtomicU64::new(committed) })
+        let identity = (meta.dev(), meta.ino());
+        Ok(Log { backing: Backing::File { file, path, identity }, end: AtomicU64::new(committed) })
     }
 
     /// The complete, intact frames after the end, in order, made readable by moving the end past
     /// them; whatever follows the last of them (a frame torn by a crash, never acknowledged) is
     /// cut off. Returns their serials, for the writer to replay.
     pub fn recover_tail(&self) -> Result<Vec<Serial>, LogError> {
-        let Backing::File(file, _) = &self.backing else { return Ok(Vec::new()) };
+        let Backing::File { file, .. } = &self.backing else { return Ok(Vec::new()) };
         let len = file.metadata()?.len();
         let mut at = self.end();
         let mut serials = Vec::new();
@@ -129,7 +133,7 @@ impl Log {
     /// Cuts the file back to `at` (the end), dropping the frames of a group that failed.
     pub fn truncate(&self, at: u64) -> io::Result<()> {
         match &self.backing {
-            Backing::File(file, _) => {
+            Backing::File { file, .. } => {
                 file.set_len(at)?;
                 file.sync_data()
             }
@@ -157,9 +161,9 @@ impl Log {
     /// the running store): writes to it would be acknowledged and then lost.
     pub fn write(&self, at: u64, frames: &[u8]) -> io::Result<()> {
         match &self.backing {
-            Backing::File(file, path) => {
-                let (open, named) = (file.metadata()?, std::fs::metadata(path));
-                if !named.is_ok_and(|named| (named.dev(), named.ino()) == (open.dev(), open.ino())) {
+            Backing::File { file, path, identity } => {
+                let named = std::fs::metadata(path);
+                if !named.is_ok_and(|named| (named.dev(), named.ino()) == *identity) {
                     return Err(io::Error::other(format!("{} was removed or replaced", path.display())));
                 }
                 file.write_all_at(frames, at)?;
@@ -225,7 +229,7 @@ impl Log {
 
     fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
         match &self.backing {
-            Backing::File(file, _) => file.read_exact_at(buf, at),
+            Backing::File { file, .. } => file.read_exact_at(buf, at),
             Backing::Memory(bytes) => {
                 let bytes = bytes.read().unwrap_or_else(PoisonError::into_inner);
                 let from = usize::try_from(at).map_err(io::Error::other)?;
@@ -239,7 +243,7 @@ impl Log {
     /// Bytes the file occupies.
     pub fn size(&self) -> io::Result<u64> {
         match &self.backing {
-            Backing::File(file, _) => Ok(file.metadata()?.len()),
+            Backing::File { file, .. } => Ok(file.metadata()?.len()),
             Backing::Memory(bytes) => Ok(bytes.read().unwrap_or_else(PoisonError::into_inner).len() as u64),
         }
     }
@@ -259,7 +263,7 @@ pub fn frame_in(frames: &[u8], at: usize) -> Option<&[u8]> {
     let header: [u8; FRAME_HEADER as usize] = frames.get(at..at + FRAME_HEADER as usize)?.try_into().ok()?;
     let (len, _) = split_header(header);
     let start = at + FRAME_HEADER as usize;
-    frames.get(start..start + usize::try_from(len.min(MAX_PAYLOAD)).ok()?)
+    frames.get(start..start + usize::try_from(len).ok()?)
 }
 
 fn split_header(header: [u8; FRAME_HEADER as usize]) -> (u64, u32) {
