@@ -137,6 +137,13 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let shutdown = match shutdown_signal() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("hearth: cannot install the SIGINT/SIGTERM handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -144,7 +151,7 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match hearth::run(listener, config, shutdown_signal()).await {
+    match hearth::run(listener, config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hearth: {e}");
@@ -153,25 +160,29 @@ async fn run() -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that resolves on either.
+///
+/// They must be in place before the relay says it is listening: a supervisor may send SIGTERM
+/// the moment it sees that line, and a handler installed lazily, on the future's first poll,
+/// could still be missing then, so the signal's default action would kill the relay without
+/// its shutdown flush.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }

@@ -104,7 +104,7 @@ async fn binary_serves_on_the_logged_address_and_exits_0_on_sigterm() {
         assert_eq!(frame(ok), json!(["OK", e.id.to_hex(), true, ""]));
     }
     let status = sigterm(&mut child);
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(status.code(), Some(0), "{status:?}");
     // Acknowledged means durable: a new process on the same directory serves it.
     let (mut child, addr) = start(dir.path());
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/")).await.unwrap();
@@ -115,7 +115,8 @@ async fn binary_serves_on_the_logged_address_and_exits_0_on_sigterm() {
     let first = tokio::time::timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
     assert_eq!(frame(first), json!(["EVENT", "s", e]));
     drop(ws);
-    assert_eq!(sigterm(&mut child).code(), Some(0));
+    let status = sigterm(&mut child);
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }
 
 #[tokio::test]
