@@ -9,12 +9,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::limiter::Principal;
-use crate::protocol::{Event, Filter, RelayMessage};
+use crate::protocol::{Event, EventJson, Filter, RelayMessage};
 
 /// Identifies one connection for its lifetime.
 pub type ConnId = u64;
@@ -148,7 +147,7 @@ impl Fanout {
     }
 
     /// Delivers `event` (serialized once as `json`) to every matching subscription, once each.
-    pub fn publish(&self, event: &Event, json: &Arc<RawValue>) {
+    pub fn publish(&self, event: &Event, json: &EventJson) {
         let Ok(conns) = self.conns.read() else { return };
         for entry in conns.values() {
             if entry.slow.is_cancelled() {
@@ -179,9 +178,9 @@ mod tests {
         Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))
     }
 
-    fn event() -> (Event, Arc<RawValue>) {
+    fn event() -> (Event, EventJson) {
         let e = Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
-        let json: Arc<RawValue> = RawValue::from_string(e.to_json()).unwrap().into();
+        let json = e.to_shared_json();
         (e, json)
     }
 

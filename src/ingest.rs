@@ -192,14 +192,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         return Outcome::refused(Prefix::Invalid, "event has expired");
     }
     if verified.kind.is_ephemeral() {
-        let json = match serde_json::value::RawValue::from_string(verified.to_json()) {
-            Ok(raw) => raw.into(),
-            Err(e) => {
-                tracing::error!(error = %e, "event did not serialize");
-                return Outcome::refused(Prefix::Error, "internal error");
-            }
-        };
-        app.fanout.publish(&verified, &json);
+        app.fanout.publish(&verified, &verified.to_shared_json());
         return Outcome::Accepted;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice.

@@ -120,11 +120,15 @@ async fn query_over_ten_thousand_events_returns_exactly_the_right_events_in_orde
     let a0 = authors[0].public_key().to_hex();
     let a1 = authors[1].public_key().to_hex();
     let some_ids: Vec<String> = events.iter().step_by(500).map(|e| e.id.to_hex()).collect();
+    // Of every topic, author and kind, so that tag and author conditions on ids keep some.
+    let mixed_ids: Vec<String> = events.iter().step_by(333).map(|e| e.id.to_hex()).collect();
     let filters = vec![
         json!({"limit": 10_000}),
         json!({"limit": 50}),
         json!({"ids": some_ids}),
         json!({"ids": some_ids, "kinds": [7]}),
+        json!({"ids": mixed_ids, "#t": ["sled", "warp"]}),
+        json!({"ids": mixed_ids, "authors": [a0, a1], "until": 1_700_003_000}),
         json!({"authors": [a0], "limit": 10_000}),
         json!({"authors": [a0, a1], "limit": 37}),
         json!({"kinds": [7], "limit": 10_000}),

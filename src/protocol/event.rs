@@ -6,6 +6,7 @@
 //! It does not check signatures: that is [`super::verify`].
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -226,6 +227,11 @@ impl Event {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// [`Event::to_json`], ready to be shared between frames.
+    pub fn to_shared_json(&self) -> EventJson {
+        EventJson(self.to_json().into())
+    }
+
     /// Values at index 1 of every tag named `name` (tags with a value only).
     pub fn tag_values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a str> {
         self.tags
@@ -256,6 +262,42 @@ fn strip_position(e: &serde_json::Error) -> String {
     match text.rfind(" at line ") {
         Some(i) => text[..i].to_string(),
         None => text,
+    }
+}
+
+/// An event's compact JSON text, serialized once and shared: between every subscriber a new
+/// event goes to, and from the store's reader to the socket.
+///
+/// Only code that writes the JSON itself makes one: [`Event::to_shared_json`] (serde), and the
+/// store's renderer, which writes the same bytes from a stored record (`pub(crate)`
+/// [`EventJson::written_by_hearth`]). So a relay frame splices it in as it is, without parsing
+/// it again (that check was an eighth of the relay's CPU in a query).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventJson(Arc<str>);
+
+impl EventJson {
+    /// JSON that hearth's own code has just written for an event; it is not checked again.
+    pub(crate) fn written_by_hearth(json: String) -> EventJson {
+        EventJson(json.into())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// As the JSON value it is (for bodies serialized with serde, such as the REST API's).
+impl Serialize for EventJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &serde_json::value::RawValue = serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
     }
 }
 

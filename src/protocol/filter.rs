@@ -35,32 +35,22 @@ pub struct Filter {
 impl Filter {
     /// True when `event` satisfies every condition.
     pub fn matches(&self, event: &Event) -> bool {
-        if let Some(ids) = &self.ids
-            && !ids.contains(&event.id)
-        {
-            return false;
-        }
-        if let Some(authors) = &self.authors
-            && !authors.contains(&event.pubkey)
-        {
-            return false;
-        }
-        if let Some(kinds) = &self.kinds
-            && !kinds.contains(&event.kind)
-        {
-            return false;
-        }
-        if self.since.is_some_and(|s| event.created_at < s) {
-            return false;
-        }
-        if self.until.is_some_and(|u| event.created_at > u) {
-            return false;
-        }
-        self.tags.iter().all(|(letter, values)| {
-            let mut buf = [0u8; 4];
-            let name: &str = letter.encode_utf8(&mut buf);
-            event.tag_values(name).any(|v| values.iter().any(|want| want == v))
-        })
+        self.matches_fields(&event.id, &event.pubkey, event.kind, event.created_at)
+            && self.tags.iter().all(|(letter, values)| {
+                let mut buf = [0u8; 4];
+                let name: &str = letter.encode_utf8(&mut buf);
+                event.tag_values(name).any(|v| values.iter().any(|want| want == v))
+            })
+    }
+
+    /// True when an event with these fields satisfies every condition but the tag conditions
+    /// (the store checks these from its index, without reading the event).
+    pub fn matches_fields(&self, id: &EventId, pubkey: &PubKey, kind: Kind, created_at: Timestamp) -> bool {
+        self.ids.as_ref().is_none_or(|ids| ids.contains(id))
+            && self.authors.as_ref().is_none_or(|authors| authors.contains(pubkey))
+            && self.kinds.as_ref().is_none_or(|kinds| kinds.contains(&kind))
+            && self.since.is_none_or(|s| created_at >= s)
+            && self.until.is_none_or(|u| created_at <= u)
     }
 
     /// True when the filter can match nothing at all (an empty list somewhere, or since > until).

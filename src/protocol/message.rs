@@ -5,13 +5,11 @@
 //! correlated with it ([`ParseError::reply`]): a bad EVENT gets its `OK`, a bad REQ/COUNT its
 //! `CLOSED`, and only what cannot be tied to an id gets a `NOTICE`.
 
-use std::sync::Arc;
-
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::event::{Event, EventError};
+use super::event::{Event, EventError, EventJson};
 use super::filter::Filter;
 
 /// A parsed client frame.
@@ -200,7 +198,8 @@ impl ClientMessage {
     }
 }
 
-/// A relay frame. Serialized with serde, never formatted by hand.
+/// A relay frame. Serialized with serde, except that an `EVENT` frame splices in its event's
+/// JSON, which is already serialized (see [`RelayMessage::to_json`]).
 #[derive(Clone, Debug)]
 pub enum RelayMessage {
     /// `["EVENT", <sub id>, <event>]`, the event JSON shared between subscribers.
@@ -208,7 +207,7 @@ pub enum RelayMessage {
         /// Subscription id.
         sub_id: String,
         /// The event, already serialized once.
-        event: Arc<RawValue>,
+        event: EventJson,
     },
     /// `["OK", <id>, <accepted>, <message>]`
     Ok {
@@ -247,18 +246,23 @@ impl RelayMessage {
         RelayMessage::Ok { id: id.into(), accepted, message: message.into() }
     }
 
-    /// The frame as compact JSON text, written into one buffer sized for it up front (an
-    /// `EVENT` frame is mostly its event: serde_json's default 128-byte start grew three times).
+    /// The frame as compact JSON text.
+    ///
+    /// An `EVENT` frame is mostly its event, which is already JSON: it is spliced in as it is,
+    /// into one buffer sized for the frame up front, and only the subscription id is escaped.
+    /// Every other frame is serialized with serde.
     pub fn to_json(&self) -> String {
-        let capacity = match self {
-            RelayMessage::Event { sub_id, event } => event.get().len() + sub_id.len() + 16,
-            _ => 128,
-        };
-        let mut out = Vec::with_capacity(capacity);
-        if serde_json::to_writer(&mut out, self).is_err() {
-            return String::new();
+        if let RelayMessage::Event { sub_id, event } = self {
+            let sub_id = serde_json::to_string(sub_id).unwrap_or_default();
+            let mut out = String::with_capacity(event.as_str().len() + sub_id.len() + 12);
+            out.push_str("[\"EVENT\",");
+            out.push_str(&sub_id);
+            out.push(',');
+            out.push_str(event.as_str());
+            out.push(']');
+            return out;
         }
-        String::from_utf8(out).unwrap_or_default()
+        serde_json::to_string(self).unwrap_or_default()
     }
 }
 
@@ -274,7 +278,7 @@ impl Serialize for RelayMessage {
             RelayMessage::Event { sub_id, event } => {
                 seq.serialize_element("EVENT")?;
                 seq.serialize_element(sub_id)?;
-                seq.serialize_element(&**event)?;
+                seq.serialize_element(event)?;
             }
             RelayMessage::Ok { id, accepted, message } => {
                 seq.serialize_element("OK")?;
@@ -360,7 +364,16 @@ mod tests {
         assert_eq!(RelayMessage::ok("ab", true, "").to_json(), r#"["OK","ab",true,""]"#);
         assert_eq!(RelayMessage::Eose("s\"1".into()).to_json(), r#"["EOSE","s\"1"]"#);
         assert_eq!(RelayMessage::Count { sub_id: "q".into(), count: 3 }.to_json(), r#"["COUNT","q",{"count":3}]"#);
-        let raw: Arc<RawValue> = RawValue::from_string(r#"{"a":1}"#.into()).unwrap().into();
-        assert_eq!(RelayMessage::Event { sub_id: "s".into(), event: raw }.to_json(), r#"["EVENT","s",{"a":1}]"#);
+        let e = crate::protocol::Keys::from_bytes([5; 32]).unwrap().sign(
+            crate::protocol::Timestamp(1),
+            crate::protocol::Kind(1),
+            vec![],
+            "a \"quoted\" line\n",
+        );
+        let frame = RelayMessage::Event { sub_id: "s\"1".into(), event: e.to_shared_json() };
+        let want = format!(r#"["EVENT","s\"1",{}]"#, e.to_json());
+        assert_eq!(frame.to_json(), want);
+        // The spliced frame is what serde writes for the same message.
+        assert_eq!(serde_json::to_string(&frame).unwrap(), want);
     }
 }

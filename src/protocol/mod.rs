@@ -12,7 +12,7 @@ pub mod nip19;
 pub mod nip42;
 pub mod verify;
 
-pub use event::{Event, EventId, Kind, KindClass, PubKey, Sig, Timestamp};
+pub use event::{Event, EventId, EventJson, Kind, KindClass, PubKey, Sig, Timestamp};
 pub use filter::Filter;
 pub use keys::Keys;
 pub use message::{ClientMessage, Correlation, ParseError, RelayMessage};

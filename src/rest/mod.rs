@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use warp::http::{HeaderMap, Method, StatusCode};
 use warp::reply::Response;
 use warp::{Filter, Rejection};
@@ -23,7 +22,7 @@ use crate::app::AppState;
 use crate::ingest::{self, Outcome, Prefix, Publisher};
 use crate::limiter::principal::client_ip;
 use crate::limiter::{LimitType, Principal};
-use crate::protocol::{Event, EventId, Filter as NostrFilter, PubKey, Timestamp};
+use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, Timestamp};
 use crate::ws::session::prepare_filters;
 pub use error::ApiError;
 use error::json_response;
@@ -276,7 +275,7 @@ async fn get_event(app: &AppState, ctx: RequestCtx, id: &str) -> Result<Response
         .ok_or_else(|| ApiError::BadRequest("event id must be 64 lowercase hex characters".into()))?;
     let found = app.store.get_async(id, Timestamp::now()).await.map_err(internal)?;
     match found {
-        Some(event) => Ok(json_response(StatusCode::OK, &*event)),
+        Some(event) => Ok(json_response(StatusCode::OK, &event)),
         None => Err(ApiError::NotFound("event not found".into())),
     }
 }
@@ -299,8 +298,8 @@ fn filters_of(app: &AppState, ctx: &RequestCtx) -> Result<Vec<NostrFilter>, ApiE
 }
 
 #[derive(Serialize)]
-struct EventsBody<'a> {
-    events: Vec<&'a RawValue>,
+struct EventsBody {
+    events: Vec<EventJson>,
 }
 
 async fn query(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
@@ -308,7 +307,7 @@ async fn query(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
     let filters = filters_of(app, &ctx)?;
     let _permit = app.limiter.acquire_handler(&caller.principal).await.map_err(ApiError::RateLimited)?;
     let events = app.store.query_async(filters, Timestamp::now()).await.map_err(internal)?;
-    Ok(json_response(StatusCode::OK, &EventsBody { events: events.iter().map(|e| &**e).collect() }))
+    Ok(json_response(StatusCode::OK, &EventsBody { events }))
 }
 
 #[derive(Serialize)]

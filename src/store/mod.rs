@@ -25,10 +25,9 @@ use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::protocol::{EventId, Filter, PubKey, Timestamp, VerifiedEvent};
+use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent};
 use durable::Durable;
 use index::{Index, Key, Serial};
 use log::Log;
@@ -81,7 +80,7 @@ pub enum StoreError {
 #[derive(Clone, Debug)]
 pub enum PutOutcome {
     /// Newly stored and flushed; the JSON is what subscribers are sent.
-    Stored(Arc<RawValue>),
+    Stored(EventJson),
     /// The same id is already stored.
     Duplicate,
     /// A newer version of this replaceable / addressable event is stored.
@@ -267,7 +266,7 @@ impl Store {
     }
 
     /// One stored event by id (expired events are not served).
-    pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<Arc<RawValue>>, StoreError> {
+    pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
         match self.record_by_id(id)? {
             Some(stored) if !record::header(&stored)?.is_expired(now) => Ok(Some(render(&stored)?)),
             _ => Ok(None),
@@ -276,16 +275,23 @@ impl Store {
 
     /// Stored events matching any filter: newest first, ties lowest id first, each filter's
     /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
-    pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<Arc<RawValue>>, StoreError> {
-        let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
-        for filter in filters {
-            let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-            for hit in self.scan(filter, limit, now)? {
-                all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
+    pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
+        let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let hits: Vec<Hit> = match filters {
+            // One filter's scan is already in order and without repeats.
+            [filter] => self.scan(filter, limit_of(filter), now)?,
+            _ => {
+                let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
+                for filter in filters {
+                    for hit in self.scan(filter, limit_of(filter), now)? {
+                        all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
+                    }
+                }
+                all.into_values().collect()
             }
-        }
-        let mut out = Vec::with_capacity(all.len());
-        for hit in all.into_values() {
+        };
+        let mut out = Vec::with_capacity(hits.len());
+        for hit in hits {
             // An event removed since the scan is still served: the answer is the store as the
             // scan saw it (its frame stays in the log).
             let stored = match hit.record {
@@ -318,7 +324,7 @@ impl Store {
     }
 
     /// [`Store::query`] off the async reactor.
-    pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<Arc<RawValue>>, StoreError> {
+    pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
         self.off_reactor(move |s| s.query(&filters, now)).await
     }
 
@@ -328,7 +334,7 @@ impl Store {
     }
 
     /// [`Store::get`] off the async reactor.
-    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<Arc<RawValue>>, StoreError> {
+    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
         self.off_reactor(move |s| s.get(&id, now)).await
     }
 
@@ -365,12 +371,26 @@ impl Store {
         let mut hits = Vec::new();
         match Plan::of(filter) {
             Plan::Ids(ids) => {
+                let check_tags = !filter.tags.is_empty();
                 for id in ids {
-                    let Some(stored) = self.record_by_id(&id)? else { continue };
-                    let header = record::header(&stored)?;
-                    if !header.is_expired(now) && filter.matches(&record::decode(&stored)?) {
-                        hits.push(Hit { created_at: header.created_at, id, serial: 0, len: 0, record: Some(stored) });
+                    let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
+                    let serial = writer::decode_serial(&serial)?;
+                    // Not yet in the index: a write still in flight, not acknowledged yet.
+                    let Some(header) = self.index().header(serial).copied() else { continue };
+                    if header.is_expired(now)
+                        || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
+                    {
+                        continue;
                     }
+                    let mut record = None;
+                    if check_tags {
+                        let stored = self.inner.log.read_sized(serial, header.len)?;
+                        if !filter.matches(&record::decode(&stored)?) {
+                            continue;
+                        }
+                        record = Some(stored);
+                    }
+                    hits.push(Hit { created_at: header.created_at, id, serial, len: header.len, record });
                 }
             }
             Plan::Scan { keys, check_tags } => {
@@ -385,8 +405,7 @@ impl Store {
                         }
                         let Some(header) = index.header(serial) else { continue };
                         if header.is_expired(now)
-                            || filter.kinds.as_ref().is_some_and(|k| !k.contains(&header.kind))
-                            || filter.authors.as_ref().is_some_and(|a| !a.contains(&header.pubkey))
+                            || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
                         {
                             continue;
                         }
@@ -417,7 +436,7 @@ struct Hit {
     created_at: Timestamp,
     id: EventId,
     serial: Serial,
-    /// The record's length, from the index (0 when `record` is already read).
+    /// The record's length, from the index.
     len: u32,
     record: Option<Vec<u8>>,
 }
@@ -489,12 +508,10 @@ fn flush_durably(db: &sled::Db, durable: Option<&Durable>) -> Result<(), sled::E
     durable.map_or(Ok(()), |d| d.sync().map_err(sled::Error::Io))
 }
 
-fn render(stored: &[u8]) -> Result<Arc<RawValue>, StoreError> {
-    raw_json(record::render(stored)?)
-}
-
-fn raw_json(json: String) -> Result<Arc<RawValue>, StoreError> {
-    RawValue::from_string(json).map(Arc::from).map_err(|e| StoreError::Corrupt(e.to_string()))
+/// A stored event's JSON. The record's frame passed its CRC check when it was read, and the
+/// record's tags and content were written by serde_json when it was stored.
+fn render(stored: &[u8]) -> Result<EventJson, StoreError> {
+    Ok(EventJson::written_by_hearth(record::render(stored)?))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ fn ids(store: &Store, filter: &str) -> Vec<EventId> {
         .query(&[f], Timestamp(2_000_000_000))
         .unwrap()
         .iter()
-        .map(|raw| Event::from_json(raw.get()).unwrap().id)
+        .map(|raw| Event::from_json(raw.as_str()).unwrap().id)
         .collect()
 }
 

@@ -27,7 +27,7 @@ use super::index::{self, Index, Key, Serial};
 use super::keys;
 use super::log::{self, Log};
 use super::record::{self, Header};
-use super::{PutOutcome, StoreError, raw_json};
+use super::{PutOutcome, StoreError};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp, VerifiedEvent};
 
 /// Writes handled in one group at most.
@@ -421,7 +421,7 @@ fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> Result<PutOu
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
     }
-    Ok(PutOutcome::Stored(raw_json(event.to_json())?))
+    Ok(PutOutcome::Stored(event.to_shared_json()))
 }
 
 /// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records
