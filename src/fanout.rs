@@ -5,6 +5,7 @@
 //! connection whose queue is full is cut off (its `slow` token is cancelled) and counted, so one
 //! client that stops reading cannot hold up the others or grow memory.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -146,9 +147,11 @@ impl Fanout {
         self.conns.read().map(|c| c.len()).unwrap_or(0)
     }
 
-    /// Delivers `event` (serialized once as `json`) to every matching subscription, once each.
-    pub fn publish(&self, event: &Event, json: &EventJson) {
+    /// Delivers `event` to every matching subscription, once each. It is serialized once, when
+    /// the first match is found (an event nobody subscribed to is never serialized).
+    pub fn publish(&self, event: &Event) {
         let Ok(conns) = self.conns.read() else { return };
+        let json: OnceCell<EventJson> = OnceCell::new();
         for entry in conns.values() {
             if entry.slow.is_cancelled() {
                 continue;
@@ -157,7 +160,8 @@ impl Fanout {
                 if !filters.iter().any(|f| f.matches(event)) {
                     continue;
                 }
-                let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json.clone() };
+                let json = json.get_or_init(|| event.to_shared_json()).clone();
+                let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json };
                 if entry.tx.try_send(frame).is_err() {
                     // Full (or closing): cut the connection off rather than queue without bound.
                     entry.slow.cancel();
@@ -178,10 +182,8 @@ mod tests {
         Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))
     }
 
-    fn event() -> (Event, EventJson) {
-        let e = Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
-        let json = e.to_shared_json();
-        (e, json)
+    fn event() -> Event {
+        Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x")
     }
 
     #[test]
@@ -192,9 +194,11 @@ mod tests {
         fanout.subscribe(a.id, "s1", 1, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
-        let (e, json) = event();
-        fanout.publish(&e, &json);
-        assert!(matches!(a.rx.try_recv(), Ok(RelayMessage::Event { sub_id, .. }) if sub_id == "s1"));
+        let e = event();
+        fanout.publish(&e);
+        assert!(
+            matches!(a.rx.try_recv(), Ok(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json())
+        );
         assert!(a.rx.try_recv().is_err());
         assert!(b.rx.try_recv().is_ok());
         assert!(b.rx.try_recv().is_err());
@@ -210,8 +214,8 @@ mod tests {
         fanout.subscribe(reg.id, "s", 2, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
-        let (e, json) = event();
-        fanout.publish(&e, &json);
+        let e = event();
+        fanout.publish(&e);
         assert!(reg.rx.try_recv().is_ok());
         assert!(fanout.unsubscribe(reg.id, "s", None));
         assert_eq!(fanout.total_subscriptions(), 0);
@@ -222,10 +226,10 @@ mod tests {
         let fanout = Arc::new(Fanout::default());
         let reg = fanout.register(1, local());
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
-        let (e, json) = event();
-        fanout.publish(&e, &json);
+        let e = event();
+        fanout.publish(&e);
         assert!(!reg.slow.is_cancelled());
-        fanout.publish(&e, &json);
+        fanout.publish(&e);
         assert!(reg.slow.is_cancelled());
     }
 }

@@ -192,7 +192,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         return Outcome::refused(Prefix::Invalid, "event has expired");
     }
     if verified.kind.is_ephemeral() {
-        app.fanout.publish(&verified, &verified.to_shared_json());
+        app.fanout.publish(&verified);
         return Outcome::Accepted;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice.
@@ -214,9 +214,9 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
     // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
     let verified = std::sync::Arc::new(verified);
     match app.store.put(verified.clone()).await {
-        Ok(PutOutcome::Stored(json)) => {
+        Ok(PutOutcome::Stored) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
-            app.fanout.publish(&verified, &json);
+            app.fanout.publish(&verified);
             Outcome::Accepted
         }
         Ok(PutOutcome::Duplicate) => {

@@ -79,8 +79,8 @@ pub enum StoreError {
 /// What happened to an event given to [`Store::put`].
 #[derive(Clone, Debug)]
 pub enum PutOutcome {
-    /// Newly stored and flushed; the JSON is what subscribers are sent.
-    Stored(EventJson),
+    /// Newly stored and durable.
+    Stored,
     /// The same id is already stored.
     Duplicate,
     /// A newer version of this replaceable / addressable event is stored.

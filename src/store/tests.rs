@@ -25,7 +25,7 @@ fn ids(store: &Store, filter: &str) -> Vec<EventId> {
 async fn duplicate_is_stored_once() {
     let store = Store::temporary().unwrap();
     let e = signed(&keys(1), 10, 1, &[]);
-    assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored));
     assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Duplicate));
     assert_eq!(ids(&store, "{}"), vec![e.id]);
 }
@@ -37,7 +37,7 @@ async fn replaceable_keeps_newest_and_refuses_older() {
     let old = signed(&k, 10, 0, &[]);
     let new = signed(&k, 20, 0, &[]);
     store.put(old.clone()).await.unwrap();
-    assert!(matches!(store.put(new.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(new.clone()).await.unwrap(), PutOutcome::Stored));
     assert!(matches!(store.put(old.clone()).await.unwrap(), PutOutcome::Superseded));
     assert_eq!(ids(&store, r#"{"kinds":[0]}"#), vec![new.id]);
     // The old version left no index entries behind.
@@ -52,7 +52,7 @@ async fn addressable_ties_keep_lowest_id() {
     let b = signed(&k, 10, 30023, &[&["d", "x"], &["t", "other"]]);
     let (low, high) = if a.id < b.id { (a, b) } else { (b, a) };
     store.put(high.clone()).await.unwrap();
-    assert!(matches!(store.put(low.clone()).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(low.clone()).await.unwrap(), PutOutcome::Stored));
     assert!(matches!(store.put(high.clone()).await.unwrap(), PutOutcome::Superseded));
     // Another d tag is another address.
     let other = signed(&k, 5, 30023, &[&["d", "y"]]);
@@ -80,7 +80,7 @@ async fn deletion_removes_own_targets_and_tombstones_them() {
     assert_eq!(left, want);
     assert!(matches!(store.put(mine).await.unwrap(), PutOutcome::Deleted));
     assert!(matches!(store.put(signed(&alice, 15, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Deleted));
-    assert!(matches!(store.put(signed(&alice, 25, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Stored(_)));
+    assert!(matches!(store.put(signed(&alice, 25, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Stored));
 }
 
 #[tokio::test]
@@ -162,7 +162,7 @@ async fn writes_of_one_group_see_each_other() {
     let names: Vec<&str> = outcomes
         .into_iter()
         .map(|o| match o.unwrap() {
-            PutOutcome::Stored(_) => "stored",
+            PutOutcome::Stored => "stored",
             PutOutcome::Duplicate => "duplicate",
             PutOutcome::Superseded => "superseded",
             PutOutcome::Deleted => "deleted",

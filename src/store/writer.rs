@@ -421,7 +421,7 @@ fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> Result<PutOu
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
     }
-    Ok(PutOutcome::Stored(event.to_shared_json()))
+    Ok(PutOutcome::Stored)
 }
 
 /// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records
@@ -527,7 +527,7 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize
                 sweep(&mut p, Timestamp(u64::from_be_bytes(now))).map(drop)
             }
             _ => match put(&mut p, &record::decode(&frame)?, Some(serial))? {
-                PutOutcome::Stored(_) => Ok(()),
+                PutOutcome::Stored => Ok(()),
                 other => {
                     tracing::warn!(serial, outcome = ?other, "a replayed record was not stored again");
                     Ok(())
