@@ -12,9 +12,10 @@ fn hearth_bench_smoke_runs_every_workload_and_checks_it() {
     let reports: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let cmds: Vec<&str> = reports.iter().map(|r| r["cmd"].as_str().unwrap()).collect();
-    assert_eq!(cmds, ["gen", "bound", "ingest", "query", "fanout", "limiter"]);
+    assert_eq!(cmds, ["gen", "bound", "ingest", "rtt", "query", "fanout", "limiter"]);
     let ingest = &reports[2];
     assert_eq!((ingest["ok_true"].as_u64(), ingest["missing"].as_u64()), (Some(300), Some(0)));
-    assert_eq!(reports[3]["mismatches"], 0);
-    assert_eq!(reports[4]["completeness"], 1.0);
+    assert!(reports[3]["p50_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(reports[4]["mismatches"], 0);
+    assert_eq!(reports[5]["completeness"], 1.0);
 }

@@ -209,6 +209,31 @@ pub async fn ingest(relay: &str, file: &Path, conns: usize, inflight: usize) -> 
     })
 }
 
+/// WebSocket ping → pong round trips, one at a time: what a 1 × 1 ingest costs before the relay
+/// does any work (the relay's WebSocket layer answers a ping itself).
+pub async fn rtt(relay: &str, n: usize) -> Res<Report> {
+    let (mut tx, mut rx) = connect(relay).await?.split();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let payload = (i as u64).to_be_bytes().to_vec();
+        let started = Instant::now();
+        tx.send(Message::Ping(payload.clone().into())).await.map_err(err)?;
+        loop {
+            match tokio::time::timeout(QUIET, rx.next()).await {
+                Ok(Some(Ok(Message::Pong(p)))) if p[..] == payload[..] => break,
+                Ok(Some(Ok(_))) => {}
+                _ => return Err("no pong from the relay".into()),
+            }
+        }
+        samples.push(started.elapsed());
+    }
+    let (p50, p99) = (percentile_ms(&mut samples, 50.0), percentile_ms(&mut samples, 99.0));
+    Ok(Report {
+        json: json!({"cmd": "rtt", "pings": n, "p50_ms": p50, "p99_ms": p99}),
+        summary: format!("rtt: WebSocket ping round trip p50 {p50:.3} ms p99 {p99:.3} ms ({n} pings)"),
+    })
+}
+
 /// The four query shapes of the mix.
 fn shapes(events: &[Event], n: usize) -> Vec<(&'static str, Value)> {
     let mut rng = Rng::new(42);
@@ -490,7 +515,7 @@ impl Spawned {
 /// Pairs of ingests into fresh relays with the limiter on and off, in alternating order so that
 /// drift of a shared machine cancels; the ratio reported is the median of the pairs' ratios.
 async fn limiter_overhead(file: &Path) -> Res<Report> {
-    const PAIRS: usize = 3;
+    const PAIRS: usize = 5;
     let rate = |enabled: &'static str| async move {
         let relay = Spawned::start("suite-overhead", &[("HEARTH_LIMITS__ENABLED", enabled)])?;
         let outcome = ingest(&relay.relay, file, 4, 256).await;
@@ -543,6 +568,7 @@ pub async fn suite(count: usize, file: &Path) -> Res<Vec<Report>> {
             json: json!({"cmd": "disk", "bytes": disk, "bytes_per_event": disk / events}),
             summary: format!("disk: {} bytes after ingest, {} bytes per event", disk, disk / events),
         });
+        reports.push(rtt(&on.relay, 2000).await?);
         reports.push(ingest(&on.relay, &latency_file, 1, 1).await?);
         reports.push(query(&on.relay, file, 400).await?);
         reports.push(fanout(&on.relay, 500, 200, 100).await?);
@@ -621,6 +647,11 @@ pub async fn smoke() -> Res<Vec<Report>> {
             return Err(format!("smoke ingest: {}", ingest.json));
         }
         reports.push(ingest);
+        let rtt = rtt(&relay_url, 20).await?;
+        if rtt.json["pings"] != 20 {
+            return Err(format!("smoke rtt: {}", rtt.json));
+        }
+        reports.push(rtt);
         let query = query(&relay_url, &file, 20).await?;
         if query.json["mismatches"] != 0 {
             return Err(format!("smoke query: {}", query.json));

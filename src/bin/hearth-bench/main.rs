@@ -1,8 +1,8 @@
 //! `hearth-bench`: drives a running hearth over loopback and measures it.
 //!
 //! Subcommands print one JSON line of results (stdout) and a readable summary (stderr):
-//! `gen` pre-signs events to a file (signing is never timed), `ingest`, `query` and `fanout`
-//! drive a relay at `--relay`, `bound` measures the physical limits in-process (validation rate,
+//! `gen` pre-signs events to a file (signing is never timed), `ingest`, `rtt`, `query` and
+//! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process (validation rate,
 //! one fsync), `suite` starts the release `hearth` binary and runs everything, and `smoke` runs
 //! everything in seconds against an in-process relay (CI, so the bench never rots).
 
@@ -50,6 +50,13 @@ enum Cmd {
         #[arg(long, default_value_t = 400)]
         queries: usize,
     },
+    /// N WebSocket pings, one at a time: the transport's round trip, the floor of a 1 × 1 ingest.
+    Rtt {
+        #[arg(long)]
+        relay: String,
+        #[arg(long, default_value_t = 2000)]
+        pings: usize,
+    },
     /// S subscribers, then E events at R per second; delivery latency and completeness.
     Fanout {
         #[arg(long)]
@@ -93,6 +100,7 @@ async fn main() -> ExitCode {
             drive::ingest(&relay, &file, conns, inflight).await.map(|r| vec![r])
         }
         Cmd::Query { relay, file, queries } => drive::query(&relay, &file, queries).await.map(|r| vec![r]),
+        Cmd::Rtt { relay, pings } => drive::rtt(&relay, pings).await.map(|r| vec![r]),
         Cmd::Fanout { relay, subs, events, rate } => drive::fanout(&relay, subs, events, rate).await.map(|r| vec![r]),
         Cmd::Bound { file, dir } => drive::bound(&file, &dir).map(|r| vec![r]),
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
