@@ -377,20 +377,7 @@ impl Store {
                     let serial = writer::decode_serial(&serial)?;
                     // Not yet in the index: a write still in flight, not acknowledged yet.
                     let Some(header) = self.index().header(serial).copied() else { continue };
-                    if header.is_expired(now)
-                        || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
-                    {
-                        continue;
-                    }
-                    let mut record = None;
-                    if check_tags {
-                        let stored = self.inner.log.read_sized(serial, header.len)?;
-                        if !filter.matches(&record::decode(&stored)?) {
-                            continue;
-                        }
-                        record = Some(stored);
-                    }
-                    hits.push(Hit { created_at: header.created_at, id, serial, len: header.len, record });
+                    hits.extend(self.hit(filter, serial, &header, check_tags, now)?);
                 }
             }
             Plan::Scan { keys, check_tags } => {
@@ -404,20 +391,8 @@ impl Store {
                             break;
                         }
                         let Some(header) = index.header(serial) else { continue };
-                        if header.is_expired(now)
-                            || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
-                        {
-                            continue;
-                        }
-                        let mut record = None;
-                        if check_tags {
-                            let stored = self.inner.log.read_sized(serial, header.len)?;
-                            if !filter.matches(&record::decode(&stored)?) {
-                                continue;
-                            }
-                            record = Some(stored);
-                        }
-                        hits.push(Hit { created_at: at, id: header.id, serial, len: header.len, record });
+                        let Some(hit) = self.hit(filter, serial, header, check_tags, now)? else { continue };
+                        hits.push(hit);
                         taken += 1;
                         last = Some(at);
                     }
@@ -428,6 +403,32 @@ impl Store {
         hits.dedup_by(|a, b| a.id == b.id);
         hits.truncate(limit);
         Ok(hits)
+    }
+
+    /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its
+    /// index header is checked first, and its record is read and decoded only when the filter's
+    /// tag conditions must be checked.
+    fn hit(
+        &self,
+        filter: &Filter,
+        serial: Serial,
+        header: &record::Header,
+        check_tags: bool,
+        now: Timestamp,
+    ) -> Result<Option<Hit>, StoreError> {
+        if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
+        {
+            return Ok(None);
+        }
+        let mut record = None;
+        if check_tags {
+            let stored = self.inner.log.read_sized(serial, header.len)?;
+            if !filter.matches(&record::decode(&stored)?) {
+                return Ok(None);
+            }
+            record = Some(stored);
+        }
+        Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
     }
 }
 
