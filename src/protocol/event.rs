@@ -269,9 +269,9 @@ fn strip_position(e: &serde_json::Error) -> String {
 /// event goes to, and from the store's reader to the socket.
 ///
 /// Only code that writes the JSON itself makes one: [`Event::to_shared_json`] (serde), and the
-/// store's renderer, which writes the same bytes from a stored record (`pub(crate)`
-/// [`EventJson::written_by_hearth`]). So a relay frame splices it in as it is, without parsing
-/// it again (that check was an eighth of the relay's CPU in a query).
+/// store's renderer, which writes the same bytes from a stored record (through the crate-private
+/// `EventJson::written_by_hearth`). So a relay frame splices it in as it is, without parsing it
+/// again (that check was an eighth of the relay's CPU in a query).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventJson(Arc<str>);
 

@@ -2,9 +2,10 @@
 //!
 //! Subcommands print one JSON line of results (stdout) and a readable summary (stderr):
 //! `gen` pre-signs events to a file (signing is never timed), `ingest`, `rtt`, `query` and
-//! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process (validation rate,
-//! one fsync), `suite` starts the release `hearth` binary and runs everything, and `smoke` runs
-//! everything in seconds against an in-process relay (CI, so the bench never rots).
+//! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process
+//! (validation rate, one fsync), `suite` starts the release `hearth` binary and runs everything,
+//! and `smoke` runs everything in seconds against an in-process relay (CI, so the bench never
+//! rots).
 
 mod drive;
 mod stats;
