@@ -52,7 +52,16 @@ struct RateLimitBody<'a> {
 
 /// A JSON response with `status`.
 pub fn json_response(status: StatusCode, body: &(impl Serialize + ?Sized)) -> Response {
-    let mut response = Response::new(serde_json::to_string(body).unwrap_or_default().into());
+    let (status, text) = match serde_json::to_string(body) {
+        Ok(text) => (status, text),
+        Err(e) => {
+            // Only a stored event whose JSON no longer parses could get here; never an empty 200.
+            tracing::error!(error = %e, "a response body did not serialize");
+            let internal = ErrorBody { error: "internal error" };
+            (StatusCode::INTERNAL_SERVER_ERROR, serde_json::to_string(&internal).unwrap_or_default())
+        }
+    };
+    let mut response = Response::new(text.into());
     *response.status_mut() = status;
     response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     response
@@ -102,5 +111,28 @@ impl ApiError {
             }
             _ => json_response(self.status(), &ErrorBody { error: &self.to_string() }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::EventJson;
+
+    #[tokio::test]
+    async fn a_body_that_does_not_serialize_is_a_500_not_an_empty_200() {
+        let broken = EventJson::written_by_hearth("{\"id\":".into());
+        let response = json_response(StatusCode::OK, &broken);
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = response.into_body();
+        let mut bytes = Vec::new();
+        while let Some(frame) =
+            std::future::poll_fn(|cx| hyper::body::Body::poll_frame(std::pin::Pin::new(&mut body), cx)).await
+        {
+            if let Ok(data) = frame.unwrap().into_data() {
+                bytes.extend_from_slice(&data);
+            }
+        }
+        assert_eq!(bytes, br#"{"error":"internal error"}"#);
     }
 }
