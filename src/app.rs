@@ -3,7 +3,6 @@
 //! Owns nothing but handles: the configuration, the store, the fan-out registry, and the
 //! shutdown token and task tracker that every long-lived task obeys.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -11,9 +10,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::fanout::Fanout;
+use crate::http::nip98::ReplayCache;
 use crate::limiter::Limiter;
 use crate::moderation::Moderation;
-use crate::protocol::EventId;
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -28,10 +27,8 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// Bans, allow lists, info overrides, tiers and limit overrides set by operators.
     pub moderation: Moderation,
-    /// `auth.trusted_proxies`, parsed.
-    pub trusted_proxies: Vec<IpAddr>,
     /// NIP-98 auth event ids seen within their validity window (each is good for one request).
-    pub nip98_seen: moka::sync::Cache<EventId, ()>,
+    pub nip98_seen: ReplayCache,
     /// Cancelled when the relay shuts down.
     pub shutdown: CancellationToken,
     /// Every WebSocket connection and background task, awaited at shutdown.

@@ -1,78 +1,21 @@
-//! The one publish path for every transport: policy → verify → store → fan-out → outcome.
+//! The one publish path for every transport: policy → permit → verify → moderation → dedup →
+//! `messages` → store → fan-out → outcome.
 //!
 //! Owns deciding what happens to a submitted event and the typed [`Outcome`] that each transport
-//! maps to its wire (`OK` on WebSocket, a status code over HTTP). The signature check (≈ 60 µs)
-//! runs on the publishing connection's own task, so the scheduler shares the cores between
-//! connections. On a shared blocking pool the checks queued first-in first-out: a client flooding
-//! EVENTs put every other client's events behind its backlog (measured: live delivery to 500
-//! subscribers during a 4 × 256 ingest, p50 117–158 ms on the pool, 4–82 ms here; what remains
-//! is the writer's queue). It does not parse frames or bill the arrival of frames; it does bill the durable `messages` quota, after verification and the duplicate check,
-//! and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
-
-use std::fmt;
+//! maps to its wire (`OK` on WebSocket, a status code over HTTP). The signature check runs on the
+//! publishing connection's own task, so the scheduler shares the cores between connections: on a
+//! shared first-in first-out blocking pool, a client flooding EVENTs put every other client's
+//! events behind its backlog (README, Performance). It does not parse frames or bill the arrival
+//! of frames; it does bill the durable `messages` quota, after verification and the duplicate
+//! check, and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
 use crate::app::AppState;
-use crate::limiter::{LimitType, Principal, Refused};
+use crate::limiter::{LimitType, Principal};
 use crate::moderation::Verdict;
+use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
 use crate::protocol::{Event, PubKey, Timestamp};
 use crate::store::PutOutcome;
-
-/// The machine-readable prefix of a refusal (NIP-01).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prefix {
-    /// `invalid:`
-    Invalid,
-    /// `duplicate:`
-    Duplicate,
-    /// `blocked:`
-    Blocked,
-    /// `rate-limited:`
-    RateLimited,
-    /// `restricted:`
-    Restricted,
-    /// `auth-required:`
-    AuthRequired,
-    /// `error:`
-    Error,
-}
-
-impl Prefix {
-    /// The prefix text, without the colon.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Prefix::Invalid => "invalid",
-            Prefix::Duplicate => "duplicate",
-            Prefix::Blocked => "blocked",
-            Prefix::RateLimited => "rate-limited",
-            Prefix::Restricted => "restricted",
-            Prefix::AuthRequired => "auth-required",
-            Prefix::Error => "error",
-        }
-    }
-}
-
-/// A refusal: prefix and human text, shown as `"<prefix>: <text>"`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// Category.
-    pub prefix: Prefix,
-    /// Human-readable reason.
-    pub text: String,
-}
-
-impl Refusal {
-    /// A refusal with `prefix` and `text`.
-    pub fn new(prefix: Prefix, text: impl Into<String>) -> Refusal {
-        Refusal { prefix, text: text.into() }
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.prefix.as_str(), self.text)
-    }
-}
 
 /// What happened to a published event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,9 +24,8 @@ pub enum Outcome {
     Accepted,
     /// Already stored: accepted, never stored twice.
     Duplicate,
-    /// Refused by the limiter (`messages` quota or the handler bound), with its retry time.
-    RateLimited(Refused),
-    /// Not accepted.
+    /// Not accepted: rejected, or rate-limited (`messages` quota or the handler bound) with its
+    /// retry time.
     Refused(Refusal),
 }
 
@@ -98,7 +40,6 @@ impl Outcome {
         match self {
             Outcome::Accepted => String::new(),
             Outcome::Duplicate => "duplicate: already have this event".into(),
-            Outcome::RateLimited(r) => r.message(),
             Outcome::Refused(r) => r.to_string(),
         }
     }
@@ -161,7 +102,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
     }
     let permit = match app.limiter.acquire_handler(&publisher.principal).await {
         Ok(permit) => permit,
-        Err(refused) => return Outcome::RateLimited(refused),
+        Err(limited) => return Outcome::Refused(limited.into()),
     };
     // On this connection's own task: see the module doc for why not the blocking pool.
     let verified = match verify(event) {
@@ -203,12 +144,12 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         }
         Ok(false) => {}
         Err(e) => {
-            tracing::error!(error = %e, "store failed");
+            tracing::error!(error = %e, "duplicate check failed");
             return Outcome::refused(Prefix::Error, "could not store the event");
         }
     }
-    if let Err(refused) = app.limiter.admit(&publisher.principal, LimitType::Messages) {
-        return Outcome::RateLimited(refused);
+    if let Err(limited) = app.limiter.admit(&publisher.principal, LimitType::Messages) {
+        return Outcome::Refused(limited.into());
     }
     drop(permit);
     // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
@@ -226,7 +167,8 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         Ok(PutOutcome::Superseded) => Outcome::refused(Prefix::Duplicate, "a newer version is stored"),
         Ok(PutOutcome::Deleted) => Outcome::refused(Prefix::Blocked, "deleted by its author"),
         Err(e) => {
-            tracing::error!(error = %e, "store failed");
+            // The writer logged the failure of the group once; its events need not repeat it.
+            tracing::debug!(error = %e, "store failed");
             Outcome::refused(Prefix::Error, "could not store the event")
         }
     }

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod fanout;
+pub mod http;
 pub mod ingest;
 pub mod limiter;
 pub mod listener;
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod moderation;
 pub mod nip11;
 pub mod protocol;
+pub mod query;
 pub mod rest;
 pub mod server;
 pub mod store;
@@ -37,6 +39,7 @@ use warp::Filter;
 use crate::app::AppState;
 use crate::config::Config;
 use crate::fanout::Fanout;
+use crate::http::nip98::ReplayCache;
 use crate::limiter::{Clock, Limiter, SystemClock};
 use crate::moderation::Moderation;
 use crate::protocol::Timestamp;
@@ -67,15 +70,10 @@ impl Relay {
         let moderation = Moderation::load(&store, &config)?;
         let limiter = Limiter::new(&config.limits, clock);
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
-        let trusted_proxies = config.auth.trusted_proxies.iter().filter_map(|p| p.trim().parse().ok()).collect();
         let app = Arc::new(AppState {
             limiter: Arc::new(limiter),
             moderation,
-            trusted_proxies,
-            nip98_seen: moka::sync::Cache::builder()
-                .max_capacity(config.limits.max_tracked_principals)
-                .time_to_live(Duration::from_secs(2 * rest::nip98::WINDOW_SECS + 10))
-                .build(),
+            nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
             config,
             store,
             fanout: Arc::new(Fanout::default()),
@@ -110,7 +108,7 @@ impl Relay {
         } else if let Some(admin_listener) = admin_listener {
             tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
             let token = app.shutdown.clone();
-            let routes = admin::routes(app.clone()).recover(server::recover);
+            let routes = admin::routes(app.clone()).recover(http::recover);
             app.tasks.spawn(listener::serve(admin_listener, routes, async move { token.cancelled().await }));
         }
         let token = app.shutdown.clone();
@@ -137,9 +135,9 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    let admin_listener = match config.admin.bind.as_str() {
-        "" => None,
-        addr => Some(tokio::net::TcpListener::bind(addr).await?),
+    let admin_listener = match config.admin.bind {
+        None => None,
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
     };
     Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, admin_listener, shutdown).await
 }

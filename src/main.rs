@@ -130,13 +130,7 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let addr = match config.server.bind_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("hearth: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let addr = config.server.bind;
     let shutdown = match shutdown_signal() {
         Ok(s) => s,
         Err(e) => {

@@ -11,7 +11,7 @@ use std::sync::RwLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, LimitsConfig};
+use crate::config::{Config, LimitKey, LimitsConfig};
 use crate::protocol::{Event, EventId, PubKey};
 use crate::store::{Store, StoreError};
 
@@ -40,28 +40,23 @@ pub struct State {
     pub icon: Option<String>,
     /// Tier set per pubkey (`true` = agent, `false` = human), over `limits.agent_pubkeys`.
     pub agent_overrides: BTreeMap<PubKey, bool>,
-    /// Tier limit overrides, `"<tier>.<key>"` → value, over the configuration.
-    pub limit_overrides: BTreeMap<String, u64>,
+    /// Tier limit overrides over the configuration (saved as `"<tier>.<key>"` → value).
+    pub limit_overrides: BTreeMap<LimitKey, u64>,
 }
 
 impl State {
     /// The limits in force: the configuration with the admin overrides and tiers applied.
     pub fn effective_limits(&self, config: &LimitsConfig) -> LimitsConfig {
         let mut limits = config.clone();
-        for (dotted, value) in &self.limit_overrides {
-            if let Some((tier, key)) = dotted.split_once('.')
-                && let Some(t) = limits.tier_mut(tier)
-            {
-                t.set(key, *value);
-            }
+        for (key, value) in &self.limit_overrides {
+            limits.tier_mut(key.tier).set(key.key, *value);
         }
-        let mut agents: BTreeSet<String> =
-            limits.agent_pubkeys.iter().filter_map(|p| crate::config::parse_pubkey(p)).map(|p| p.to_hex()).collect();
+        let mut agents: BTreeSet<PubKey> = limits.agent_pubkeys.iter().copied().collect();
         for (pubkey, agent) in &self.agent_overrides {
             if *agent {
-                agents.insert(pubkey.to_hex());
+                agents.insert(*pubkey);
             } else {
-                agents.remove(&pubkey.to_hex());
+                agents.remove(pubkey);
             }
         }
         limits.agent_pubkeys = agents.into_iter().collect();
@@ -94,7 +89,7 @@ impl Moderation {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             None => State::default(),
         };
-        let members = config.auth.members.iter().filter_map(|m| crate::config::parse_pubkey(m)).collect();
+        let members = config.auth.members.iter().copied().collect();
         Ok(Moderation { state: RwLock::new(state), members })
     }
 
@@ -167,15 +162,16 @@ mod tests {
     fn overrides_apply_over_the_configuration() {
         let alice = Keys::from_bytes([1; 32]).unwrap().public_key();
         let bob = Keys::from_bytes([2; 32]).unwrap().public_key();
-        let config = LimitsConfig { agent_pubkeys: vec![bob.to_hex()], ..LimitsConfig::default() };
+        let config = LimitsConfig { agent_pubkeys: vec![bob], ..LimitsConfig::default() };
         let mut state = State::default();
-        state.limit_overrides.insert("human.ws_events_per_sec".into(), 20);
+        let key = LimitKey { tier: crate::config::Tier::Human, key: crate::config::QuotaKey::WsEventsPerSec };
+        state.limit_overrides.insert(key, 20);
         state.agent_overrides.insert(alice, true);
         state.agent_overrides.insert(bob, false);
         let limits = state.effective_limits(&config);
         assert_eq!(limits.human.ws_events_per_sec, 20);
         assert_eq!(limits.agent.ws_events_per_sec, 10);
-        assert_eq!(limits.agent_pubkeys, vec![alice.to_hex()]);
+        assert_eq!(limits.agent_pubkeys, vec![alice]);
     }
 
     #[test]

@@ -16,8 +16,8 @@ pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70];
 pub struct RelayInfo {
     name: String,
     description: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pubkey: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pubkey: Option<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     contact: String,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -62,7 +62,7 @@ impl RelayInfo {
         RelayInfo {
             name: state.name.unwrap_or_else(|| config.info.name.clone()),
             description: state.description.unwrap_or_else(|| config.info.description.clone()),
-            pubkey: config.info.pubkey.clone(),
+            pubkey: config.info.pubkey.map(|pk| pk.to_hex()),
             contact: config.info.contact.clone(),
             icon: state.icon.unwrap_or_else(|| config.info.icon.clone()),
             supported_nips: SUPPORTED_NIPS,

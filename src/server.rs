@@ -2,18 +2,17 @@
 //! fallback for unknown routes.
 //!
 //! Owns routing only (warp filters); each route hands typed values to its module. Rejections are
-//! mapped to JSON error bodies in one place ([`recover`]).
+//! mapped to JSON error bodies in one place ([`crate::http::recover`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use serde::Serialize;
 use warp::http::{HeaderMap, StatusCode};
-use warp::{Filter, Rejection, Reply};
+use warp::{Filter, Reply};
 
 use crate::app::AppState;
-use crate::limiter::principal::client_ip;
+use crate::http::{NotHere, client_ip, recover, with_app};
 use crate::nip11::RelayInfo;
 use crate::ws::conn::{self, ConnInfo};
 
@@ -23,19 +22,11 @@ fn hard_frame_cap(max_message_length: usize) -> usize {
     max_message_length.saturating_mul(2).max(max_message_length.saturating_add(64 * 1024))
 }
 
-fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
-    warp::any().map(move || app.clone())
-}
-
 fn cors(reply: impl Reply) -> impl Reply {
     let reply = warp::reply::with_header(reply, "Access-Control-Allow-Origin", "*");
     let reply = warp::reply::with_header(reply, "Access-Control-Allow-Headers", "*");
     warp::reply::with_header(reply, "Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 }
-
-#[derive(Debug)]
-struct NotNip11;
-impl warp::reject::Reject for NotNip11 {}
 
 /// Every route of the relay's port.
 pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error = Infallible> + Clone {
@@ -46,13 +37,12 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(crate::listener::peer())
         .and(warp::header::headers_cloned())
         .map(|ws: crate::ws::upgrade::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap| {
-            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-            let client_ip =
-                client_ip(peer.map(|p| p.ip()), header("x-forwarded-for"), header("forwarded"), &app.trusted_proxies);
-            if client_ip.is_some_and(|ip| app.moderation.ip_blocked(&ip)) {
-                return crate::rest::ApiError::Forbidden("blocked: this address is blocked".into()).into_response();
+            let client_ip = client_ip::of_request(&app, peer, &headers);
+            if let Err(blocked) = client_ip::check_blocked(&app, client_ip) {
+                return blocked.into_response();
             }
-            let info = ConnInfo { peer, client_ip, host: header("host").map(str::to_string) };
+            let host = headers.get("host").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let info = ConnInfo { peer, client_ip, host };
             let cap = hard_frame_cap(app.config.limitation.max_message_length);
             ws.on_upgrade(cap, move |socket| {
                 let tasks = app.tasks.clone();
@@ -66,7 +56,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and_then(|accept: Option<String>| async move {
             match accept {
                 Some(a) if a.contains("application/nostr+json") => Ok(()),
-                _ => Err(warp::reject::custom(NotNip11)),
+                _ => Err(warp::reject::custom(NotHere)),
             }
         })
         .untuple_one()
@@ -89,7 +79,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(warp::get())
         .map(|| warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4"));
     // The admin surface (and NIP-86) moves off this port when `admin.bind` is set.
-    let on_this_port = app.config.admin.bind.is_empty();
+    let on_this_port = app.config.admin.bind.is_none();
     let admin = warp::any()
         .and_then(move || async move { if on_this_port { Ok(()) } else { Err(warp::reject::not_found()) } })
         .untuple_one()
@@ -120,27 +110,3 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/audit"),
     ("POST", "/admin/v1/rpc"),
 ];
-
-#[derive(Serialize)]
-struct ErrorBody {
-    error: String,
-}
-
-/// The one place rejections become responses: a JSON body with an `error` field.
-pub async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
-    let (status, error) = if rejection.is_not_found() {
-        (StatusCode::NOT_FOUND, "not found".to_string())
-    } else if let Some(e) = rejection.find::<warp::reject::PayloadTooLarge>() {
-        (StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
-    } else if let Some(e) = rejection.find::<warp::reject::LengthRequired>() {
-        (StatusCode::LENGTH_REQUIRED, e.to_string())
-    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
-        (StatusCode::METHOD_NOT_ALLOWED, "method not allowed".to_string())
-    } else if rejection.find::<NotNip11>().is_some() {
-        (StatusCode::NOT_FOUND, "not found".to_string())
-    } else {
-        tracing::debug!(?rejection, "request rejected");
-        (StatusCode::BAD_REQUEST, format!("bad request: {rejection:?}"))
-    };
-    Ok(warp::reply::with_status(warp::reply::json(&ErrorBody { error }), status))
-}

@@ -7,12 +7,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
-use super::{Admin, audit, internal, ok_json};
+use super::{Admin, audit, ok_json};
 use crate::app::AppState;
-use crate::config::{Config, Source, parse_pubkey};
-use crate::rest::{ApiError, RequestCtx, parse_body, require_json};
-
-const TIERS: [&str; 2] = ["human", "agent"];
+use crate::config::{LimitKey, QuotaKey, Source, Tier};
+use crate::http::{ApiError, RequestCtx, internal, parse_body, require_json};
+use crate::protocol::PubKey;
 
 #[derive(Serialize)]
 struct Valued {
@@ -29,24 +28,18 @@ fn apply(app: &AppState) {
 fn document(app: &AppState) -> BTreeMap<&'static str, BTreeMap<&'static str, Valued>> {
     let state = app.moderation.snapshot();
     let effective = state.effective_limits(&app.config.limits);
-    TIERS
-        .iter()
-        .map(|tier| {
-            let values = Config::TIER_KEYS
-                .iter()
-                .map(|key| {
-                    let dotted = format!("{tier}.{key}");
-                    let source = if state.limit_overrides.contains_key(&dotted) {
-                        Source::Admin
-                    } else {
-                        app.config.sources.get(&format!("limits.{dotted}")).copied().unwrap_or(Source::Default)
-                    };
-                    (*key, Valued { value: effective.tier(tier).get(key).unwrap_or(0), source })
-                })
-                .collect();
-            (*tier, values)
-        })
-        .collect()
+    let mut doc: BTreeMap<&'static str, BTreeMap<&'static str, Valued>> = BTreeMap::new();
+    for key in LimitKey::all() {
+        let source = if state.limit_overrides.contains_key(&key) {
+            Source::Admin
+        } else {
+            app.config.sources.get(&key).copied().unwrap_or(Source::Default)
+        };
+        doc.entry(key.tier.as_str())
+            .or_default()
+            .insert(key.key.as_str(), Valued { value: effective.get(key), source });
+    }
+    doc
 }
 
 /// `GET /admin/v1/limits`
@@ -54,50 +47,43 @@ pub async fn get(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response
     ok_json(&document(&app))
 }
 
-/// Validates a partial limits document into `(tier.key, value)` pairs; nothing is applied when
-/// any field is wrong.
-fn validate(patch: &Value) -> Result<Vec<(String, u64)>, ApiError> {
+/// Validates a partial limits document into changes; nothing is applied when any field is
+/// wrong.
+fn validate(patch: &Value) -> Result<Vec<(LimitKey, u64)>, ApiError> {
     let tiers = patch.as_object().ok_or_else(|| ApiError::BadRequest("body must be an object of tiers".into()))?;
     let mut changes = Vec::new();
-    for (tier, values) in tiers {
-        if !TIERS.contains(&tier.as_str()) {
-            return Err(ApiError::BadRequest(format!("unknown tier `{tier}` (expected human or agent)")));
-        }
-        let values =
-            values.as_object().ok_or_else(|| ApiError::BadRequest(format!("`{tier}` must be an object of limits")))?;
-        for (key, value) in values {
-            if !Config::TIER_KEYS.contains(&key.as_str()) {
-                return Err(ApiError::BadRequest(format!("unknown limit `{tier}.{key}`")));
-            }
+    for (tier_name, values) in tiers {
+        let tier = Tier::parse(tier_name)
+            .ok_or_else(|| ApiError::BadRequest(format!("unknown tier `{tier_name}` (expected human or agent)")))?;
+        let values = values
+            .as_object()
+            .ok_or_else(|| ApiError::BadRequest(format!("`{tier_name}` must be an object of limits")))?;
+        for (name, value) in values {
+            let key = QuotaKey::parse(name)
+                .map(|key| LimitKey { tier, key })
+                .ok_or_else(|| ApiError::BadRequest(format!("unknown limit `{tier_name}.{name}`")))?;
             match value.as_u64() {
-                Some(v) if v > 0 => changes.push((format!("{tier}.{key}"), v)),
-                _ => return Err(ApiError::BadRequest(format!("`{tier}.{key}` must be a positive integer"))),
+                Some(v) if v > 0 => changes.push((key, v)),
+                _ => return Err(ApiError::BadRequest(format!("`{key}` must be a positive integer"))),
             }
         }
     }
     Ok(changes)
 }
 
-fn current(app: &AppState, dotted: &str) -> Value {
-    let effective = app.moderation.snapshot().effective_limits(&app.config.limits);
-    match dotted.split_once('.') {
-        Some((tier, key)) => json!(effective.tier(tier).get(key)),
-        None => Value::Null,
-    }
+fn current(app: &AppState, key: LimitKey) -> Value {
+    json!(app.moderation.snapshot().effective_limits(&app.config.limits).get(key))
 }
 
 /// `PATCH /admin/v1/limits` with e.g. `{"human": {"ws_events_per_sec": 20}}`.
 pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Response, ApiError> {
     require_json(&ctx)?;
     let changes = validate(&parse_body(&ctx)?)?;
-    for (dotted, value) in changes {
-        let old = current(&app, &dotted);
-        app.moderation
-            .update(&app.store, |s| s.limit_overrides.insert(dotted.clone(), value))
-            .await
-            .map_err(internal)?;
+    for (key, value) in changes {
+        let old = current(&app, key);
+        app.moderation.update(&app.store, |s| s.limit_overrides.insert(key, value)).await.map_err(internal)?;
         apply(&app);
-        audit(&app, &who, "limits.set", &dotted, old, json!(value)).await?;
+        audit(&app, &who, "limits.set", &key.to_string(), old, json!(value)).await?;
     }
     ok_json(&document(&app))
 }
@@ -109,22 +95,19 @@ pub async fn reset(
     who: Admin,
     one: Option<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let keys: Vec<String> = match one {
-        Some((tier, key)) => {
-            if !TIERS.contains(&tier.as_str()) || !Config::TIER_KEYS.contains(&key.as_str()) {
-                return Err(ApiError::BadRequest(format!("unknown limit `{tier}.{key}`")));
-            }
-            vec![format!("{tier}.{key}")]
-        }
-        None => app.moderation.snapshot().limit_overrides.keys().cloned().collect(),
+    let keys: Vec<LimitKey> = match one {
+        Some((tier, key)) => match (Tier::parse(&tier), QuotaKey::parse(&key)) {
+            (Some(tier), Some(key)) => vec![LimitKey { tier, key }],
+            _ => return Err(ApiError::BadRequest(format!("unknown limit `{tier}.{key}`"))),
+        },
+        None => app.moderation.snapshot().limit_overrides.keys().copied().collect(),
     };
-    for dotted in keys {
-        let old = current(&app, &dotted);
-        let removed =
-            app.moderation.update(&app.store, |s| s.limit_overrides.remove(&dotted)).await.map_err(internal)?;
+    for key in keys {
+        let old = current(&app, key);
+        let removed = app.moderation.update(&app.store, |s| s.limit_overrides.remove(&key)).await.map_err(internal)?;
         apply(&app);
         if removed.is_some() {
-            audit(&app, &who, "limits.reset", &dotted, old, current(&app, &dotted)).await?;
+            audit(&app, &who, "limits.reset", &key.to_string(), old, current(&app, key)).await?;
         }
     }
     ok_json(&document(&app))
@@ -139,13 +122,12 @@ struct TierBody {
 /// `PUT /admin/v1/pubkeys/{pubkey}/tier` with `{"tier": "agent"}`.
 pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: String) -> Result<Response, ApiError> {
     require_json(&ctx)?;
-    let pk = parse_pubkey(&pubkey)
+    let pk = PubKey::parse(&pubkey)
         .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     let TierBody { tier } = parse_body(&ctx)?;
-    let agent = match tier.as_str() {
-        "agent" => true,
-        "human" => false,
-        other => return Err(ApiError::BadRequest(format!("unknown tier `{other}` (expected human or agent)"))),
+    let agent = match Tier::parse(&tier) {
+        Some(tier) => tier == Tier::Agent,
+        None => return Err(ApiError::BadRequest(format!("unknown tier `{tier}` (expected human or agent)"))),
     };
     let principal = crate::limiter::Principal::Pubkey(pk);
     let old = app.limiter.tier(&principal);
@@ -164,7 +146,7 @@ mod tests {
     fn validation_names_the_field_and_accepts_only_positive_integers() {
         assert_eq!(
             validate(&json!({"human": {"ws_events_per_sec": 20}})).unwrap(),
-            vec![("human.ws_events_per_sec".to_string(), 20)]
+            vec![(LimitKey { tier: Tier::Human, key: QuotaKey::WsEventsPerSec }, 20)]
         );
         for (patch, named) in [
             (json!({"robot": {}}), "robot"),
@@ -181,6 +163,6 @@ mod tests {
 
     #[test]
     fn tier_serializes_lowercase() {
-        assert_eq!(json!(crate::limiter::Tier::Agent), json!("agent"));
+        assert_eq!(json!(Tier::Agent), json!("agent"));
     }
 }

@@ -20,11 +20,9 @@ use warp::reply::Response;
 use warp::{Filter, Rejection};
 
 use crate::app::AppState;
-use crate::config::parse_pubkey;
+use crate::http::{ApiError, RequestCtx, ctx, ctx_with_body, internal, json_response, with_app};
 use crate::limiter::{LimitType, Principal};
 use crate::protocol::Timestamp;
-use crate::rest::error::json_response;
-use crate::rest::{ApiError, RequestCtx, ctx, ctx_with_body};
 
 /// Compares two secrets in time independent of where they differ: both are hashed to equal
 /// length first, then every byte is compared.
@@ -53,9 +51,9 @@ async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accept) -> Resul
     if !admin.enabled() {
         return Err(ApiError::NotFound("not found".into()));
     }
-    let ip = Principal::Ip(ctx.client_ip(app).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])));
-    if let Some(refused) = app.limiter.peek(&ip, LimitType::AdminAuth) {
-        return Err(ApiError::RateLimited(refused));
+    let ip = Principal::Ip(ctx.client_ip(app));
+    if let Some(limited) = app.limiter.peek(&ip, LimitType::AdminAuth) {
+        return Err(ApiError::RateLimited(limited));
     }
     let who = match ctx.header("authorization") {
         Some(h) if accept == Accept::TokenOrNip98 && h.starts_with("Bearer ") => {
@@ -64,7 +62,7 @@ async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accept) -> Resul
                 .then(|| "token".to_string())
         }
         Some(h) if h.starts_with("Nostr ") => match ctx.nip98(app).await {
-            Ok(Some(pk)) if admin.pubkeys.iter().any(|p| parse_pubkey(p) == Some(pk)) => Some(pk.to_hex()),
+            Ok(Some(pk)) if admin.pubkeys.contains(&pk) => Some(pk.to_hex()),
             _ => None,
         },
         _ => None,
@@ -73,7 +71,7 @@ async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accept) -> Resul
         Some(who) => Ok(Admin(who)),
         None => {
             tracing::info!(ip = %ip, "admin authentication failed");
-            app.limiter.admit(&ip, LimitType::AdminAuth).map_err(ApiError::RateLimited)?;
+            app.limiter.admit(&ip, LimitType::AdminAuth)?;
             Err(ApiError::AdminUnauthorized)
         }
     }
@@ -105,16 +103,6 @@ async fn audit(
     app.store.append_audit(bytes).await.map_err(internal)
 }
 
-/// A server fault: logged once here, generic to the client.
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "admin request failed");
-    ApiError::Internal
-}
-
-fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
-    warp::any().map(move || app.clone())
-}
-
 /// Runs an authenticated handler and turns its result into a response.
 async fn run<F, Fut>(app: Arc<AppState>, ctx: RequestCtx, accept: Accept, handler: F) -> Result<Response, Infallible>
 where
@@ -130,11 +118,6 @@ where
 
 fn ok_json(body: &impl Serialize) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, body))
-}
-
-/// `?key=value` of a raw query string.
-fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
-    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| v)
 }
 
 /// Every `/admin/v1` route, and NIP-86 at `POST /`.
@@ -255,7 +238,7 @@ struct AuditBody {
 
 /// `GET /admin/v1/audit?limit=N`: newest first.
 async fn audit_entries(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    let limit = query_param(&ctx.query, "limit").and_then(|v| v.parse().ok()).unwrap_or(100usize).min(10_000);
+    let limit = ctx.query_param("limit").and_then(|v| v.parse().ok()).unwrap_or(100usize).min(10_000);
     let entries = app
         .store
         .audit_log(limit)
@@ -276,11 +259,5 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secreT"));
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
-    }
-
-    #[test]
-    fn query_params_are_found_by_name() {
-        assert_eq!(query_param("sort=usage&limit=5", "limit"), Some("5"));
-        assert_eq!(query_param("sort=usage", "limit"), None);
     }
 }

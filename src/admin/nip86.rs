@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use warp::reply::Response;
 
-use super::{Admin, audit, internal, ok_json};
+use super::{Admin, audit, ok_json};
 use crate::app::AppState;
-use crate::config::parse_pubkey;
+use crate::http::{ApiError, RequestCtx, internal, parse_body};
 use crate::protocol::EventId;
-use crate::rest::{ApiError, RequestCtx, parse_body};
+use crate::protocol::PubKey;
 
 /// The methods hearth implements.
 pub const METHODS: &[&str] = &[
@@ -85,7 +85,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
     let failed = |e: ApiError| RpcError(e.to_string());
     let pubkey = |i| {
         let text = param_str(params, i, "pubkey")?;
-        parse_pubkey(&text).ok_or_else(|| RpcError(format!("`{text}` is not a hex pubkey or npub")))
+        PubKey::parse(&text).ok_or_else(|| RpcError(format!("`{text}` is not a hex pubkey or npub")))
     };
     let event_id = |i| {
         let text = param_str(params, i, "event id")?;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
-use super::{Admin, ok_json, query_param};
+use super::{Admin, ok_json};
 use crate::app::AppState;
-use crate::config::parse_pubkey;
+use crate::http::{ApiError, RequestCtx};
 use crate::limiter::{Principal, Usage};
-use crate::rest::{ApiError, RequestCtx};
+use crate::protocol::PubKey;
 
 /// The full report of one principal.
 fn report(app: &AppState, principal: &Principal, usage: Usage) -> Value {
@@ -30,7 +30,7 @@ fn report(app: &AppState, principal: &Principal, usage: Usage) -> Value {
 
 /// `GET /admin/v1/usage/{pubkey}` (hex or npub)
 pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String) -> Result<Response, ApiError> {
-    let pk = parse_pubkey(&pubkey)
+    let pk = PubKey::parse(&pubkey)
         .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     let principal = Principal::Pubkey(pk);
     ok_json(&report(&app, &principal, app.limiter.usage(&principal)))
@@ -45,11 +45,11 @@ pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Re
 
 /// `GET /admin/v1/usage?sort=refusals|usage&limit=N`: the busiest principals.
 pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    let sort = query_param(&ctx.query, "sort").unwrap_or("usage");
+    let sort = ctx.query_param("sort").unwrap_or("usage");
     if sort != "usage" && sort != "refusals" {
         return Err(ApiError::BadRequest(format!("sort must be usage or refusals, not `{sort}`")));
     }
-    let limit = match query_param(&ctx.query, "limit") {
+    let limit = match ctx.query_param("limit") {
         None => 20,
         Some(v) => v.parse::<usize>().map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?,
     }

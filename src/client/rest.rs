@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::core::PublishError;
+use crate::protocol::nip98;
 use crate::protocol::{Event, Keys, Timestamp};
-use crate::rest::nip98;
 
 /// Publishes `event` to the relay at `base` (`http://host:port`); NIP-98 signed when `keys` is
 /// given. `Ok(message)` for an accepted event.

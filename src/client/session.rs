@@ -10,9 +10,19 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use super::core::{Core, Pace, PublishError, Update};
 use crate::protocol::{Event, EventId, Filter, Keys};
+
+/// Bytes read from the socket at once: tungstenite's default of 128 KiB is zero-filled on every
+/// read, which costs more than the frames of a relay session.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// The client side's socket configuration (the bench uses it too).
+pub fn socket_config() -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(READ_BUFFER)
+}
 
 /// Session settings.
 #[derive(Clone, Debug)]
@@ -73,10 +83,9 @@ impl Session {
             Some(p) => Some(p),
             None => advertised_pace(relay_url).await,
         };
-        let (ws, _) =
-            tokio_tungstenite::connect_async_with_config(relay_url, Some(crate::ws::upgrade::config(None)), true)
-                .await
-                .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(relay_url, Some(socket_config()), true)
+            .await
+            .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
         let core = Core::new(relay_url, keys, options.publish_timeout, pace);
         let (commands, rx) = mpsc::channel(1024);
         tokio::spawn(drive(ws, core, rx));

@@ -66,12 +66,6 @@ impl Quota {
     }
 }
 
-/// Whole seconds to tell a client: rounded up, at least 1, so that waiting exactly that long is
-/// always enough.
-pub fn retry_secs(wait_ns: u64) -> u64 {
-    wait_ns.div_ceil(NANOS).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,13 +129,5 @@ mod tests {
         let carried = fast.rescale(tat, 0, slow.interval_ns);
         assert_eq!(fast.used(carried, 0), 3);
         assert!(fast.check(carried, 0).is_ok());
-    }
-
-    #[test]
-    fn retry_hint_rounds_up_and_is_never_zero() {
-        assert_eq!(retry_secs(1), 1);
-        assert_eq!(retry_secs(NANOS), 1);
-        assert_eq!(retry_secs(NANOS + 1), 2);
-        assert_eq!(retry_secs(0), 1);
     }
 }

@@ -1,17 +1,19 @@
 //! THE shared admission limiter: one component, one API, used by every transport.
 //!
-//! Owns per-principal quota state (GCRA, see [`gcra`]), the live limits every admission reads,
-//! the global handler bound (`unavailable`), refusal counts and the usage report the admin API
-//! exposes. WebSocket frames and REST calls of the same principal are billed here against the same
-//! buckets. It knows nothing about frames or HTTP: callers say who ([`Principal`]) and what
-//! ([`LimitType`]), and get `Ok` or a [`Refused`] with an exact, truthful retry time.
+//! Owns per-principal quota state (GCRA, `gcra.rs`), the live limits every admission reads, the
+//! global handler bound (`unavailable`), refusal counts and the usage report the admin API
+//! exposes. WebSocket frames and REST calls of the same principal are billed here against the
+//! same buckets. It knows nothing about frames or HTTP: callers say who ([`Principal`]) and what
+//! ([`LimitType`]), and get `Ok` or a [`RateLimited`] with an exact, truthful retry time, which
+//! each transport maps to its wire through the protocol's refusal vocabulary.
 //!
-//! State is bounded: a table (`table.rs`) of at most `limits.max_tracked_principals` entries with sampled
-//! LRU eviction and an idle time, so floods of fresh keys or IPs cannot grow memory.
+//! State is bounded: a table (`table.rs`) of at most `limits.max_tracked_principals` entries with
+//! sampled LRU eviction and an idle time, so floods of fresh keys or IPs cannot grow memory. A
+//! second backend (Redis) would replace that table behind the same calls.
 
 pub mod clock;
-pub mod gcra;
-pub mod principal;
+mod gcra;
+mod principal;
 mod table;
 
 use std::collections::{BTreeMap, HashSet};
@@ -25,7 +27,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 use gcra::{NANOS, Quota};
 pub use principal::Principal;
 
-use crate::config::{LimitsConfig, TierLimits, parse_pubkey};
+pub use crate::config::Tier;
+use crate::config::{LimitsConfig, TierLimits};
+pub use crate::protocol::refusal::{LimitType, RateLimited};
 use crate::protocol::{PubKey, Timestamp};
 use table::Table;
 
@@ -34,103 +38,24 @@ const IDLE_SECS: u32 = 3600;
 /// Failed admin credentials allowed per IP: a burst of this many, refilling over a minute.
 pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 
-/// What is billed. The names are stable: they appear in messages, metrics and the admin API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LimitType {
-    /// EVENT, REQ and COUNT frames on a WebSocket, on arrival.
-    WsEvents,
-    /// Durable (non-ephemeral) events, after verification and the duplicate check.
-    Messages,
-    /// REST calls.
-    ApiCalls,
-    /// Failed admin API credentials, per client IP (a fixed quota, not per tier).
-    AdminAuth,
-    /// The global bound on concurrently handled work.
-    Unavailable,
-}
-
-impl LimitType {
-    /// The quota-backed limit types, in report order.
-    pub const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
-    /// Every limit type.
-    pub const ALL: [LimitType; 5] =
-        [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls, LimitType::AdminAuth, LimitType::Unavailable];
-
-    /// The stable name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LimitType::WsEvents => "ws_events",
-            LimitType::Messages => "messages",
-            LimitType::ApiCalls => "api_calls",
-            LimitType::AdminAuth => "admin_auth",
-            LimitType::Unavailable => "unavailable",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            LimitType::WsEvents => 0,
-            LimitType::Messages => 1,
-            LimitType::ApiCalls => 2,
-            LimitType::AdminAuth => 3,
-            LimitType::Unavailable => 4,
-        }
-    }
-}
-
-/// Quota tiers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// Everyone by default.
-    Human,
-    /// Pubkeys listed in `limits.agent_pubkeys`.
-    Agent,
-}
-
-/// A refusal with its exact retry time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Refused {
-    /// Which limit refused.
-    pub limit_type: LimitType,
-    /// How long until the same request would be admitted (given no other traffic).
-    pub retry_after: Duration,
-}
-
-impl Refused {
-    /// Whole seconds to wait: rounded up, at least 1.
-    pub fn retry_secs(&self) -> u64 {
-        gcra::retry_secs(u64::try_from(self.retry_after.as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    /// `"quota"` or `"unavailable"`: the metric's `reason` label.
-    pub fn reason(&self) -> &'static str {
-        if self.limit_type == LimitType::Unavailable { "unavailable" } else { "quota" }
-    }
-
-    /// The text after `rate-limited: `, e.g. `quota exceeded (messages); retry in 12s`.
-    pub fn text(&self) -> String {
-        let what = if self.limit_type == LimitType::Unavailable { "relay busy" } else { "quota exceeded" };
-        format!("{what} ({}); retry in {}s", self.limit_type.as_str(), self.retry_secs())
-    }
-
-    /// The full message, e.g. `rate-limited: quota exceeded (messages); retry in 12s`.
-    pub fn message(&self) -> String {
-        format!("rate-limited: {}", self.text())
-    }
-}
+/// The limit types backed by a per-principal quota, in report order.
+const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
 
 /// One tier's quotas as GCRA parameters.
 #[derive(Clone, Copy, Debug)]
-struct TierQuotas([Quota; 3]);
+struct TierQuotas {
+    ws_events: Quota,
+    messages: Quota,
+    api_calls: Quota,
+}
 
 impl TierQuotas {
     fn of(t: &TierLimits) -> TierQuotas {
-        TierQuotas([
-            Quota::new(t.ws_events_per_sec, 1, t.ws_events_per_sec.saturating_mul(t.ws_burst_window_secs)),
-            Quota::new(t.messages_per_min, 60, t.messages_per_min),
-            Quota::new(t.api_calls_per_min, 60, t.api_calls_per_min),
-        ])
+        TierQuotas {
+            ws_events: Quota::new(t.ws_events_per_sec, 1, t.ws_events_per_sec.saturating_mul(t.ws_burst_window_secs)),
+            messages: Quota::new(t.messages_per_min, 60, t.messages_per_min),
+            api_calls: Quota::new(t.api_calls_per_min, 60, t.api_calls_per_min),
+        }
     }
 }
 
@@ -147,7 +72,7 @@ impl Policy {
         Policy {
             human: TierQuotas::of(&config.human),
             agent: TierQuotas::of(&config.agent),
-            agents: config.agent_pubkeys.iter().filter_map(|p| parse_pubkey(p)).collect(),
+            agents: config.agent_pubkeys.iter().copied().collect(),
             config,
         }
     }
@@ -159,25 +84,93 @@ impl Policy {
         }
     }
 
-    /// The quota of `limit_type` (not `Unavailable`) for `principal`.
-    fn quota(&self, principal: &Principal, limit_type: LimitType) -> Quota {
+    /// The quota of `limit_type` for `principal`; `None` for `Unavailable`, which is a bound,
+    /// not a quota.
+    fn quota(&self, principal: &Principal, limit_type: LimitType) -> Option<Quota> {
         let tier = match self.tier(principal) {
             Tier::Human => &self.human,
             Tier::Agent => &self.agent,
         };
         match limit_type {
-            LimitType::AdminAuth => Quota::new(ADMIN_AUTH_FAILURES_PER_MIN, 60, ADMIN_AUTH_FAILURES_PER_MIN),
-            other => tier.0[other.index().min(2)],
+            LimitType::WsEvents => Some(tier.ws_events),
+            LimitType::Messages => Some(tier.messages),
+            LimitType::ApiCalls => Some(tier.api_calls),
+            LimitType::AdminAuth => Some(Quota::new(ADMIN_AUTH_FAILURES_PER_MIN, 60, ADMIN_AUTH_FAILURES_PER_MIN)),
+            LimitType::Unavailable => None,
         }
     }
 }
 
-/// Per-principal state: one GCRA timestamp per quota (with the interval it was computed under,
-/// so a live limit change keeps the cells in use), refusal counts, first/last seen.
+/// One GCRA cell: the theoretical arrival time, with the interval it was computed under (so a
+/// live limit change keeps the cells in use).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cell {
+    tat: u64,
+    interval: u64,
+}
+
+/// A principal's cells, one per quota.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cells {
+    ws_events: Cell,
+    messages: Cell,
+    api_calls: Cell,
+    admin_auth: Cell,
+}
+
+impl Cells {
+    /// The cell of a quota-backed limit type (`None` for `Unavailable`).
+    fn of(&mut self, limit_type: LimitType) -> Option<&mut Cell> {
+        match limit_type {
+            LimitType::WsEvents => Some(&mut self.ws_events),
+            LimitType::Messages => Some(&mut self.messages),
+            LimitType::ApiCalls => Some(&mut self.api_calls),
+            LimitType::AdminAuth => Some(&mut self.admin_auth),
+            LimitType::Unavailable => None,
+        }
+    }
+
+    fn get(mut self, limit_type: LimitType) -> Cell {
+        self.of(limit_type).copied().unwrap_or_default()
+    }
+}
+
+/// Refusals of a principal per limit type (saturating).
+#[derive(Clone, Copy, Debug, Default)]
+struct Refusals {
+    ws_events: u32,
+    messages: u32,
+    api_calls: u32,
+    admin_auth: u32,
+    unavailable: u32,
+}
+
+impl Refusals {
+    fn of(&mut self, limit_type: LimitType) -> &mut u32 {
+        match limit_type {
+            LimitType::WsEvents => &mut self.ws_events,
+            LimitType::Messages => &mut self.messages,
+            LimitType::ApiCalls => &mut self.api_calls,
+            LimitType::AdminAuth => &mut self.admin_auth,
+            LimitType::Unavailable => &mut self.unavailable,
+        }
+    }
+
+    fn count(&mut self, limit_type: LimitType) {
+        let n = self.of(limit_type);
+        *n = n.saturating_add(1);
+    }
+
+    fn get(mut self, limit_type: LimitType) -> u32 {
+        *self.of(limit_type)
+    }
+}
+
+/// Per-principal state: one GCRA cell per quota, refusal counts, first/last seen.
 #[derive(Debug)]
 struct State {
-    tat: [(u64, u64); 4],
-    refusals: [u32; 5],
+    cells: Cells,
+    refusals: Refusals,
     first_seen: Timestamp,
     last_seen: Timestamp,
 }
@@ -185,7 +178,7 @@ struct State {
 impl State {
     fn fresh() -> State {
         let now = Timestamp::now();
-        State { tat: [(0, 0); 4], refusals: [0; 5], first_seen: now, last_seen: now }
+        State { cells: Cells::default(), refusals: Refusals::default(), first_seen: now, last_seen: now }
     }
 }
 
@@ -227,7 +220,7 @@ fn secs(now_ns: u64) -> u32 {
 }
 
 /// Counts a refusal in the metrics.
-fn count_metric(refused: &Refused) {
+fn count_metric(refused: &RateLimited) {
     metrics::counter!(
         "hearth_admission_rejections_total",
         "reason" => refused.reason(),
@@ -289,17 +282,14 @@ impl Limiter {
         secs(self.clock.now_ns())
     }
 
-    fn count_refusal(&self, principal: &Principal, refused: &Refused) {
-        self.states.update(principal, self.now_secs(), State::fresh, |s| {
-            let n = &mut s.refusals[refused.limit_type.index()];
-            *n = n.saturating_add(1);
-        });
+    fn count_refusal(&self, principal: &Principal, refused: &RateLimited) {
+        self.states.update(principal, self.now_secs(), State::fresh, |s| s.refusals.count(refused.limit_type));
         count_metric(refused);
     }
 
     /// Bills one `limit_type` request of `principal` now. `Unavailable` is not a quota: use
     /// [`Limiter::acquire_handler`].
-    pub fn admit(&self, principal: &Principal, limit_type: LimitType) -> Result<(), Refused> {
+    pub fn admit(&self, principal: &Principal, limit_type: LimitType) -> Result<(), RateLimited> {
         let started = Instant::now();
         let result = self.admit_at(principal, limit_type, self.clock.now_ns());
         metrics::histogram!("hearth_admission_seconds").record(started.elapsed().as_secs_f64());
@@ -307,24 +297,22 @@ impl Limiter {
     }
 
     /// [`Limiter::admit`] at an explicit time (nanoseconds on the limiter's clock).
-    pub fn admit_at(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) -> Result<(), Refused> {
+    pub fn admit_at(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) -> Result<(), RateLimited> {
         let policy = self.policy();
-        if limit_type == LimitType::Unavailable || !policy.config.enabled {
+        let Some(quota) = policy.quota(principal, limit_type).filter(|_| policy.config.enabled) else {
             return Ok(());
-        }
-        let quota = policy.quota(principal, limit_type);
+        };
         let outcome = self.states.update(principal, secs(now_ns), State::fresh, |s| {
             s.last_seen = Timestamp::now();
-            let (tat, interval) = s.tat[limit_type.index()];
-            match quota.check(quota.rescale(tat, now_ns, interval), now_ns) {
+            let Some(cell) = s.cells.of(limit_type) else { return Ok(()) };
+            match quota.check(quota.rescale(cell.tat, now_ns, cell.interval), now_ns) {
                 Ok(tat) => {
-                    s.tat[limit_type.index()] = (tat, quota.interval_ns);
+                    *cell = Cell { tat, interval: quota.interval_ns };
                     Ok(())
                 }
                 Err(wait) => {
-                    let n = &mut s.refusals[limit_type.index()];
-                    *n = n.saturating_add(1);
-                    Err(Refused { limit_type, retry_after: Duration::from_nanos(wait) })
+                    s.refusals.count(limit_type);
+                    Err(RateLimited { limit_type, retry_after: Duration::from_nanos(wait) })
                 }
             }
         });
@@ -335,26 +323,23 @@ impl Limiter {
     }
 
     /// The refusal `limit_type` would give `principal` now, without billing anything.
-    pub fn peek(&self, principal: &Principal, limit_type: LimitType) -> Option<Refused> {
+    pub fn peek(&self, principal: &Principal, limit_type: LimitType) -> Option<RateLimited> {
         let policy = self.policy();
-        if limit_type == LimitType::Unavailable || !policy.config.enabled {
-            return None;
-        }
-        let quota = policy.quota(principal, limit_type);
+        let quota = policy.quota(principal, limit_type).filter(|_| policy.config.enabled)?;
         let now = self.clock.now_ns();
-        let (tat, interval) = self.states.read(principal, self.now_secs(), |s| s.tat[limit_type.index()])?;
-        match quota.wait(quota.rescale(tat, now, interval), now) {
+        let cell = self.states.read(principal, self.now_secs(), |s| s.cells.get(limit_type))?;
+        match quota.wait(quota.rescale(cell.tat, now, cell.interval), now) {
             0 => None,
-            wait => Some(Refused { limit_type, retry_after: Duration::from_nanos(wait) }),
+            wait => Some(RateLimited { limit_type, retry_after: Duration::from_nanos(wait) }),
         }
     }
 
     /// Takes one of the global handler permits, waiting at most `handler_wait_ms`.
-    pub async fn acquire_handler(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Refused> {
+    pub async fn acquire_handler(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, RateLimited> {
         match tokio::time::timeout(self.handler_wait, self.permits.clone().acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             _ => {
-                let refused = Refused { limit_type: LimitType::Unavailable, retry_after: Duration::from_secs(1) };
+                let refused = RateLimited { limit_type: LimitType::Unavailable, retry_after: Duration::from_secs(1) };
                 self.count_refusal(principal, &refused);
                 Err(refused)
             }
@@ -366,16 +351,17 @@ impl Limiter {
     pub fn usage(&self, principal: &Principal) -> Usage {
         let snapshot = self
             .states
-            .read(principal, self.now_secs(), |s| (s.tat, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
-        let (tats, refusals, first_seen, last_seen) = snapshot.unwrap_or(([(0, 0); 4], [0; 5], None, None));
+            .read(principal, self.now_secs(), |s| (s.cells, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
+        let (cells, refusals, first_seen, last_seen) =
+            snapshot.unwrap_or((Cells::default(), Refusals::default(), None, None));
         let now = self.clock.now_ns();
         let policy = self.policy();
-        let limits = LimitType::QUOTAS
+        let limits = QUOTAS
             .iter()
-            .map(|lt| {
-                let q = policy.quota(principal, *lt);
-                let (tat, interval) = tats[lt.index()];
-                let tat = q.rescale(tat, now, interval);
+            .filter_map(|lt| {
+                let q = policy.quota(principal, *lt)?;
+                let cell = cells.get(*lt);
+                let tat = q.rescale(cell.tat, now, cell.interval);
                 let used = q.used(tat, now);
                 let wait = q.wait(tat, now);
                 let usage = LimitUsage {
@@ -383,12 +369,16 @@ impl Limiter {
                     limit: q.burst,
                     remaining: q.burst - used,
                     window_secs: q.window_ns().div_ceil(NANOS),
-                    retry_in_secs: if wait == 0 { 0 } else { gcra::retry_secs(wait) },
+                    retry_in_secs: if wait == 0 {
+                        0
+                    } else {
+                        RateLimited { limit_type: *lt, retry_after: Duration::from_nanos(wait) }.retry_secs()
+                    },
                 };
-                (lt.as_str(), usage)
+                Some((lt.as_str(), usage))
             })
             .collect();
-        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals[lt.index()]))).collect();
+        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals.get(*lt)))).collect();
         Usage {
             principal: principal.to_string(),
             tier: policy.tier(principal),

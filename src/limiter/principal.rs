@@ -1,7 +1,7 @@
 //! Who is billed: the authenticated pubkey, else the client IP address.
 //!
-//! Owns resolving the client IP behind trusted reverse proxies (`X-Forwarded-For` / `Forwarded`
-//! are believed only when the TCP peer is in `auth.trusted_proxies`). Pure, unit-tested.
+//! Owns the [`Principal`] type every admission names. Which IP a request comes from is the
+//! transport's to say (see `http::client_ip`).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -23,72 +23,5 @@ impl fmt::Display for Principal {
             Principal::Pubkey(pk) => write!(f, "{pk}"),
             Principal::Ip(ip) => write!(f, "{ip}"),
         }
-    }
-}
-
-/// The client address: the TCP peer, or, when the peer is a trusted proxy, the rightmost
-/// address in `X-Forwarded-For` (else `Forwarded: for=`) that is not itself a trusted proxy.
-pub fn client_ip(
-    peer: Option<IpAddr>,
-    x_forwarded_for: Option<&str>,
-    forwarded: Option<&str>,
-    trusted: &[IpAddr],
-) -> Option<IpAddr> {
-    let peer = peer?;
-    if !trusted.contains(&peer) {
-        return Some(peer);
-    }
-    let from_xff = x_forwarded_for.map(|h| h.split(',').filter_map(|p| p.trim().parse::<IpAddr>().ok()).collect());
-    let from_fwd = forwarded.map(|h| {
-        h.split([',', ';'])
-            .filter_map(|part| {
-                let (k, v) = part.trim().split_once('=')?;
-                if !k.trim().eq_ignore_ascii_case("for") {
-                    return None;
-                }
-                let v = v.trim().trim_matches('"');
-                // `for="[2001:db8::1]:4711"` or `for=192.0.2.1:80`
-                let v = v.strip_prefix('[').and_then(|r| r.split(']').next()).unwrap_or(v);
-                v.parse::<IpAddr>().ok().or_else(|| v.rsplit_once(':').and_then(|(h, _)| h.parse().ok()))
-            })
-            .collect()
-    });
-    let chain: Vec<IpAddr> = from_xff.or(from_fwd).unwrap_or_default();
-    Some(chain.into_iter().rev().find(|ip| !trusted.contains(ip)).unwrap_or(peer))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn untrusted_peer_headers_are_ignored() {
-        let got = client_ip(Some(ip("10.0.0.9")), Some("1.2.3.4"), None, &[ip("10.0.0.1")]);
-        assert_eq!(got, Some(ip("10.0.0.9")));
-    }
-
-    #[test]
-    fn trusted_proxy_forwards_the_rightmost_untrusted_address() {
-        let trusted = [ip("10.0.0.1"), ip("10.0.0.2")];
-        let got = client_ip(Some(ip("10.0.0.1")), Some("6.6.6.6, 1.2.3.4, 10.0.0.2"), None, &trusted);
-        assert_eq!(got, Some(ip("1.2.3.4")));
-    }
-
-    #[test]
-    fn forwarded_header_is_used_without_xff() {
-        let trusted = [ip("127.0.0.1")];
-        let got = client_ip(Some(ip("127.0.0.1")), None, Some(r#"for="[2001:db8::1]:4711";proto=https"#), &trusted);
-        assert_eq!(got, Some(ip("2001:db8::1")));
-        let got = client_ip(Some(ip("127.0.0.1")), None, Some("for=192.0.2.60:80;by=x"), &trusted);
-        assert_eq!(got, Some(ip("192.0.2.60")));
-    }
-
-    #[test]
-    fn trusted_proxy_without_headers_is_the_client() {
-        assert_eq!(client_ip(Some(ip("127.0.0.1")), None, None, &[ip("127.0.0.1")]), Some(ip("127.0.0.1")));
     }
 }

@@ -1,4 +1,5 @@
-//! Pure NIP-01/42/45 protocol types: events, filters and wire messages.
+//! Pure NIP-01/42/45/98 protocol types: events, filters, wire messages and the refusal
+//! vocabulary.
 //!
 //! Owns parsing bytes into typed values and serializing typed values back to bytes. Nothing in here
 //! touches tokio, warp or sled, so every rule is unit-tested without a socket. Hex is parsed once,
@@ -10,6 +11,8 @@ pub mod keys;
 pub mod message;
 pub mod nip19;
 pub mod nip42;
+pub mod nip98;
+pub mod refusal;
 pub mod verify;
 
 pub use event::{Event, EventId, EventJson, Kind, KindClass, PubKey, Sig, Timestamp};

@@ -22,6 +22,15 @@ pub fn encode(hrp: &str, bytes: &[u8; 32]) -> String {
     }
 }
 
+impl super::PubKey {
+    /// A pubkey given as 64 lowercase hex characters or as an `npub`, as operators and admin
+    /// callers write it.
+    pub fn parse(text: &str) -> Option<super::PubKey> {
+        let text = text.trim();
+        if text.starts_with("npub1") { decode("npub", text).map(super::PubKey) } else { super::PubKey::from_hex(text) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

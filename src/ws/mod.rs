@@ -1,8 +1,11 @@
-//! The WebSocket transport: upgrade, per-connection loop and per-connection session state.
+//! The WebSocket transport: upgrade, the per-connection loop, one handler per verb, and
+//! per-connection session state.
 //!
-//! Owns translating frames to typed messages and back for one connection. It calls the store,
-//! the fan-out registry and [`crate::ingest`]; it holds no global state of its own.
+//! Owns translating frames to typed messages and back for one connection. It calls
+//! [`crate::ingest`] and [`crate::query`], and the fan-out registry for live events; it holds no
+//! global state of its own.
 
-pub mod conn;
-pub mod session;
-pub mod upgrade;
+pub(crate) mod conn;
+mod handle;
+mod session;
+pub(crate) mod upgrade;

@@ -1,15 +1,14 @@
-//! Per-connection session state, pure and unit-tested: open subscriptions and request limits.
+//! Per-connection session state, pure and unit-tested: open subscriptions and who is connected.
 //!
 //! Owns which subscription ids are open on one connection (with a generation, so a query that
-//! finishes after its subscription was closed or replaced is dropped) and the NIP-11 limits that
-//! apply to a REQ/COUNT before it reaches the store.
+//! finishes after its subscription was closed or replaced is dropped), the NIP-42 challenge and
+//! the authenticated pubkey.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use crate::config::Limitation;
 use crate::limiter::Principal;
-use crate::protocol::{Filter, PubKey};
+use crate::protocol::PubKey;
 
 /// State of one WebSocket connection.
 #[derive(Debug)]
@@ -57,31 +56,6 @@ impl Session {
     pub fn is_current(&self, sub_id: &str, generation: u64) -> bool {
         self.subs.get(sub_id) == Some(&generation)
     }
-
-    /// Open subscriptions.
-    pub fn len(&self) -> usize {
-        self.subs.len()
-    }
-
-    /// True when no subscription is open.
-    pub fn is_empty(&self) -> bool {
-        self.subs.is_empty()
-    }
-}
-
-/// Checks a REQ/COUNT against the limits and applies `default_limit` / clamps to `max_limit`.
-pub fn prepare_filters(lim: &Limitation, sub_id: &str, filters: &mut [Filter]) -> Result<(), String> {
-    let chars = sub_id.chars().count();
-    if chars > lim.max_subid_length {
-        return Err(format!("subscription id is {chars} characters, the limit is {}", lim.max_subid_length));
-    }
-    if filters.len() > lim.max_filters {
-        return Err(format!("{} filters, the limit is {}", filters.len(), lim.max_filters));
-    }
-    for f in filters.iter_mut() {
-        f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -99,19 +73,5 @@ mod tests {
         assert!(s.open("b", 1).is_err());
         assert!(s.close("a"));
         assert!(s.open("b", 1).is_ok());
-    }
-
-    #[test]
-    fn limits_are_defaulted_and_clamped() {
-        let lim = Limitation { default_limit: 10, max_limit: 20, ..Limitation::default() };
-        let mut filters: Vec<Filter> = vec![
-            serde_json::from_str("{}").unwrap(),
-            serde_json::from_str(r#"{"limit":500}"#).unwrap(),
-            serde_json::from_str(r#"{"limit":0}"#).unwrap(),
-        ];
-        prepare_filters(&lim, "s", &mut filters).unwrap();
-        let limits: Vec<_> = filters.iter().map(|f| f.limit).collect();
-        assert_eq!(limits, vec![Some(10), Some(20), Some(0)]);
-        assert!(prepare_filters(&lim, &"x".repeat(65), &mut []).is_err());
     }
 }

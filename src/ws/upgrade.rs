@@ -22,9 +22,12 @@ pub type Socket = WebSocketStream<TokioIo<Upgraded>>;
 /// Bytes read from the socket at once (tungstenite's default is 128 KiB, zero-filled per read).
 const READ_BUFFER: usize = 8 * 1024;
 
-/// The socket configuration of both ends: hearth's server, its client and its bench.
-pub fn config(max_message: Option<usize>) -> WebSocketConfig {
-    WebSocketConfig::default().read_buffer_size(READ_BUFFER).max_message_size(max_message).max_frame_size(max_message)
+/// The server side's socket configuration, with the largest frame it reads at all.
+fn config(max_message: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message))
 }
 
 /// hyper's upgrade handle of a request, put in its extensions by the accept loop.
@@ -94,7 +97,7 @@ impl Ws {
         tokio::spawn(async move {
             match on.await {
                 Ok(upgraded) => {
-                    let config = Some(config(Some(max_message)));
+                    let config = Some(config(max_message));
                     let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, config).await;
                     serve(socket).await;
                 }

@@ -97,9 +97,10 @@ fn read_lines(file: &Path) -> Res<Vec<String>> {
 }
 
 async fn connect(url: &str) -> Res<Ws> {
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(hearth::ws::upgrade::config(None)), true)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
+    let (ws, _) =
+        tokio_tungstenite::connect_async_with_config(url, Some(hearth::client::session::socket_config()), true)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
     Ok(ws)
 }
 
@@ -596,8 +597,7 @@ pub fn limiter(principals: u32) -> Res<Report> {
     let before = rss_kb();
     let limiter = Limiter::new(&config, Arc::new(SystemClock::default()));
     let ip = |n: u32| Principal::Ip(std::net::IpAddr::V4(std::net::Ipv4Addr::from(n.wrapping_add(1 << 24))));
-    let admit =
-        |n: u32| limiter.admit(&ip(n), LimitType::WsEvents).map_err(|r| format!("admit refused: {}", r.message()));
+    let admit = |n: u32| limiter.admit(&ip(n), LimitType::WsEvents).map_err(|r| format!("admit refused: {r}"));
     // First admission of each principal creates its state: memory is read after that round,
     // before the samples of the timed second round (which finds the state) are allocated.
     for n in 0..principals {

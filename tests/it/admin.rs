@@ -1,15 +1,11 @@
 //! The admin API and NIP-86 through the real server.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hearth::config::Config;
+use hearth::protocol::nip98;
 use hearth::protocol::{Keys, Timestamp};
-use hearth::rest::nip98;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -17,7 +13,7 @@ const TOKEN: &str = "s3cret-admin-token";
 
 fn with_admin(c: &mut Config) {
     c.admin.token = TOKEN.into();
-    c.admin.pubkeys = vec![keys(100).public_key().to_hex()];
+    c.admin.pubkeys = vec![keys(100).public_key()];
 }
 
 /// An admin client against `base` (the relay's or the admin listener's address).
@@ -406,7 +402,7 @@ async fn every_nip86_method_works_and_bans_apply_on_both_transports() {
 async fn a_separate_admin_bind_moves_the_admin_surface_off_the_relay_port() {
     let relay = TestRelay::start(|c| {
         with_admin(c);
-        c.admin.bind = "127.0.0.1:0".into();
+        c.admin.bind = Some("127.0.0.1:0".parse().unwrap());
     })
     .await;
     let on_admin_port = AdminApi::new(&relay);

@@ -1,14 +1,10 @@
 //! The shared admission limiter through the real server, with the limiter's clock frozen and
 //! advanced by hand (no sleeps).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hearth::config::LimitsConfig;
 use hearth::limiter::Principal;
 use serde_json::json;
@@ -222,7 +218,7 @@ async fn agents_have_their_own_tier() {
     let relay = TestRelay::start(|c| {
         c.limits.agent.ws_events_per_sec = 1;
         c.limits.agent.ws_burst_window_secs = 2;
-        c.limits.agent_pubkeys = vec![agent.public_key().to_hex()];
+        c.limits.agent_pubkeys = vec![agent.public_key()];
     })
     .await;
     let mut c = relay.connect().await;
@@ -331,7 +327,7 @@ async fn auth_required_refuses_until_authenticated_and_members_restrict_authors(
     let relay = TestRelay::start(|c| {
         generous(c);
         c.auth.required = true;
-        c.auth.members = vec![member.public_key().to_hex()];
+        c.auth.members = vec![member.public_key()];
     })
     .await;
     let mut c = relay.connect().await;

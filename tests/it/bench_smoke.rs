@@ -1,6 +1,5 @@
 //! The benchmark's smoke mode, run as part of the test suite so the bench never rots: every
 //! workload at a tiny size against an in-process relay, each result checked by the bench itself.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
 use serde_json::Value;
 

@@ -1,9 +1,6 @@
 //! HTTP on the relay's port: NIP-11, CORS, metrics, unknown routes.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 #[tokio::test]

@@ -1,18 +1,14 @@
 //! The REST API through the real server and a real HTTP client, sharing the limiter with
 //! WebSocket clients.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hearth::limiter::Principal;
+use hearth::protocol::nip98;
 use hearth::protocol::{Keys, Timestamp};
-use hearth::rest::nip98;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -82,7 +78,7 @@ async fn rest_publish_reaches_websocket_subscribers_and_dedups_with_websocket() 
 async fn refused_events_get_their_status_and_are_not_stored() {
     let relay = TestRelay::start(|c| {
         generous(c);
-        c.auth.members = vec![keys(2).public_key().to_hex()];
+        c.auth.members = vec![keys(2).public_key()];
     })
     .await;
     let api = Api::new(&relay);

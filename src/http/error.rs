@@ -1,15 +1,23 @@
-//! REST errors and their one mapping to HTTP: status, JSON body with an `error` field, and
-//! `Retry-After` for rate limits.
+//! HTTP errors and their one mapping to the wire: status, a JSON body with an `error` field,
+//! `Retry-After` for rate limits; and the one rejection handler ([`recover`]) for what warp's
+//! filters refuse before a handler runs.
+//!
+//! Owns every error response the relay's HTTP side sends, REST and admin alike. Client mistakes
+//! are named in the body; server faults are logged once ([`internal`]) and sent as a generic
+//! `internal error`. A rejection's debug text never reaches the client.
+
+use std::convert::Infallible;
 
 use serde::Serialize;
 use warp::http::StatusCode;
 use warp::http::header::{HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use warp::reply::Response;
+use warp::{Rejection, Reply};
 
-use super::nip98::AuthError;
-use crate::limiter::{LimitType, Refused};
+use crate::protocol::nip98::AuthError;
+use crate::protocol::refusal::{LimitType, RateLimited};
 
-/// Everything a REST call can fail with.
+/// Everything an HTTP call can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400: the request is malformed; the text names the problem.
@@ -31,8 +39,8 @@ pub enum ApiError {
     #[error("content type must be application/json")]
     UnsupportedMediaType,
     /// 429 (quota) or 503 (handler bound), with `Retry-After`.
-    #[error("{}", .0.message())]
-    RateLimited(Refused),
+    #[error("{0}")]
+    RateLimited(#[from] RateLimited),
     /// 500: a server fault; details are logged, not sent.
     #[error("internal error")]
     Internal,
@@ -42,6 +50,18 @@ pub enum ApiError {
 struct ErrorBody<'a> {
     error: &'a str,
 }
+
+/// A server fault: logged once here, generic to the client.
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "request failed");
+    ApiError::Internal
+}
+
+/// A rejection that means "this route is not here" (e.g. NIP-11 without its `Accept`), so the
+/// next route is tried and, when none matches, the answer is 404.
+#[derive(Debug)]
+pub struct NotHere;
+impl warp::reject::Reject for NotHere {}
 
 #[derive(Serialize)]
 struct RateLimitBody<'a> {
@@ -68,13 +88,13 @@ pub fn json_response(status: StatusCode, body: &(impl Serialize + ?Sized)) -> Re
 }
 
 /// The response for a limiter refusal: 429 for a quota, 503 for the handler bound.
-pub fn rate_limited(refused: &Refused) -> Response {
+pub fn rate_limited(refused: &RateLimited) -> Response {
     let status = if refused.limit_type == LimitType::Unavailable {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let message = refused.message();
+    let message = refused.to_string();
     let body = RateLimitBody {
         error: &message,
         limit_type: refused.limit_type.as_str(),
@@ -112,6 +132,28 @@ impl ApiError {
             _ => json_response(self.status(), &ErrorBody { error: &self.to_string() }),
         }
     }
+}
+
+/// The one place rejections become responses: a JSON body with an `error` field that names
+/// what was wrong, never the rejection's internals.
+pub async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
+    let (status, error) = if rejection.is_not_found() || rejection.find::<NotHere>().is_some() {
+        (StatusCode::NOT_FOUND, "not found".to_string())
+    } else if let Some(e) = rejection.find::<warp::reject::PayloadTooLarge>() {
+        (StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+    } else if let Some(e) = rejection.find::<warp::reject::LengthRequired>() {
+        (StatusCode::LENGTH_REQUIRED, e.to_string())
+    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
+        (StatusCode::METHOD_NOT_ALLOWED, "method not allowed".to_string())
+    } else if let Some(e) = rejection.find::<warp::reject::InvalidHeader>() {
+        (StatusCode::BAD_REQUEST, e.to_string())
+    } else if let Some(e) = rejection.find::<warp::reject::MissingHeader>() {
+        (StatusCode::BAD_REQUEST, e.to_string())
+    } else {
+        tracing::debug!(?rejection, "request rejected");
+        (StatusCode::BAD_REQUEST, "bad request".to_string())
+    };
+    Ok(json_response(status, &ErrorBody { error: &error }))
 }
 
 #[cfg(test)]

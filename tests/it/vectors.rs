@@ -1,18 +1,15 @@
 //! The shared test vectors, sent byte for byte to a real relay (see tests/vectors/README.md).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::*;
+use crate::common::*;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-const VALID: &str = include_str!("vectors/valid.jsonl");
-const INVALID: &str = include_str!("vectors/invalid.jsonl");
-const AMBIGUOUS: &str = include_str!("vectors/ambiguous.jsonl");
-const MANIFEST: &str = include_str!("vectors/manifest.json");
+const VALID: &str = include_str!("../vectors/valid.jsonl");
+const INVALID: &str = include_str!("../vectors/invalid.jsonl");
+const AMBIGUOUS: &str = include_str!("../vectors/ambiguous.jsonl");
+const MANIFEST: &str = include_str!("../vectors/manifest.json");
 
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines().filter(|l| !l.trim().is_empty())

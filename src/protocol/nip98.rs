@@ -8,8 +8,8 @@
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use crate::protocol::verify::verify;
-use crate::protocol::{Event, Kind, Timestamp, VerifiedEvent};
+use super::verify::verify;
+use super::{Event, Keys, Kind, Timestamp, VerifiedEvent};
 
 /// How far `created_at` may be from now, in seconds.
 pub const WINDOW_SECS: u64 = 60;
@@ -92,7 +92,7 @@ pub fn check(header: &str, req: &Request<'_>, now: Timestamp) -> Result<Verified
 }
 
 /// Builds a header value (client side and tests): signs a kind-27235 event for the request.
-pub fn header(keys: &crate::protocol::Keys, req: &Request<'_>, now: Timestamp) -> String {
+pub fn header(keys: &Keys, req: &Request<'_>, now: Timestamp) -> String {
     let mut tags = vec![vec!["u".to_string(), req.url.to_string()], vec!["method".to_string(), req.method.to_string()]];
     if !req.body.is_empty() {
         tags.push(vec!["payload".to_string(), hex::encode(Sha256::digest(req.body))]);

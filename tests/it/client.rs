@@ -1,13 +1,9 @@
 //! The client library and CLI against a real hearth with tight limits and the real clock.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 use hearth::client::Session;
 use hearth::client::session::Options;
 use hearth::protocol::Filter;
@@ -95,7 +91,7 @@ async fn cli_publishes_300_events_over_rest_exactly_once() {
 async fn cli_exit_codes_tell_refused_from_invalid() {
     let relay = TestRelay::start_real_clock(|c| {
         generous(c);
-        c.auth.members = vec![keys(42).public_key().to_hex()];
+        c.auth.members = vec![keys(42).public_key()];
     })
     .await;
     let outsider = keys(43);

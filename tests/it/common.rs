@@ -53,15 +53,15 @@ impl TestRelay {
 
     async fn start_inner(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config), real_clock: bool) -> TestRelay {
         let mut config = Config::default();
-        config.server.bind = "127.0.0.1:0".into();
+        config.server.bind = "127.0.0.1:0".parse().unwrap();
         config.storage.data_dir = dir.path().join("data");
         tweak(&mut config);
         config.validate().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let admin_listener = match config.admin.bind.as_str() {
-            "" => None,
-            bind => Some(tokio::net::TcpListener::bind(bind).await.unwrap()),
+        let admin_listener = match config.admin.bind {
+            None => None,
+            Some(bind) => Some(tokio::net::TcpListener::bind(bind).await.unwrap()),
         };
         let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, rx) = oneshot::channel::<()>();

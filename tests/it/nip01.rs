@@ -1,11 +1,8 @@
 //! NIP-01 over a real WebSocket: exact frames for EVENT, REQ, CLOSE, COUNT and bad input.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[tokio::test]

@@ -1,12 +1,9 @@
 //! The `hearth` binary itself: configuration errors, the start-up line, and SIGTERM.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 use hearth::protocol::Event;
 use serde_json::json;
 

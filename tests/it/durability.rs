@@ -1,13 +1,10 @@
 //! Storage through the real server: restarts, concurrent duplicates, large query sets, slow
 //! consumers.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
-
-mod common;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hearth::protocol::{Event, Filter};
 use serde_json::{Value, json};
 

@@ -1,0 +1,98 @@
+//! How configuration text becomes typed values: pubkeys (hex or npub), optional addresses and
+//! optional pubkeys (an empty string is "not set", as `relay.toml` writes it).
+//!
+//! Owns the serde adapters the config structs name with `#[serde(with = …)]`; a bad value fails
+//! the load with the key it came from.
+
+use std::net::SocketAddr;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serializer};
+
+use crate::protocol::PubKey;
+
+fn pubkey_of<E: serde::de::Error>(text: &str) -> Result<PubKey, E> {
+    PubKey::parse(text).ok_or_else(|| E::custom(format!("{text:?} is not a hex pubkey or npub")))
+}
+
+/// A list of pubkeys, each written as hex or npub; serialized as hex.
+pub(crate) mod pubkeys {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(keys: &[PubKey], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(keys.iter().map(PubKey::to_hex))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PubKey>, D::Error> {
+        Vec::<String>::deserialize(d)?.iter().map(|t| pubkey_of(t)).collect()
+    }
+}
+
+/// An optional pubkey: `""` is none.
+pub(crate) mod optional_pubkey {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(key: &Option<PubKey>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&key.map(|k| k.to_hex()).unwrap_or_default())
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PubKey>, D::Error> {
+        match String::deserialize(d)?.trim() {
+            "" => Ok(None),
+            text => PubKey::from_hex(text)
+                .map(Some)
+                .ok_or_else(|| D::Error::custom(format!("{text:?} is not 64 lowercase hex characters"))),
+        }
+    }
+}
+
+/// An optional socket address: `""` is none.
+pub(crate) mod optional_addr {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(addr: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&addr.map(|a| a.to_string()).unwrap_or_default())
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        match String::deserialize(d)?.trim() {
+            "" => Ok(None),
+            text => text
+                .parse()
+                .map(Some)
+                .map_err(|_| D::Error::custom(format!("{text:?} is not an address like 127.0.0.1:7778"))),
+        }
+    }
+}
+
+/// A socket address, with a message that shows the expected form.
+pub(crate) mod addr {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(addr: &SocketAddr, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(addr)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(d)?;
+        text.trim().parse().map_err(|_| D::Error::custom(format!("{text:?} is not an address like 127.0.0.1:7777")))
+    }
+}
+
+/// A list of IP addresses.
+pub(crate) mod ips {
+    use std::net::IpAddr;
+
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(ips: &[IpAddr], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(ips.iter().map(IpAddr::to_string))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|t| t.trim().parse().map_err(|_| D::Error::custom(format!("{t:?} is not an IP address"))))
+            .collect()
+    }
+}

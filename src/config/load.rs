@@ -1,0 +1,255 @@
+//! Loading the configuration: the layers, where each tier quota came from, and `validate()`.
+//!
+//! Owns the one load path: built-in defaults → embedded `relay.toml` → the file → the
+//! `HEARTH_<SECTION>__<KEY>` environment. The file layers are built once and read twice: merged
+//! with the environment into the [`Config`], and alone to tell a file value from a default.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use config::{Environment, File, FileFormat};
+use serde::Serialize;
+
+use super::{Config, EMBEDDED_RELAY_TOML, LimitKey, LimitsConfig};
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A layer could not be read or does not fit the structs (unknown key, wrong type).
+    #[error("configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    /// A value is out of range; names the key.
+    #[error("configuration: `{key}` {problem}")]
+    Invalid {
+        /// The dotted key, e.g. `server.bind`.
+        key: String,
+        /// What is wrong with its value.
+        problem: String,
+    },
+}
+
+fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), problem: problem.into() }
+}
+
+/// Where a configuration value came from (admin overrides are tracked by the admin module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The built-in default (or a file value equal to it).
+    Default,
+    /// The configuration file.
+    Config,
+    /// A `HEARTH_…` environment variable.
+    Env,
+    /// Set live through the admin API.
+    Admin,
+}
+
+/// Keys whose environment value is a comma-separated list.
+const LIST_KEYS: &[&str] = &["auth.members", "auth.trusted_proxies", "limits.agent_pubkeys", "admin.pubkeys"];
+
+/// The environment variable that sets `key`.
+fn env_name(key: LimitKey) -> String {
+    format!("HEARTH_LIMITS__{}__{}", key.tier.as_str(), key.key.as_str()).to_uppercase()
+}
+
+/// The embedded `relay.toml`, then `path` (or `./relay.toml` when present).
+fn file_layers(path: Option<&Path>) -> Result<config::Config, ConfigError> {
+    let mut builder = config::Config::builder().add_source(File::from_str(EMBEDDED_RELAY_TOML, FileFormat::Toml));
+    match path {
+        Some(path) => builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true)),
+        None if Path::new("relay.toml").exists() => {
+            builder = builder.add_source(File::from(Path::new("relay.toml")).format(FileFormat::Toml))
+        }
+        None => {}
+    }
+    Ok(builder.build()?)
+}
+
+impl Config {
+    /// Loads defaults → embedded relay.toml → `path` (or `./relay.toml` when present) → `env`.
+    /// `env` is the process environment (passed in so tests can supply their own).
+    pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+        let files = file_layers(path)?;
+        // Only HEARTH_<SECTION>__<KEY> names are configuration; HEARTH_KEY and friends belong to
+        // the CLI.
+        let ours: HashMap<String, String> = env
+            .iter()
+            .filter(|(k, _)| k.starts_with("HEARTH_") && k.contains("__"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut environment = Environment::with_prefix("HEARTH")
+            .prefix_separator("_")
+            .separator("__")
+            .list_separator(",")
+            .ignore_empty(true)
+            .try_parsing(true)
+            .source(Some(ours.clone()));
+        for key in LIST_KEYS {
+            environment = environment.with_list_parse_key(key);
+        }
+        let merged = config::Config::builder().add_source(files.clone()).add_source(environment).build()?;
+        let mut config: Config = merged.try_deserialize()?;
+        config.validate()?;
+        // Where each tier quota came from: `env` when a variable set it, `config` when the file
+        // set it to something other than the default, else `default`.
+        let from_files: LimitsConfig = files.try_deserialize::<Config>()?.limits;
+        let defaults = LimitsConfig::default();
+        config.sources = LimitKey::all()
+            .map(|key| {
+                let name = env_name(key);
+                let source = if ours.keys().any(|k| k.eq_ignore_ascii_case(&name)) {
+                    Source::Env
+                } else if from_files.get(key) != defaults.get(key) {
+                    Source::Config
+                } else {
+                    Source::Default
+                };
+                (key, source)
+            })
+            .collect();
+        Ok(config)
+    }
+
+    /// Checks every value the types do not already guarantee, naming the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = &self.server.public_url;
+        if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
+            return Err(invalid("server.public_url", "must start with ws:// or wss://"));
+        }
+        let positive: [(&str, u64); 15] = [
+            ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
+            ("server.max_in_flight", self.server.max_in_flight as u64),
+            ("storage.cache_capacity_mb", self.storage.cache_capacity_mb),
+            ("storage.expiration_sweep_secs", self.storage.expiration_sweep_secs),
+            ("limitation.max_message_length", self.limitation.max_message_length as u64),
+            ("limitation.max_subscriptions", self.limitation.max_subscriptions as u64),
+            ("limitation.max_filters", self.limitation.max_filters as u64),
+            ("limitation.max_limit", self.limitation.max_limit),
+            ("limitation.default_limit", self.limitation.default_limit),
+            ("limitation.max_subid_length", self.limitation.max_subid_length as u64),
+            ("limitation.max_event_tags", self.limitation.max_event_tags as u64),
+            ("limitation.max_content_length", self.limitation.max_content_length as u64),
+            ("limits.max_tracked_principals", self.limits.max_tracked_principals),
+            ("limits.handler_permits", self.limits.handler_permits as u64),
+            ("limits.handler_wait_ms", self.limits.handler_wait_ms),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(invalid(key, "must be a positive number"));
+        }
+        if let Some(key) = LimitKey::all().find(|k| self.limits.get(*k) == 0) {
+            return Err(invalid(&format!("limits.{key}"), "must be a positive number"));
+        }
+        if self.limitation.default_limit > self.limitation.max_limit {
+            return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Source;
+    use super::*;
+    use crate::config::{QuotaKey, Tier};
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn key(tier: Tier, key: QuotaKey) -> LimitKey {
+        LimitKey { tier, key }
+    }
+
+    #[test]
+    fn embedded_relay_toml_equals_built_in_defaults() {
+        let from_file: Config = config::Config::builder()
+            .add_source(config::File::from_str(EMBEDDED_RELAY_TOML, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        assert_eq!(from_file, Config::default());
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let c = Config::load(
+            None,
+            &env(&[
+                ("HEARTH_SERVER__BIND", "127.0.0.1:0"),
+                ("HEARTH_LIMITATION__MAX_LIMIT", "7"),
+                ("HEARTH_LIMITATION__DEFAULT_LIMIT", "7"),
+                ("HEARTH_ADMIN__BIND", "127.0.0.1:7778"),
+                ("HEARTH_KEY", "not config"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.admin.bind, Some("127.0.0.1:7778".parse().unwrap()));
+        assert_eq!(c.limitation.max_limit, 7);
+    }
+
+    #[test]
+    fn list_keys_accept_comma_separated_env_values() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let c = Config::load(
+            None,
+            &env(&[
+                ("HEARTH_LIMITS__AGENT_PUBKEYS", &format!("{a},{b}")),
+                ("HEARTH_AUTH__TRUSTED_PROXIES", "127.0.0.1"),
+                ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "20"),
+            ]),
+        )
+        .unwrap();
+        let parsed: Vec<String> = c.limits.agent_pubkeys.iter().map(|p| p.to_hex()).collect();
+        assert_eq!(parsed, vec![a, b]);
+        assert_eq!(c.auth.trusted_proxies, vec![std::net::IpAddr::from([127, 0, 0, 1])]);
+        assert_eq!(c.limits.human.ws_events_per_sec, 20);
+        assert_eq!(c.limits.agent.ws_events_per_sec, 10);
+    }
+
+    #[test]
+    fn npub_is_accepted_where_a_pubkey_is() {
+        let npub = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg";
+        let c = Config::load(None, &env(&[("HEARTH_AUTH__MEMBERS", npub)])).unwrap();
+        assert_eq!(c.auth.members[0].to_hex(), "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e");
+    }
+
+    #[test]
+    fn sources_name_env_and_default() {
+        let c = Config::load(None, &env(&[("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "7")])).unwrap();
+        assert_eq!(c.sources[&key(Tier::Agent, QuotaKey::MessagesPerMin)], Source::Env);
+        assert_eq!(c.sources[&key(Tier::Human, QuotaKey::MessagesPerMin)], Source::Default);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.toml");
+        std::fs::write(&file, "[limits.human]\nws_events_per_sec = 3\nmessages_per_min = 120\n").unwrap();
+        let c = Config::load(Some(&file), &env(&[])).unwrap();
+        assert_eq!(c.sources[&key(Tier::Human, QuotaKey::WsEventsPerSec)], Source::Config);
+        // Set in the file, but to the default value.
+        assert_eq!(c.sources[&key(Tier::Human, QuotaKey::MessagesPerMin)], Source::Default);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "0", "limitation.max_subscriptions"),
+            ("HEARTH_SERVER__BIND", "nowhere", "server.bind"),
+            ("HEARTH_SERVER__BINDD", "x", "bindd"),
+            ("HEARTH_LIMITATION__MAX_LIMIT", "-3", "max_limit"),
+            ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "0", "limits.human.ws_events_per_sec"),
+            ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "-1", "messages_per_min"),
+            ("HEARTH_LIMITS__HANDLER_PERMITS", "0", "limits.handler_permits"),
+            ("HEARTH_AUTH__MEMBERS", "nope", "auth.members"),
+            ("HEARTH_AUTH__TRUSTED_PROXIES", "x.y", "auth.trusted_proxies"),
+            ("HEARTH_ADMIN__BIND", "nowhere", "admin.bind"),
+            ("HEARTH_INFO__PUBKEY", "ab", "info.pubkey"),
+        ];
+        for (k, v, named) in cases {
+            let err = Config::load(None, &env(&[(k, v)])).unwrap_err().to_string();
+            assert!(err.contains(named), "{k}={v}: {err}");
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Configuration: built-in defaults → `relay.toml` → `HEARTH_<SECTION>__<KEY>` environment,
+//! parsed once into types.
+//!
+//! Owns the config structs (every section refuses unknown keys); the layering, the sources and
+//! `validate()` are in [`load`], the quota names in [`quota`]. Pubkeys, addresses and IPs are
+//! typed from the moment they are loaded: nothing downstream re-parses a configuration string.
+//! The repository's `relay.toml` is embedded in the binary as the base layer, so the binary runs
+//! the same with or without the file beside it.
+//!
+//! Two words that must not be confused: **limitation** (`[limitation]`) is what NIP-11's
+//! `limitation` object advertises and the relay enforces per frame (sizes, counts, `limit`
+//! clamps); **limits** (`[limits]`) are the admission limiter's quotas (rates per tier, handler
+//! permits), which no NIP describes.
+
+mod de;
+mod load;
+pub mod quota;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::PubKey;
+pub use load::{ConfigError, Source};
+pub use quota::{LimitKey, QuotaKey, Tier, TierLimits};
+
+/// The repository's `relay.toml`, the documented defaults.
+pub const EMBEDDED_RELAY_TOML: &str = include_str!("../../relay.toml");
+
+/// The whole configuration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`
+    pub server: ServerConfig,
+    /// `[storage]`
+    pub storage: StorageConfig,
+    /// `[limitation]`: NIP-11 limitation values, enforced and advertised.
+    pub limitation: Limitation,
+    /// `[info]`: NIP-11 relay information.
+    pub info: Info,
+    /// `[limits]`: the shared admission limiter's quotas.
+    pub limits: LimitsConfig,
+    /// `[auth]`: NIP-42 requirements and client address trust.
+    pub auth: AuthConfig,
+    /// `[admin]`: the admin API.
+    pub admin: AdminConfig,
+    /// Where each tier quota came from; absent = default.
+    #[serde(skip)]
+    pub sources: BTreeMap<LimitKey, Source>,
+}
+
+/// `[admin]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// A separate address for the admin API (e.g. `127.0.0.1:7778`); `""` (none) = the relay's
+    /// port.
+    #[serde(with = "de::optional_addr")]
+    pub bind: Option<SocketAddr>,
+    /// Bearer token for the admin API; empty = no token access.
+    pub token: String,
+    /// Pubkeys (hex or npub) allowed to use the admin API and NIP-86 with NIP-98 auth.
+    #[serde(with = "de::pubkeys")]
+    pub pubkeys: Vec<PubKey>,
+}
+
+impl AdminConfig {
+    /// True when some credential is configured; otherwise the admin API is off.
+    pub fn enabled(&self) -> bool {
+        !self.token.is_empty() || !self.pubkeys.is_empty()
+    }
+}
+
+/// `[server]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    #[serde(with = "de::addr")]
+    pub bind: SocketAddr,
+    /// The relay's public `ws(s)://` URL; empty = unknown.
+    pub public_url: String,
+    /// Outbound frames queued per connection before a non-reading client is cut off.
+    pub max_outbound_queue: usize,
+    /// Frames handled concurrently per connection (EVENTs awaiting their OK, queries running).
+    pub max_in_flight: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7777)),
+            public_url: String::new(),
+            max_outbound_queue: 1024,
+            max_in_flight: 256,
+        }
+    }
+}
+
+/// `[storage]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Directory of the store: the sled database and the event log.
+    pub data_dir: PathBuf,
+    /// sled page cache, in MiB (the event catalogue; records are read from the event log).
+    pub cache_capacity_mb: u64,
+    /// Seconds between sweeps that delete expired (NIP-40) events.
+    pub expiration_sweep_secs: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig { data_dir: PathBuf::from("./data"), cache_capacity_mb: 64, expiration_sweep_secs: 60 }
+    }
+}
+
+/// `[limitation]`, named exactly as NIP-11's `limitation` fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limitation {
+    /// Largest WebSocket frame, in bytes.
+    pub max_message_length: usize,
+    /// Open subscriptions per connection.
+    pub max_subscriptions: usize,
+    /// Filters per REQ / COUNT.
+    pub max_filters: usize,
+    /// Largest `limit` honoured; larger ones are clamped.
+    pub max_limit: u64,
+    /// `limit` applied when a filter has none.
+    pub default_limit: u64,
+    /// Longest subscription id, in characters.
+    pub max_subid_length: usize,
+    /// Most tags on one event.
+    pub max_event_tags: usize,
+    /// Longest content, in bytes.
+    pub max_content_length: usize,
+    /// Events older than this many seconds are refused; 0 = no limit.
+    pub created_at_lower_limit: u64,
+    /// Events more than this many seconds in the future are refused; 0 = no limit.
+    pub created_at_upper_limit: u64,
+}
+
+impl Default for Limitation {
+    fn default() -> Self {
+        Limitation {
+            max_message_length: 131_072,
+            max_subscriptions: 20,
+            max_filters: 10,
+            max_limit: 500,
+            default_limit: 100,
+            max_subid_length: 64,
+            max_event_tags: 2500,
+            max_content_length: 65_536,
+            created_at_lower_limit: 0,
+            created_at_upper_limit: 900,
+        }
+    }
+}
+
+/// `[info]`: NIP-11 descriptive fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Info {
+    /// Relay name.
+    pub name: String,
+    /// Relay description.
+    pub description: String,
+    /// Admin pubkey (hex); `""` = none.
+    #[serde(with = "de::optional_pubkey")]
+    pub pubkey: Option<PubKey>,
+    /// Admin contact, or empty.
+    pub contact: String,
+    /// Icon URL, or empty.
+    pub icon: String,
+}
+
+impl Default for Info {
+    fn default() -> Self {
+        Info {
+            name: "hearth".into(),
+            description: "A hearth relay for a small community.".into(),
+            pubkey: None,
+            contact: String::new(),
+            icon: String::new(),
+        }
+    }
+}
+
+/// `[limits]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// When false no quota is billed or refused (local development, and the benchmark's
+    /// limiter-off baseline); the handler bound (`unavailable`) still applies. Start-up only.
+    pub enabled: bool,
+    /// Quotas of ordinary users.
+    pub human: TierLimits,
+    /// Quotas of pubkeys in `agent_pubkeys`.
+    pub agent: TierLimits,
+    /// Pubkeys (hex or npub) billed at the agent tier.
+    #[serde(with = "de::pubkeys")]
+    pub agent_pubkeys: Vec<PubKey>,
+    /// Most principals whose limiter state is kept (least recently used are forgotten).
+    pub max_tracked_principals: u64,
+    /// EVENT/REQ/COUNT frames handled at once across the relay.
+    pub handler_permits: usize,
+    /// How long a frame may wait for a handler permit before `relay busy (unavailable)`.
+    pub handler_wait_ms: u64,
+}
+
+impl LimitsConfig {
+    /// The quotas of `tier`.
+    pub fn tier(&self, tier: Tier) -> &TierLimits {
+        match tier {
+            Tier::Human => &self.human,
+            Tier::Agent => &self.agent,
+        }
+    }
+
+    /// The quotas of `tier`, mutably.
+    pub fn tier_mut(&mut self, tier: Tier) -> &mut TierLimits {
+        match tier {
+            Tier::Human => &mut self.human,
+            Tier::Agent => &mut self.agent,
+        }
+    }
+
+    /// The value of one quota.
+    pub fn get(&self, key: LimitKey) -> u64 {
+        self.tier(key.tier).get(key.key)
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            enabled: true,
+            human: TierLimits::default(),
+            agent: TierLimits::default(),
+            agent_pubkeys: Vec::new(),
+            max_tracked_principals: 100_000,
+            handler_permits: 256,
+            handler_wait_ms: 500,
+        }
+    }
+}
+
+/// `[auth]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// REQ, COUNT and EVENT need NIP-42 authentication first.
+    pub required: bool,
+    /// When non-empty, only these pubkeys (hex or npub) may publish.
+    #[serde(with = "de::pubkeys")]
+    pub members: Vec<PubKey>,
+    /// Peer addresses whose `X-Forwarded-For` / `Forwarded` header names the client.
+    #[serde(with = "de::ips")]
+    pub trusted_proxies: Vec<IpAddr>,
+}

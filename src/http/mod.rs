@@ -1,0 +1,126 @@
+//! What the REST API and the admin API share on top of warp: the request context and its
+//! extractors, one [`ApiError`] with its one response mapping, the rejection handler, the
+//! client's IP and the IP block, and NIP-98 caller identification with its replay cache.
+//!
+//! Owns HTTP plumbing only: no route lives here, and nothing here decides what a call does.
+//! `rest` and `admin` are thin route modules on top of it; neither imports the other.
+
+pub mod client_ip;
+mod error;
+pub mod nip98;
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use warp::http::{HeaderMap, Method};
+use warp::reply::Response;
+use warp::{Filter, Rejection};
+
+use crate::app::AppState;
+pub use error::{ApiError, NotHere, internal, json_response, recover};
+
+/// What a handler needs to know about the request.
+#[derive(Debug)]
+pub struct RequestCtx {
+    /// HTTP method.
+    pub method: Method,
+    /// Path, e.g. `/api/v1/events`.
+    pub path: String,
+    /// Raw query string, without `?` (empty for none).
+    pub query: String,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// TCP peer.
+    pub peer: Option<SocketAddr>,
+    /// Body bytes (empty for none).
+    pub body: Bytes,
+}
+
+impl RequestCtx {
+    /// A header value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The client's IP: the peer, or what a trusted proxy says ([`client_ip::UNKNOWN`] when
+    /// there is no peer, which only an in-process caller can cause).
+    pub fn client_ip(&self, app: &AppState) -> IpAddr {
+        client_ip::of_request(app, self.peer, &self.headers).unwrap_or(client_ip::UNKNOWN)
+    }
+
+    /// `?key=value` of the query string.
+    pub fn query_param(&self, key: &str) -> Option<&str> {
+        query_param(&self.query, key)
+    }
+}
+
+/// `?key=value` of a raw query string.
+fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| v)
+}
+
+/// Hands the shared state to a route.
+pub fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
+    warp::any().map(move || app.clone())
+}
+
+fn raw_query() -> impl Filter<Extract = (String,), Error = Infallible> + Clone {
+    warp::query::raw().or(warp::any().map(String::new)).unify()
+}
+
+/// Extracts a request without a body.
+pub fn ctx() -> impl Filter<Extract = (RequestCtx,), Error = Infallible> + Clone {
+    warp::method()
+        .and(warp::path::full())
+        .and(raw_query())
+        .and(warp::header::headers_cloned())
+        .and(crate::listener::peer())
+        .map(|method, path: warp::path::FullPath, query, headers, peer| RequestCtx {
+            method,
+            path: path.as_str().to_string(),
+            query,
+            headers,
+            peer,
+            body: Bytes::new(),
+        })
+}
+
+/// Extracts a request with a body of at most `limit` bytes (413 beyond).
+pub fn ctx_with_body(limit: u64) -> impl Filter<Extract = (RequestCtx,), Error = Rejection> + Clone {
+    ctx().and(warp::body::content_length_limit(limit)).and(warp::body::bytes()).map(|mut ctx: RequestCtx, body| {
+        ctx.body = body;
+        ctx
+    })
+}
+
+/// Turns a handler's result into the response.
+pub fn respond(result: Result<Response, ApiError>) -> Result<Response, Infallible> {
+    Ok(result.unwrap_or_else(ApiError::into_response))
+}
+
+/// 415 unless the body is declared JSON.
+pub fn require_json(ctx: &RequestCtx) -> Result<(), ApiError> {
+    match ctx.header("content-type") {
+        Some(ct) if ct.trim().to_ascii_lowercase().starts_with("application/json") => Ok(()),
+        _ => Err(ApiError::UnsupportedMediaType),
+    }
+}
+
+/// Parses a JSON body, naming the problem on failure.
+pub fn parse_body<T: for<'de> Deserialize<'de>>(ctx: &RequestCtx) -> Result<T, ApiError> {
+    serde_json::from_slice(&ctx.body).map_err(|e| ApiError::BadRequest(format!("malformed JSON body: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_params_are_found_by_name() {
+        assert_eq!(query_param("sort=usage&limit=5", "limit"), Some("5"));
+        assert_eq!(query_param("sort=usage", "limit"), None);
+    }
+}

@@ -1,0 +1,99 @@
+//! The one read path for every transport: prepare filters → handler permit → store query or
+//! count → the typed outcome each transport maps to its wire.
+//!
+//! Owns applying the NIP-11 request limits (subscription id length, filter count, `limit`
+//! defaulted and clamped to `max_limit`), holding a handler permit while the store is read, and
+//! the errors a read can end in ([`QueryError`]). It does not bill the frame's arrival
+//! (`ws_events` / `api_calls` are the transport's, before it gets here) and does not know
+//! subscriptions: a WebSocket REQ registers its live subscription through the `on_permit` hook,
+//! so that no event stored during the scan is missed.
+
+use crate::app::AppState;
+use crate::config::Limitation;
+use crate::limiter::{Principal, RateLimited};
+use crate::protocol::{EventJson, Filter, Timestamp};
+use crate::store::StoreError;
+
+/// Why a read was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The request breaks a NIP-11 limit; the text names which.
+    #[error("{0}")]
+    Limits(String),
+    /// No handler permit within `limits.handler_wait_ms`.
+    #[error(transparent)]
+    RateLimited(#[from] RateLimited),
+    /// The store failed (logged here, once).
+    #[error("the store failed")]
+    Store(StoreError),
+}
+
+/// Checks a REQ/COUNT (`sub_id`: its id, `""` over REST) against the limits and applies
+/// `default_limit` / clamps to `max_limit`.
+pub fn prepare(lim: &Limitation, sub_id: &str, filters: &mut [Filter]) -> Result<(), QueryError> {
+    let chars = sub_id.chars().count();
+    if chars > lim.max_subid_length {
+        return Err(QueryError::Limits(format!(
+            "subscription id is {chars} characters, the limit is {}",
+            lim.max_subid_length
+        )));
+    }
+    if filters.len() > lim.max_filters {
+        return Err(QueryError::Limits(format!("{} filters, the limit is {}", filters.len(), lim.max_filters)));
+    }
+    for f in filters.iter_mut() {
+        f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
+    }
+    Ok(())
+}
+
+fn store_failed(e: StoreError) -> QueryError {
+    tracing::error!(error = %e, "query failed");
+    QueryError::Store(e)
+}
+
+/// The stored events matching prepared `filters`, newest first. `on_permit` runs once the permit
+/// is held, before the store is read.
+pub async fn events(
+    app: &AppState,
+    principal: &Principal,
+    filters: Vec<Filter>,
+    on_permit: impl FnOnce(&[Filter]),
+) -> Result<Vec<EventJson>, QueryError> {
+    let _permit = app.limiter.acquire_handler(principal).await?;
+    on_permit(&filters);
+    app.store.query_async(filters, Timestamp::now()).await.map_err(store_failed)
+}
+
+/// How many stored events match prepared `filters` (NIP-45).
+pub async fn count(app: &AppState, principal: &Principal, filters: Vec<Filter>) -> Result<u64, QueryError> {
+    let _permit = app.limiter.acquire_handler(principal).await?;
+    app.store.count_async(filters, Timestamp::now()).await.map_err(store_failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_defaulted_and_clamped() {
+        let lim = Limitation { default_limit: 10, max_limit: 20, ..Limitation::default() };
+        let mut filters: Vec<Filter> = vec![
+            serde_json::from_str("{}").unwrap(),
+            serde_json::from_str(r#"{"limit":500}"#).unwrap(),
+            serde_json::from_str(r#"{"limit":0}"#).unwrap(),
+        ];
+        prepare(&lim, "s", &mut filters).unwrap();
+        let limits: Vec<_> = filters.iter().map(|f| f.limit).collect();
+        assert_eq!(limits, vec![Some(10), Some(20), Some(0)]);
+    }
+
+    #[test]
+    fn a_long_id_or_too_many_filters_name_the_limit() {
+        let lim = Limitation { max_filters: 1, ..Limitation::default() };
+        let err = prepare(&lim, &"x".repeat(65), &mut []).unwrap_err().to_string();
+        assert_eq!(err, "subscription id is 65 characters, the limit is 64");
+        let mut two: Vec<Filter> = vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()];
+        assert_eq!(prepare(&lim, "s", &mut two).unwrap_err().to_string(), "2 filters, the limit is 1");
+    }
+}

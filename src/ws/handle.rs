@@ -1,0 +1,228 @@
+//! One handler per client verb: EVENT, REQ, COUNT, CLOSE, AUTH.
+//!
+//! Owns what one text frame asks of the connection: it bills the frame's arrival (`ws_events`),
+//! answers what can be answered at once, and hands slow work (a publish awaiting its durable OK,
+//! a query, a signature check) back to the loop in `conn` as a future. Publishing goes through
+//! [`crate::ingest`], reads through [`crate::query`]; every refusal is tied to the frame it
+//! refuses (`OK` for EVENT/AUTH, `CLOSED` for REQ/COUNT, `NOTICE` only when nothing can be read).
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use super::session::Session;
+use crate::app::AppState;
+use crate::fanout::ConnId;
+use crate::ingest::{self, Publisher};
+use crate::limiter::{LimitType, Principal, RateLimited};
+use crate::protocol::nip42::{self, RelayMatch};
+use crate::protocol::verify::verify;
+use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp};
+use crate::query::{self, QueryError};
+
+/// The result of work that ran concurrently with the read loop.
+pub(super) enum Done {
+    /// Frames to send as they are.
+    Frames(Vec<RelayMessage>),
+    /// Stored events + EOSE of a REQ; dropped if the subscription changed meanwhile.
+    Query { sub_id: String, generation: u64, frames: Vec<RelayMessage> },
+    /// A REQ refused before it ran: its reserved slot is released, its CLOSED sent.
+    SubRefused { sub_id: String, generation: u64, closed: RelayMessage },
+    /// A checked AUTH: on success the connection is bound to the pubkey.
+    Auth { id: String, result: Result<PubKey, String> },
+}
+
+/// What handling one frame asks of the loop.
+pub(super) enum Action {
+    /// Send this frame now.
+    Reply(RelayMessage),
+    /// Run this and deliver what it returns.
+    Spawn(BoxFuture<'static, Done>),
+    /// Nothing to answer.
+    Nothing,
+}
+
+/// A fresh NIP-42 challenge: 16 random bytes as hex.
+pub(super) fn challenge() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to the clock; a challenge only needs to be unpredictable
+        // enough that an AUTH event cannot be prepared in advance.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos());
+        bytes = nanos.unwrap_or(0).to_le_bytes();
+    }
+    hex::encode(bytes)
+}
+
+/// What a refusal of `text` can be tied to, parsing it as far as it goes.
+fn correlate(text: &str) -> Correlation {
+    match ClientMessage::parse(text) {
+        Ok(msg) => msg.correlation(),
+        Err(e) => e.correlation(),
+    }
+}
+
+const AUTH_REQUIRED: &str = "auth-required: this relay requires authentication; answer the AUTH challenge";
+
+/// The CLOSED that answers a REQ/COUNT whose read ended in `error`.
+fn closed(sub_id: String, error: &QueryError) -> RelayMessage {
+    let message = match error {
+        QueryError::Limits(reason) => format!("error: {reason}"),
+        QueryError::RateLimited(limited) => limited.to_string(),
+        QueryError::Store(_) => "error: the query failed".into(),
+    };
+    RelayMessage::Closed { sub_id, message }
+}
+
+/// Handles one text frame.
+pub(super) fn frame(
+    app: &Arc<AppState>,
+    session: &mut Session,
+    conn: ConnId,
+    text: &str,
+    relay_match: Option<&RelayMatch>,
+) -> Action {
+    let lim = &app.config.limitation;
+    let principal = session.principal();
+    if text.len() > lim.max_message_length {
+        // Oversized and unparseable frames are billed like any frame, so they are never free.
+        let message = match app.limiter.admit(&principal, LimitType::WsEvents) {
+            Ok(()) => format!("invalid: message is {} bytes, the limit is {}", text.len(), lim.max_message_length),
+            Err(limited) => limited.to_string(),
+        };
+        return Action::Reply(correlate(text).refuse(message));
+    }
+    let msg = match ClientMessage::parse(text) {
+        Ok(msg) => msg,
+        Err(e) => {
+            tracing::debug!(error = %e, "unparseable frame");
+            return Action::Reply(match app.limiter.admit(&principal, LimitType::WsEvents) {
+                Ok(()) => e.reply(),
+                Err(limited) => e.correlation().refuse(limited.to_string()),
+            });
+        }
+    };
+    metrics::counter!("hearth_frames_total").increment(1);
+    // CLOSE and AUTH are never billed or refused: a client can always close and authenticate.
+    // Everything else is billed on arrival, before any costly work.
+    let admitted = match &msg {
+        ClientMessage::Close(_) | ClientMessage::Auth(_) => Ok(()),
+        _ => app.limiter.admit(&principal, LimitType::WsEvents),
+    };
+    let needs_auth = app.config.auth.required && session.authed.is_none();
+    match msg {
+        ClientMessage::Event(event) => {
+            metrics::counter!("hearth_events_received_total").increment(1);
+            let id = event.id.to_hex();
+            if let Err(limited) = admitted {
+                return Action::Reply(Correlation::Event(id).refuse(limited.to_string()));
+            }
+            if needs_auth {
+                return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
+            }
+            let app = app.clone();
+            let publisher = Publisher { authed: session.authed, principal };
+            Action::Spawn(Box::pin(async move {
+                let outcome = ingest::publish(&app, *event, publisher).await;
+                Done::Frames(vec![RelayMessage::ok(id, outcome.accepted(), outcome.message())])
+            }))
+        }
+        ClientMessage::Req { sub_id, mut filters } => {
+            if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
+                return Action::Reply(closed);
+            }
+            let generation = match session.open(&sub_id, lim.max_subscriptions) {
+                Ok(g) => g,
+                Err(reason) => {
+                    return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
+                }
+            };
+            Action::Spawn(Box::pin(req(app.clone(), principal, conn, sub_id, generation, filters)))
+        }
+        ClientMessage::Count { sub_id, mut filters } => {
+            if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
+                return Action::Reply(closed);
+            }
+            Action::Spawn(Box::pin(count(app.clone(), principal, sub_id, filters)))
+        }
+        ClientMessage::Close(sub_id) => {
+            session.close(&sub_id);
+            app.fanout.unsubscribe(conn, &sub_id, None);
+            Action::Nothing
+        }
+        ClientMessage::Auth(event) => {
+            let challenge = session.challenge.clone();
+            let relay_match = relay_match.cloned();
+            Action::Spawn(Box::pin(authenticate(*event, challenge, relay_match)))
+        }
+    }
+}
+
+/// The checks a REQ and a COUNT share, in order: admission, authentication, limits (which also
+/// default and clamp each filter's `limit`). `Err` is the CLOSED that answers the frame.
+fn check_request(
+    admitted: Result<(), RateLimited>,
+    needs_auth: bool,
+    lim: &crate::config::Limitation,
+    sub_id: &str,
+    filters: &mut [Filter],
+) -> Result<(), RelayMessage> {
+    admitted.map_err(|limited| closed(sub_id.to_string(), &limited.into()))?;
+    if needs_auth {
+        return Err(RelayMessage::Closed { sub_id: sub_id.to_string(), message: AUTH_REQUIRED.into() });
+    }
+    query::prepare(lim, sub_id, filters).map_err(|e| closed(sub_id.to_string(), &e))
+}
+
+/// Checks a NIP-42 answer: signature, kind, challenge, relay, time.
+async fn authenticate(event: Event, challenge: String, relay_match: Option<RelayMatch>) -> Done {
+    let id = event.id.to_hex();
+    // On the connection's own task, like every signature check (see `ingest`).
+    let result = match verify(event) {
+        Err(e) => Err(format!("invalid: {e}")),
+        Ok(verified) => {
+            // Without a public_url or a Host header there is nothing to compare the relay tag to.
+            let relay_match = relay_match.unwrap_or_else(|| {
+                RelayMatch::Host(verified.tag_values("relay").next().and_then(nip42::host_of).unwrap_or_default())
+            });
+            nip42::check(&verified, &challenge, &relay_match, Timestamp::now())
+                .map(|()| verified.pubkey)
+                .map_err(|e| e.to_string())
+        }
+    };
+    Done::Auth { id, result }
+}
+
+/// A REQ: its live subscription is registered once the permit is held, before the scan, so no
+/// event stored meanwhile is missed (the loop drops the results if the id changed meanwhile).
+async fn req(
+    app: Arc<AppState>,
+    principal: Principal,
+    conn: ConnId,
+    sub_id: String,
+    generation: u64,
+    filters: Vec<Filter>,
+) -> Done {
+    let subscribe = |filters: &[Filter]| app.fanout.subscribe(conn, &sub_id, generation, filters.to_vec());
+    match query::events(&app, &principal, filters, subscribe).await {
+        Ok(events) => {
+            let mut frames: Vec<RelayMessage> =
+                events.into_iter().map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event }).collect();
+            frames.push(RelayMessage::Eose(sub_id.clone()));
+            Done::Query { sub_id, generation, frames }
+        }
+        Err(e) => {
+            app.fanout.unsubscribe(conn, &sub_id, Some(generation));
+            Done::SubRefused { closed: closed(sub_id.clone(), &e), sub_id, generation }
+        }
+    }
+}
+
+async fn count(app: Arc<AppState>, principal: Principal, sub_id: String, filters: Vec<Filter>) -> Done {
+    let frame = match query::count(&app, &principal, filters).await {
+        Ok(count) => RelayMessage::Count { sub_id, count },
+        Err(QueryError::Store(_)) => RelayMessage::Closed { sub_id, message: "error: the count failed".into() },
+        Err(e) => closed(sub_id, &e),
+    };
+    Done::Frames(vec![frame])
+}
