@@ -8,7 +8,7 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +48,7 @@ pub struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let removed = self.fanout.conns.write().ok().and_then(|mut c| c.remove(&self.id));
+        let removed = self.fanout.write().remove(&self.id);
         if let Some(entry) = removed {
             self.fanout.count_subscriptions(-(entry.subs.len() as i64));
         }
@@ -62,18 +62,14 @@ impl Fanout {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let slow = CancellationToken::new();
-        if let Ok(mut conns) = self.conns.write() {
-            conns.insert(id, Entry { principal, tx, slow: slow.clone(), subs: HashMap::new() });
-        }
+        self.write().insert(id, Entry { principal, tx, slow: slow.clone(), subs: HashMap::new() });
         Registration { fanout: self.clone(), id, rx, slow }
     }
 
     /// Adds subscription `sub_id` of connection `conn` as `generation`, replacing an older
     /// generation of the same id (never a newer one: queries of replaced REQs finish late).
     pub fn subscribe(&self, conn: ConnId, sub_id: &str, generation: u64, filters: Vec<Filter>) {
-        if let Ok(mut conns) = self.conns.write()
-            && let Some(entry) = conns.get_mut(&conn)
-        {
+        if let Some(entry) = self.write().get_mut(&conn) {
             match entry.subs.get(sub_id) {
                 Some((existing, _)) if *existing > generation => {}
                 Some(_) => {
@@ -90,18 +86,17 @@ impl Fanout {
     /// Removes subscription `sub_id` of connection `conn` if it is `generation` (or any
     /// generation, for `None`); true when something was removed.
     pub fn unsubscribe(&self, conn: ConnId, sub_id: &str, generation: Option<u64>) -> bool {
-        let removed = self
-            .conns
-            .write()
-            .ok()
-            .and_then(|mut conns| {
-                let entry = conns.get_mut(&conn)?;
-                match entry.subs.get(sub_id) {
-                    Some((g, _)) if generation.is_none_or(|want| want == *g) => entry.subs.remove(sub_id),
-                    _ => None,
+        let removed = {
+            let mut conns = self.write();
+            match conns.get_mut(&conn) {
+                Some(entry)
+                    if entry.subs.get(sub_id).is_some_and(|(g, _)| generation.is_none_or(|want| want == *g)) =>
+                {
+                    entry.subs.remove(sub_id).is_some()
                 }
-            })
-            .is_some();
+                _ => false,
+            }
+        };
         if removed {
             self.count_subscriptions(-1);
         }
@@ -119,38 +114,37 @@ impl Fanout {
 
     /// Records that connection `conn` is now billed to `principal` (after NIP-42 AUTH).
     pub fn set_principal(&self, conn: ConnId, principal: Principal) {
-        if let Ok(mut conns) = self.conns.write()
-            && let Some(entry) = conns.get_mut(&conn)
-        {
+        if let Some(entry) = self.write().get_mut(&conn) {
             entry.principal = principal;
         }
     }
 
     /// Open connections and subscriptions billed to `principal`.
     pub fn presence(&self, principal: &Principal) -> (usize, usize) {
-        let Ok(conns) = self.conns.read() else { return (0, 0) };
-        conns.values().filter(|e| &e.principal == principal).fold((0, 0), |(c, s), e| (c + 1, s + e.subs.len()))
-    }
-
-    /// Open subscriptions of connection `conn`.
-    pub fn subscription_count(&self, conn: ConnId) -> usize {
-        self.conns.read().ok().and_then(|c| c.get(&conn).map(|e| e.subs.len())).unwrap_or(0)
+        self.read().values().filter(|e| &e.principal == principal).fold((0, 0), |(c, s), e| (c + 1, s + e.subs.len()))
     }
 
     /// Open subscriptions on the whole relay.
-    pub fn total_subscriptions(&self) -> u64 {
+    #[cfg(test)]
+    fn total_subscriptions(&self) -> u64 {
         self.subscriptions.load(Ordering::Relaxed)
     }
 
-    /// Open connections.
-    pub fn connections(&self) -> usize {
-        self.conns.read().map(|c| c.len()).unwrap_or(0)
+    /// The registry for reading. A panic while it was held cannot have left it half-changed
+    /// (every change is one insert or remove), so a poisoned lock is used as it is, not skipped.
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<ConnId, Entry>> {
+        self.conns.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The registry for changing (see [`Fanout::read`] on poisoning).
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<ConnId, Entry>> {
+        self.conns.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Delivers `event` to every matching subscription, once each. It is serialized once, when
     /// the first match is found (an event nobody subscribed to is never serialized).
     pub fn publish(&self, event: &Event) {
-        let Ok(conns) = self.conns.read() else { return };
+        let conns = self.read();
         let json: OnceCell<EventJson> = OnceCell::new();
         for entry in conns.values() {
             if entry.slow.is_cancelled() {

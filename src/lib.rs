@@ -8,25 +8,27 @@
 //!
 //! [`run`] takes a bound listener and a shutdown future: the caller binds, the library serves.
 
-pub mod admin;
-pub mod app;
+pub(crate) mod admin;
+pub(crate) mod app;
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod fanout;
-pub mod http;
-pub mod ingest;
+pub(crate) mod fanout;
+pub(crate) mod http;
+pub(crate) mod ingest;
 pub mod limiter;
-pub mod listener;
-pub mod metrics;
-pub mod moderation;
-pub mod nip11;
+pub(crate) mod listener;
+pub(crate) mod metrics;
+pub(crate) mod moderation;
+pub(crate) mod nip11;
 pub mod protocol;
-pub mod query;
-pub mod rest;
-pub mod server;
+pub(crate) mod query;
+pub(crate) mod rest;
+pub(crate) mod server;
 pub mod store;
-pub mod ws;
+pub(crate) mod ws;
+
+pub use server::ROUTES;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -183,7 +183,10 @@ mod tests {
         state.banned_events.insert(e.id, "".into());
         state.blocked_ips.insert("10.1.2.3".parse().unwrap(), "flood".into());
         state.allowed_kinds.insert(1);
+        let key = LimitKey { tier: crate::config::Tier::Agent, key: crate::config::QuotaKey::MessagesPerMin };
+        state.limit_overrides.insert(key, 7);
         let json = serde_json::to_vec(&state).unwrap();
+        assert!(String::from_utf8_lossy(&json).contains(r#""limit_overrides":{"agent.messages_per_min":7}"#));
         assert_eq!(serde_json::from_slice::<State>(&json).unwrap(), state);
     }
 }

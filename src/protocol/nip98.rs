@@ -46,9 +46,6 @@ pub enum AuthError {
     /// The relay requires authentication and none was given.
     #[error("auth: required")]
     Required,
-    /// Authenticated, but not allowed here (admin routes).
-    #[error("auth: not allowed")]
-    NotAllowed,
 }
 
 /// What the request was.

@@ -13,21 +13,23 @@
 //! It knows nothing of connections, quotas or the wire: a second backend implements these same
 //! methods.
 
+mod apply;
 mod durable;
 pub mod index;
 pub mod keys;
 pub mod log;
+mod pending;
+mod query;
 pub mod record;
 mod writer;
 
-use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent};
+use crate::protocol::{EventId, EventJson, PubKey, Timestamp, VerifiedEvent};
 use durable::Durable;
 use index::{Index, Key, Serial};
 use log::Log;
@@ -68,6 +70,12 @@ pub enum StoreError {
     /// The event log failed or holds a damaged frame.
     #[error("storage: {0}")]
     Log(#[from] log::LogError),
+    /// A file of the data directory could not be opened or synced.
+    #[error("storage: {0}")]
+    Io(#[from] std::io::Error),
+    /// The write group this write belonged to did not reach the disk (shared by its writes).
+    #[error(transparent)]
+    Group(Arc<StoreError>),
     /// The writer has stopped (shutdown or a fatal error).
     #[error("storage: writer is not running")]
     Closed,
@@ -134,7 +142,7 @@ impl Store {
                 other => break other?,
             }
         };
-        let durable = Durable::open(dir).map_err(|e| StoreError::Sled(sled::Error::Io(e)))?;
+        let durable = Durable::open(dir)?;
         Store::from_db(db, Some(Arc::new(durable)), |committed| Log::open(dir, committed))
     }
 
@@ -165,7 +173,7 @@ impl Store {
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
         }
         let committed = match tree.get(keys::meta(keys::LOG_END))? {
-            Some(v) => writer::decode_serial(&v)?,
+            Some(v) => decode_serial(&v)?,
             None => 0,
         };
         let log = Arc::new(open_log(committed)?);
@@ -234,7 +242,7 @@ impl Store {
 
     /// [`flush_durably`] off the async reactor.
     async fn flush_durably(&self) -> Result<(), StoreError> {
-        self.off_reactor(|s| Ok(flush_durably(&s.inner.db, s.inner.durable.as_deref())?)).await
+        self.off_reactor(|s| flush_durably(&s.inner.db, s.inner.durable.as_deref())).await
     }
 
     /// The newest `limit` audit entries, newest first.
@@ -257,63 +265,6 @@ impl Store {
         Ok(self.inner.tree.contains_key(keys::id(id))?)
     }
 
-    /// The record of a stored event by id.
-    fn record_by_id(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.inner.tree.get(keys::id(id))? {
-            Some(serial) => Ok(Some(self.inner.log.read(writer::decode_serial(&serial)?)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// One stored event by id (expired events are not served).
-    pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
-        match self.record_by_id(id)? {
-            Some(stored) if !record::header(&stored)?.is_expired(now) => Ok(Some(render(&stored)?)),
-            _ => Ok(None),
-        }
-    }
-
-    /// Stored events matching any filter: newest first, ties lowest id first, each filter's
-    /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
-    pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
-        let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-        let hits: Vec<Hit> = match filters {
-            // One filter's scan is already in order and without repeats.
-            [filter] => self.scan(filter, limit_of(filter), now)?,
-            _ => {
-                let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
-                for filter in filters {
-                    for hit in self.scan(filter, limit_of(filter), now)? {
-                        all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
-                    }
-                }
-                all.into_values().collect()
-            }
-        };
-        let mut out = Vec::with_capacity(hits.len());
-        for hit in hits {
-            // An event removed since the scan is still served: the answer is the store as the
-            // scan saw it (its frame stays in the log).
-            let stored = match hit.record {
-                Some(stored) => stored,
-                None => self.inner.log.read_sized(hit.serial, hit.len)?,
-            };
-            out.push(render(&stored)?);
-        }
-        Ok(out)
-    }
-
-    /// How many stored events match any filter (NIP-45); `limit` is ignored.
-    pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
-        let mut ids = HashSet::new();
-        for filter in filters {
-            for hit in self.scan(filter, usize::MAX, now)? {
-                ids.insert(hit.id);
-            }
-        }
-        Ok(ids.len() as u64)
-    }
-
     /// Runs blocking read work on the blocking pool, off the async reactor.
     async fn off_reactor<T: Send + 'static>(
         &self,
@@ -321,21 +272,6 @@ impl Store {
     ) -> Result<T, StoreError> {
         let store = self.clone();
         tokio::task::spawn_blocking(move || work(&store)).await.map_err(|e| StoreError::Task(e.to_string()))?
-    }
-
-    /// [`Store::query`] off the async reactor.
-    pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
-        self.off_reactor(move |s| s.query(&filters, now)).await
-    }
-
-    /// [`Store::count`] off the async reactor.
-    pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<u64, StoreError> {
-        self.off_reactor(move |s| s.count(&filters, now)).await
-    }
-
-    /// [`Store::get`] off the async reactor.
-    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
-        self.off_reactor(move |s| s.get(&id, now)).await
     }
 
     /// How many events by `author` are stored.
@@ -362,120 +298,11 @@ impl Store {
     fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
         self.inner.index.read().unwrap_or_else(PoisonError::into_inner)
     }
-
-    /// The newest `limit` events of one filter, in order (ties: lowest id first).
-    fn scan(&self, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<Hit>, StoreError> {
-        if limit == 0 || filter.is_empty_set() {
-            return Ok(Vec::new());
-        }
-        let mut hits = Vec::new();
-        match Plan::of(filter) {
-            Plan::Ids(ids) => {
-                let check_tags = !filter.tags.is_empty();
-                for id in ids {
-                    let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
-                    let serial = writer::decode_serial(&serial)?;
-                    // Not yet in the index: a write still in flight, not acknowledged yet.
-                    let Some(header) = self.index().header(serial).copied() else { continue };
-                    hits.extend(self.hit(filter, serial, &header, check_tags, now)?);
-                }
-            }
-            Plan::Scan { keys, check_tags } => {
-                let index = self.index();
-                for key in &keys {
-                    let mut taken = 0;
-                    let mut last = None;
-                    for (at, serial) in index.scan(key, filter.since, filter.until) {
-                        // Past the limit, only ties of the last time taken can still sort in.
-                        if taken >= limit && last != Some(at) {
-                            break;
-                        }
-                        let Some(header) = index.header(serial) else { continue };
-                        let Some(hit) = self.hit(filter, serial, header, check_tags, now)? else { continue };
-                        hits.push(hit);
-                        taken += 1;
-                        last = Some(at);
-                    }
-                }
-            }
-        }
-        hits.sort_by_key(|h| (std::cmp::Reverse(h.created_at), h.id));
-        hits.dedup_by(|a, b| a.id == b.id);
-        hits.truncate(limit);
-        Ok(hits)
-    }
-
-    /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its
-    /// index header is checked first, and its record is read and decoded only when the filter's
-    /// tag conditions must be checked.
-    fn hit(
-        &self,
-        filter: &Filter,
-        serial: Serial,
-        header: &record::Header,
-        check_tags: bool,
-        now: Timestamp,
-    ) -> Result<Option<Hit>, StoreError> {
-        if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
-        {
-            return Ok(None);
-        }
-        let mut record = None;
-        if check_tags {
-            let stored = self.inner.log.read_sized(serial, header.len)?;
-            if !filter.matches(&record::decode(&stored)?) {
-                return Ok(None);
-            }
-            record = Some(stored);
-        }
-        Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
-    }
 }
 
-/// One event a scan found: its sort key, and its record when the scan already read it.
-struct Hit {
-    created_at: Timestamp,
-    id: EventId,
-    serial: Serial,
-    /// The record's length, from the index.
-    len: u32,
-    record: Option<Vec<u8>>,
-}
-
-/// Which index list serves a filter, and whether the filter's tag conditions must be checked
-/// against the record (authors, kinds, times and expiry are checked from the index).
-enum Plan {
-    Ids(Vec<EventId>),
-    Scan { keys: Vec<Key>, check_tags: bool },
-}
-
-impl Plan {
-    fn of(f: &Filter) -> Plan {
-        if let Some(ids) = &f.ids {
-            return Plan::Ids(ids.clone());
-        }
-        let has_tags = !f.tags.is_empty();
-        if let (Some(authors), Some(kinds)) = (&f.authors, &f.kinds)
-            && authors.len() * kinds.len() <= MAX_PAIRS
-        {
-            let keys = authors.iter().flat_map(|a| kinds.iter().map(move |k| Key::AuthorKind(*a, *k))).collect();
-            return Plan::Scan { keys, check_tags: has_tags };
-        }
-        if let Some(authors) = &f.authors {
-            return Plan::Scan { keys: authors.iter().map(|a| Key::Author(*a)).collect(), check_tags: has_tags };
-        }
-        if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len())
-            && letter.is_ascii()
-        {
-            let letter = *letter as u8;
-            let keys = values.iter().map(|v| Key::Tag(letter, v.as_str().into())).collect();
-            return Plan::Scan { keys, check_tags: f.tags.len() > 1 };
-        }
-        if let Some(kinds) = &f.kinds {
-            return Plan::Scan { keys: kinds.iter().map(|k| Key::Kind(*k)).collect(), check_tags: has_tags };
-        }
-        Plan::Scan { keys: vec![Key::All], check_tags: has_tags }
-    }
+/// The serial stored under an `i` key.
+fn decode_serial(value: &[u8]) -> Result<Serial, StoreError> {
+    value.try_into().map(u64::from_be_bytes).map_err(|_| StoreError::Corrupt("id entry".into()))
 }
 
 /// Reads every stored event's record into a fresh index. An event is stored while its `i`
@@ -484,7 +311,7 @@ fn rebuild_index(tree: &sled::Tree, log: &Log) -> Result<Index, StoreError> {
     let started = std::time::Instant::now();
     let mut serials = Vec::new();
     for item in tree.scan_prefix([keys::ID]) {
-        serials.push(writer::decode_serial(&item?.1)?);
+        serials.push(decode_serial(&item?.1)?);
     }
     serials.sort_unstable();
     let mut index = Index::default();
@@ -504,9 +331,9 @@ fn lock_busy(e: &sled::Error) -> bool {
 
 /// sled's flush, then the data sync that makes it durable (see [`durable`]; a temporary store
 /// has nothing to sync). The writer and the settings/audit paths both end their writes here.
-fn flush_durably(db: &sled::Db, durable: Option<&Durable>) -> Result<(), sled::Error> {
+fn flush_durably(db: &sled::Db, durable: Option<&Durable>) -> Result<(), StoreError> {
     db.flush()?;
-    durable.map_or(Ok(()), |d| d.sync().map_err(sled::Error::Io))
+    Ok(durable.map_or(Ok(()), Durable::sync)?)
 }
 
 /// A stored event's JSON. The record's frame passed its CRC check when it was read, and the

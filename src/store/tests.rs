@@ -1,6 +1,6 @@
 use super::*;
 use crate::protocol::verify::verify;
-use crate::protocol::{Event, Keys, Kind};
+use crate::protocol::{Event, Filter, Keys, Kind};
 
 fn keys(n: u8) -> Keys {
     Keys::from_bytes([n; 32]).unwrap()

@@ -328,7 +328,7 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
         .flat_map(|(path, ops)| ops.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())))
         .collect();
     let served: BTreeSet<(String, String)> =
-        hearth::server::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+        hearth::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(documented, served);
     // Every documented route is answered (not 404/405); the wrong method is not.
     for (method, path) in &documented {

@@ -1,0 +1,164 @@
+//! The overlay of one write group: the changes of writes not yet in sled, read through by later
+//! writes of the same group, and the log frames they add.
+//!
+//! Owns reading through the overlay, keeping a failed write's changes apart, and committing a
+//! whole group: its frames synced to the event log first, then one sled batch with the log's new
+//! end, then the in-memory index. The rules that decide what a write changes are `apply`'s.
+
+use std::collections::HashMap;
+use std::sync::{PoisonError, RwLock};
+
+use sled::{Batch, IVec, Tree};
+
+use super::StoreError;
+use super::index::{Index, Key, Serial};
+use super::keys;
+use super::log::{self, Log};
+use super::record::Header;
+
+/// A change to the in-memory index, applied once the group is in sled.
+pub(super) enum IndexOp {
+    Insert(Serial, Header, Vec<Key>),
+    Remove(Serial, Vec<Key>),
+}
+
+/// The writes of one group not yet in sled, read through by later writes of the same group.
+/// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway
+/// leaves nothing behind. New records collect as log frames that go after the log's committed
+/// end (`start`); a record's serial is where its frame will be.
+pub(super) struct Pending<'t> {
+    pub(super) tree: &'t Tree,
+    log: &'t Log,
+    /// Where this group's frames start: the log's committed end when the group began.
+    pub(super) start: Serial,
+    group: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    group_frames: Vec<u8>,
+    group_index: Vec<IndexOp>,
+    op: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    op_frames: Vec<u8>,
+    pub(super) op_index: Vec<IndexOp>,
+}
+
+impl<'t> Pending<'t> {
+    pub(super) fn new(tree: &'t Tree, log: &'t Log) -> Pending<'t> {
+        Pending {
+            tree,
+            log,
+            start: log.end(),
+            group: HashMap::new(),
+            group_frames: Vec::new(),
+            group_index: Vec::new(),
+            op: HashMap::new(),
+            op_frames: Vec::new(),
+            op_index: Vec::new(),
+        }
+    }
+
+    pub(super) fn get(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
+        match self.op.get(key).or_else(|| self.group.get(key)) {
+            Some(value) => Ok(value.as_deref().map(IVec::from)),
+            None => Ok(self.tree.get(key)?),
+        }
+    }
+
+    pub(super) fn contains(&self, key: &[u8]) -> Result<bool, StoreError> {
+        match self.op.get(key).or_else(|| self.group.get(key)) {
+            Some(value) => Ok(value.is_some()),
+            None => Ok(self.tree.contains_key(key)?),
+        }
+    }
+
+    pub(super) fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.op.insert(key.into(), Some(value.into()));
+    }
+
+    pub(super) fn remove(&mut self, key: impl Into<Vec<u8>>) {
+        self.op.insert(key.into(), None);
+    }
+
+    /// Adds a frame to the log frames of the write in progress; returns its serial.
+    pub(super) fn push_frame(&mut self, payload: &[u8]) -> Serial {
+        let serial = self.start + (self.group_frames.len() + self.op_frames.len()) as u64;
+        log::push_frame(&mut self.op_frames, payload);
+        serial
+    }
+
+    /// The record at `serial`: from this group's frames, or from the log.
+    pub(super) fn record(&self, serial: Serial) -> Result<Vec<u8>, StoreError> {
+        let Some(at) = serial.checked_sub(self.start) else { return Ok(self.log.read(serial)?) };
+        let at = usize::try_from(at).map_err(|_| StoreError::Corrupt("serial".into()))?;
+        let found = match at.checked_sub(self.group_frames.len()) {
+            None => log::frame_in(&self.group_frames, at),
+            Some(at) => log::frame_in(&self.op_frames, at),
+        };
+        found.map(<[u8]>::to_vec).ok_or_else(|| StoreError::Corrupt(format!("no pending record at {serial}")))
+    }
+
+    /// Ends the write in progress: keeps its changes when it succeeded, drops them otherwise.
+    pub(super) fn finish<T>(&mut self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+        if outcome.is_ok() {
+            self.group.extend(self.op.drain());
+            self.group_frames.append(&mut self.op_frames);
+            self.group_index.append(&mut self.op_index);
+        } else {
+            self.op.clear();
+            self.op_frames.clear();
+            self.op_index.clear();
+        }
+        outcome
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.group.is_empty()
+    }
+
+    /// Drops the frames of a group that failed: they must not be read, nor replayed after a crash.
+    fn cut(&self) {
+        if let Err(e) = self.log.truncate(self.start) {
+            tracing::error!(error = %e, "cutting the frames of a failed group off the event log failed");
+        }
+        self.log.commit(self.start);
+    }
+
+    /// Writes the group's frames to the log and syncs them (the commit point), applies its sled
+    /// changes and the log's new end as one atomic batch, then changes the index. A group that
+    /// fails leaves no frames behind it in the log.
+    pub(super) fn apply(&mut self, index: &RwLock<Index>) -> Result<(), StoreError> {
+        let frames = std::mem::take(&mut self.group_frames);
+        let end = self.start + frames.len() as u64;
+        let ops = std::mem::take(&mut self.group_index);
+        let mut batch = Batch::default();
+        for (key, value) in self.group.drain() {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None => batch.remove(key),
+            }
+        }
+        batch.insert(&keys::meta(keys::LOG_END)[..], &end.to_be_bytes()[..]);
+        if !frames.is_empty() {
+            if let Err(e) = self.log.write(self.start, &frames) {
+                self.cut();
+                return Err(StoreError::Log(log::LogError::Io(e)));
+            }
+            // Readable before sled points at them: whoever finds a new `i` entry can read its frame.
+            self.log.commit(end);
+        }
+        if let Err(e) = self.tree.apply_batch(batch) {
+            // Only this group's own frames are cut: a replay's group has none, and the frames
+            // after its position are acknowledged writes.
+            if !frames.is_empty() {
+                self.cut();
+            }
+            return Err(e.into());
+        }
+        self.start = end;
+        let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
+        for op in ops {
+            match op {
+                IndexOp::Insert(serial, header, keys) => index.insert(serial, header, keys),
+                IndexOp::Remove(serial, keys) => index.remove(serial, &keys),
+            }
+        }
+        Ok(())
+    }
+}

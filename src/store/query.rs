@@ -1,0 +1,200 @@
+//! The store's read path: get by id, query and count.
+//!
+//! Owns planning a filter onto the index list that serves it (`Plan`), walking that list newest
+//! first, checking each candidate against the index header (and its record only when tag
+//! conditions need it), and rendering the stored JSON. Reads block (a `pread` per record), so
+//! async callers use the `*_async` forms, which run on the blocking pool.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::index::{Key, Serial};
+use super::{MAX_PAIRS, Store, StoreError, decode_serial, keys, record, render};
+use crate::protocol::{EventId, EventJson, Filter, Timestamp};
+
+impl Store {
+    /// The record of a stored event by id.
+    fn record_by_id(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.inner.tree.get(keys::id(id))? {
+            Some(serial) => Ok(Some(self.inner.log.read(decode_serial(&serial)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// One stored event by id (expired events are not served).
+    pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
+        match self.record_by_id(id)? {
+            Some(stored) if !record::header(&stored)?.is_expired(now) => Ok(Some(render(&stored)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Stored events matching any filter: newest first, ties lowest id first, each filter's
+    /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
+    pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
+        let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let hits: Vec<Hit> = match filters {
+            // One filter's scan is already in order and without repeats.
+            [filter] => self.scan(filter, limit_of(filter), now)?,
+            _ => {
+                let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
+                for filter in filters {
+                    for hit in self.scan(filter, limit_of(filter), now)? {
+                        all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
+                    }
+                }
+                all.into_values().collect()
+            }
+        };
+        let mut out = Vec::with_capacity(hits.len());
+        for hit in hits {
+            // An event removed since the scan is still served: the answer is the store as the
+            // scan saw it (its frame stays in the log).
+            let stored = match hit.record {
+                Some(stored) => stored,
+                None => self.inner.log.read_sized(hit.serial, hit.len)?,
+            };
+            out.push(render(&stored)?);
+        }
+        Ok(out)
+    }
+
+    /// How many stored events match any filter (NIP-45); `limit` is ignored.
+    pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
+        let mut ids = HashSet::new();
+        for filter in filters {
+            for hit in self.scan(filter, usize::MAX, now)? {
+                ids.insert(hit.id);
+            }
+        }
+        Ok(ids.len() as u64)
+    }
+
+    /// [`Store::query`] off the async reactor.
+    pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
+        self.off_reactor(move |s| s.query(&filters, now)).await
+    }
+
+    /// [`Store::count`] off the async reactor.
+    pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<u64, StoreError> {
+        self.off_reactor(move |s| s.count(&filters, now)).await
+    }
+
+    /// [`Store::get`] off the async reactor.
+    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
+        self.off_reactor(move |s| s.get(&id, now)).await
+    }
+
+    /// The newest `limit` events of one filter, in order (ties: lowest id first).
+    fn scan(&self, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<Hit>, StoreError> {
+        if limit == 0 || filter.is_empty_set() {
+            return Ok(Vec::new());
+        }
+        let mut hits = Vec::new();
+        match Plan::of(filter) {
+            Plan::Ids(ids) => {
+                let check_tags = !filter.tags.is_empty();
+                for id in ids {
+                    let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
+                    let serial = decode_serial(&serial)?;
+                    // Not yet in the index: a write still in flight, not acknowledged yet.
+                    let Some(header) = self.index().header(serial).copied() else { continue };
+                    hits.extend(self.hit(filter, serial, &header, check_tags, now)?);
+                }
+            }
+            Plan::Scan { keys, check_tags } => {
+                let index = self.index();
+                for key in &keys {
+                    let mut taken = 0;
+                    let mut last = None;
+                    for (at, serial) in index.scan(key, filter.since, filter.until) {
+                        // Past the limit, only ties of the last time taken can still sort in.
+                        if taken >= limit && last != Some(at) {
+                            break;
+                        }
+                        let Some(header) = index.header(serial) else { continue };
+                        let Some(hit) = self.hit(filter, serial, header, check_tags, now)? else { continue };
+                        hits.push(hit);
+                        taken += 1;
+                        last = Some(at);
+                    }
+                }
+            }
+        }
+        hits.sort_by_key(|h| (std::cmp::Reverse(h.created_at), h.id));
+        hits.dedup_by(|a, b| a.id == b.id);
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its
+    /// index header is checked first, and its record is read and decoded only when the filter's
+    /// tag conditions must be checked.
+    fn hit(
+        &self,
+        filter: &Filter,
+        serial: Serial,
+        header: &record::Header,
+        check_tags: bool,
+        now: Timestamp,
+    ) -> Result<Option<Hit>, StoreError> {
+        if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
+        {
+            return Ok(None);
+        }
+        let mut record = None;
+        if check_tags {
+            let stored = self.inner.log.read_sized(serial, header.len)?;
+            if !filter.matches(&record::decode(&stored)?) {
+                return Ok(None);
+            }
+            record = Some(stored);
+        }
+        Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
+    }
+}
+
+/// One event a scan found: its sort key, and its record when the scan already read it.
+struct Hit {
+    created_at: Timestamp,
+    id: EventId,
+    serial: Serial,
+    /// The record's length, from the index.
+    len: u32,
+    record: Option<Vec<u8>>,
+}
+
+/// Which index list serves a filter, and whether the filter's tag conditions must be checked
+/// against the record (authors, kinds, times and expiry are checked from the index).
+enum Plan {
+    Ids(Vec<EventId>),
+    Scan { keys: Vec<Key>, check_tags: bool },
+}
+
+impl Plan {
+    fn of(f: &Filter) -> Plan {
+        if let Some(ids) = &f.ids {
+            return Plan::Ids(ids.clone());
+        }
+        let has_tags = !f.tags.is_empty();
+        if let (Some(authors), Some(kinds)) = (&f.authors, &f.kinds)
+            && authors.len() * kinds.len() <= MAX_PAIRS
+        {
+            let keys = authors.iter().flat_map(|a| kinds.iter().map(move |k| Key::AuthorKind(*a, *k))).collect();
+            return Plan::Scan { keys, check_tags: has_tags };
+        }
+        if let Some(authors) = &f.authors {
+            return Plan::Scan { keys: authors.iter().map(|a| Key::Author(*a)).collect(), check_tags: has_tags };
+        }
+        if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len())
+            && letter.is_ascii()
+        {
+            let letter = *letter as u8;
+            let keys = values.iter().map(|v| Key::Tag(letter, v.as_str().into())).collect();
+            return Plan::Scan { keys, check_tags: f.tags.len() > 1 };
+        }
+        if let Some(kinds) = &f.kinds {
+            return Plan::Scan { keys: kinds.iter().map(|k| Key::Kind(*k)).collect(), check_tags: has_tags };
+        }
+        Plan::Scan { keys: vec![Key::All], check_tags: has_tags }
+    }
+}
