@@ -21,7 +21,7 @@ fn sample() -> String {
     let keys = Keys::from_bytes([7; 32]).unwrap();
     let tags =
         vec![vec!["t".to_string(), "nostr".into()], vec!["t".into(), "rust".into()], vec!["p".into(), "ab".repeat(32)]];
-    keys.sign(Timestamp(1_700_000_000), Kind(1), tags, &"hearth ".repeat(28)).to_json()
+    keys.sign(Timestamp(1_700_000_000), Kind(1), tags, &"hearth ".repeat(28)).to_json().unwrap()
 }
 
 fn validation(c: &mut Criterion) {

@@ -145,7 +145,7 @@ impl Fanout {
     /// the first match is found (an event nobody subscribed to is never serialized).
     pub fn publish(&self, event: &Event) {
         let conns = self.read();
-        let json: OnceCell<EventJson> = OnceCell::new();
+        let json: OnceCell<Option<EventJson>> = OnceCell::new();
         for entry in conns.values() {
             if entry.slow.is_cancelled() {
                 continue;
@@ -154,7 +154,13 @@ impl Fanout {
                 if !filters.iter().any(|f| f.matches(event)) {
                     continue;
                 }
-                let json = json.get_or_init(|| event.to_shared_json()).clone();
+                let serialized = json.get_or_init(|| {
+                    event
+                        .to_shared_json()
+                        .inspect_err(|e| tracing::error!(error = %e, "an event did not serialize"))
+                        .ok()
+                });
+                let Some(json) = serialized.clone() else { return };
                 let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json };
                 if entry.tx.try_send(frame).is_err() {
                     // Full (or closing): cut the connection off rather than queue without bound.
@@ -191,7 +197,7 @@ mod tests {
         let e = event();
         fanout.publish(&e);
         assert!(
-            matches!(a.rx.try_recv(), Ok(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json())
+            matches!(a.rx.try_recv(), Ok(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
         );
         assert!(a.rx.try_recv().is_err());
         assert!(b.rx.try_recv().is_ok());

@@ -1,12 +1,23 @@
 //! hearth: a self-contained Nostr relay.
 //!
 //! ```text
-//! client ─ws───► ws::conn ──┐
-//! client ─HTTP─► server ────┴─► limiter.admit ─► protocol (parse, verify) ─► ingest ─► store (sled) ─► fanout ─► ws subscriptions
-//! REQ:   ws::conn ─► limiter.admit ─► store.query ─► EVENT… EOSE ─► then live events from fanout
+//!                 listener (accept, TCP_NODELAY) ─► server (routes)
+//!                 ├─ ws::upgrade ─► ws::conn (loop) ─► ws::handle (one handler per verb)
+//!                 ├─ rest ─┐
+//!                 └─ admin ┴─► http (request context, ApiError, client IP, NIP-98)
+//!
+//! write: ws::handle / rest ─► protocol (parse) ─► limiter.admit (ws_events / api_calls)
+//!        ─► ingest: policy ─► permit ─► verify ─► moderation ─► dedup ─► admit(messages)
+//!        ─► store (event log + sled, group commit) ─► fanout ─► live subscriptions
+//! read:  ws::handle / rest ─► protocol (parse) ─► limiter.admit
+//!        ─► query: prepare filters ─► permit ─► store.query / count
+//!        ─► EVENT… EOSE (then live events from fanout) / a JSON body
+//! admin: admin ─► limiter (live limits, usage) · moderation · store (settings, audit)
 //! ```
 //!
-//! [`run`] takes a bound listener and a shutdown future: the caller binds, the library serves.
+//! Every refusal on the way is one of [`protocol::refusal`]'s types, mapped to `OK`/`CLOSED`/
+//! `NOTICE` by `ws` and to a status and `Retry-After` by `http`. [`run`] takes a bound listener
+//! and a shutdown future: the caller binds, the library serves.
 
 pub(crate) mod admin;
 pub(crate) mod app;

@@ -91,7 +91,7 @@ async fn client(command: Command) -> ExitCode {
 
 /// Blocking-pool threads per core. The pool runs store reads and syncs (signature checks run on
 /// each connection's own task); tokio's default of 512 threads let a pipelined ingest grow it to
-/// ~250 threads on two cores, each with its own stack and malloc arena.
+/// hundreds of threads on two cores, each with its own stack and malloc arena.
 const BLOCKING_THREADS_PER_CORE: usize = 4;
 
 fn main() -> ExitCode {

@@ -18,12 +18,14 @@ pub async fn publish(
     keys: Option<&Keys>,
 ) -> Result<String, PublishError> {
     let url = format!("{}/api/v1/events", base.trim_end_matches('/'));
-    let body = event.to_json();
+    let body = event.to_json().map_err(|e| PublishError::Refused(format!("invalid: {e}")))?;
     for attempt in 0..2 {
         let mut req = http.post(&url).header("content-type", "application/json").body(body.clone());
         if let Some(keys) = keys {
             let request = nip98::Request { url: &url, method: "POST", body: body.as_bytes() };
-            req = req.header("authorization", nip98::header(keys, &request, Timestamp::now()));
+            let header = nip98::header(keys, &request, Timestamp::now())
+                .map_err(|e| PublishError::Refused(format!("invalid: {e}")))?;
+            req = req.header("authorization", header);
         }
         let resp = req.send().await.map_err(|e| PublishError::Disconnected(e.to_string()))?;
         let status = resp.status();

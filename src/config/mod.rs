@@ -2,7 +2,7 @@
 //! parsed once into types.
 //!
 //! Owns the config structs (every section refuses unknown keys); the layering, the sources and
-//! `validate()` are in [`load`], the quota names in [`quota`]. Pubkeys, addresses and IPs are
+//! `validate()` are in `load.rs`, the quota names in [`quota`]. Pubkeys, addresses and IPs are
 //! typed from the moment they are loaded: nothing downstream re-parses a configuration string.
 //! The repository's `relay.toml` is embedded in the binary as the base layer, so the binary runs
 //! the same with or without the file beside it.

@@ -223,13 +223,13 @@ impl Event {
     }
 
     /// The compact JSON of the whole event, as the relay sends it.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
     }
 
     /// [`Event::to_json`], ready to be shared between frames.
-    pub fn to_shared_json(&self) -> EventJson {
-        EventJson(self.to_json().into())
+    pub fn to_shared_json(&self) -> Result<EventJson, serde_json::Error> {
+        Ok(EventJson(self.to_json()?.into()))
     }
 
     /// Values at index 1 of every tag named `name` (tags with a value only).

@@ -251,18 +251,18 @@ impl RelayMessage {
     /// An `EVENT` frame is mostly its event, which is already JSON: it is spliced in as it is,
     /// into one buffer sized for the frame up front, and only the subscription id is escaped.
     /// Every other frame is serialized with serde.
-    pub fn to_json(&self) -> String {
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
         if let RelayMessage::Event { sub_id, event } = self {
-            let sub_id = serde_json::to_string(sub_id).unwrap_or_default();
+            let sub_id = serde_json::to_string(sub_id)?;
             let mut out = String::with_capacity(event.as_str().len() + sub_id.len() + 12);
             out.push_str("[\"EVENT\",");
             out.push_str(&sub_id);
             out.push(',');
             out.push_str(event.as_str());
             out.push(']');
-            return out;
+            return Ok(out);
         }
-        serde_json::to_string(self).unwrap_or_default()
+        serde_json::to_string(self)
     }
 }
 
@@ -342,7 +342,7 @@ mod tests {
     fn bad_filter_is_closed_with_its_sub_id() {
         let err = ClientMessage::parse(r#"["REQ","s1",{"ids":["ab"]}]"#).unwrap_err();
         assert_eq!(
-            err.reply().to_json(),
+            err.reply().to_json().unwrap(),
             r#"["CLOSED","s1","invalid: filter 0: id must be 64 lowercase hex characters"]"#
         );
     }
@@ -361,18 +361,19 @@ mod tests {
 
     #[test]
     fn relay_messages_serialize_exactly() {
-        assert_eq!(RelayMessage::ok("ab", true, "").to_json(), r#"["OK","ab",true,""]"#);
-        assert_eq!(RelayMessage::Eose("s\"1".into()).to_json(), r#"["EOSE","s\"1"]"#);
-        assert_eq!(RelayMessage::Count { sub_id: "q".into(), count: 3 }.to_json(), r#"["COUNT","q",{"count":3}]"#);
+        assert_eq!(RelayMessage::ok("ab", true, "").to_json().unwrap(), r#"["OK","ab",true,""]"#);
+        assert_eq!(RelayMessage::Eose("s\"1".into()).to_json().unwrap(), r#"["EOSE","s\"1"]"#);
+        let count = RelayMessage::Count { sub_id: "q".into(), count: 3 };
+        assert_eq!(count.to_json().unwrap(), r#"["COUNT","q",{"count":3}]"#);
         let e = crate::protocol::Keys::from_bytes([5; 32]).unwrap().sign(
             crate::protocol::Timestamp(1),
             crate::protocol::Kind(1),
             vec![],
             "a \"quoted\" line\n",
         );
-        let frame = RelayMessage::Event { sub_id: "s\"1".into(), event: e.to_shared_json() };
-        let want = format!(r#"["EVENT","s\"1",{}]"#, e.to_json());
-        assert_eq!(frame.to_json(), want);
+        let frame = RelayMessage::Event { sub_id: "s\"1".into(), event: e.to_shared_json().unwrap() };
+        let want = format!(r#"["EVENT","s\"1",{}]"#, e.to_json().unwrap());
+        assert_eq!(frame.to_json().unwrap(), want);
         // The spliced frame is what serde writes for the same message.
         assert_eq!(serde_json::to_string(&frame).unwrap(), want);
     }

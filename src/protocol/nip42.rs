@@ -13,7 +13,7 @@ pub const WINDOW_SECS: u64 = 600;
 pub enum RelayMatch {
     /// Exactly this URL (`server.public_url`), ignoring case and a trailing slash.
     Url(String),
-    /// Any ws(s) URL whose host[:port] is this (the `Host` the client connected to).
+    /// Any ws(s) URL whose `host[:port]` is this (the `Host` the client connected to).
     Host(String),
 }
 

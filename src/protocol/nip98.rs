@@ -89,13 +89,13 @@ pub fn check(header: &str, req: &Request<'_>, now: Timestamp) -> Result<Verified
 }
 
 /// Builds a header value (client side and tests): signs a kind-27235 event for the request.
-pub fn header(keys: &Keys, req: &Request<'_>, now: Timestamp) -> String {
+pub fn header(keys: &Keys, req: &Request<'_>, now: Timestamp) -> Result<String, serde_json::Error> {
     let mut tags = vec![vec!["u".to_string(), req.url.to_string()], vec!["method".to_string(), req.method.to_string()]];
     if !req.body.is_empty() {
         tags.push(vec!["payload".to_string(), hex::encode(Sha256::digest(req.body))]);
     }
     let event = keys.sign(now, KIND, tags, "");
-    format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(event.to_json()))
+    Ok(format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(event.to_json()?)))
 }
 
 #[cfg(test)]
@@ -111,7 +111,7 @@ mod tests {
     fn a_good_header_names_its_signer() {
         let keys = Keys::from_bytes([4; 32]).unwrap();
         let r = req("http://h/api/v1/events", "POST", b"{}");
-        let h = header(&keys, &r, Timestamp(1000));
+        let h = header(&keys, &r, Timestamp(1000)).unwrap();
         assert_eq!(check(&h, &r, Timestamp(1030)).unwrap().pubkey, keys.public_key());
     }
 
@@ -119,7 +119,7 @@ mod tests {
     fn each_failure_has_its_reason() {
         let keys = Keys::from_bytes([4; 32]).unwrap();
         let r = req("http://h/x?a=1", "POST", b"body");
-        let h = header(&keys, &r, Timestamp(1000));
+        let h = header(&keys, &r, Timestamp(1000)).unwrap();
         assert_eq!(check(&h, &req("http://h/x", "POST", b"body"), Timestamp(1000)), Err(AuthError::UrlMismatch));
         assert_eq!(check(&h, &req("http://h/x?a=1", "GET", b"body"), Timestamp(1000)), Err(AuthError::MethodMismatch));
         assert_eq!(
@@ -130,11 +130,11 @@ mod tests {
         assert_eq!(check("Bearer x", &r, Timestamp(1000)), Err(AuthError::Malformed));
         assert_eq!(check("Nostr !!!", &r, Timestamp(1000)), Err(AuthError::Malformed));
         let other_kind = keys.sign(Timestamp(1000), Kind(1), vec![], "");
-        let h2 = format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(other_kind.to_json()));
+        let h2 = format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(other_kind.to_json().unwrap()));
         assert_eq!(check(&h2, &r, Timestamp(1000)), Err(AuthError::WrongKind));
         let mut forged = keys.sign(Timestamp(1000), KIND, vec![vec!["u".into(), "http://h/x?a=1".into()]], "");
         forged.sig.0[0] ^= 1;
-        let h3 = format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(forged.to_json()));
+        let h3 = format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(forged.to_json().unwrap()));
         assert_eq!(check(&h3, &r, Timestamp(1000)), Err(AuthError::BadSignature));
     }
 }

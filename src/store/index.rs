@@ -5,9 +5,8 @@
 //! rebuilt from the records when the store opens and changed by the writer only after the batch
 //! that changed the records was applied, so it can never disagree with the disk for longer than
 //! that. Keeping it out of sled is what makes ingest fast: every index entry in sled is a random
-//! insert that costs a leaf rewrite per flush (measured: 4 such entries per event cut sled's rate
-//! from 30,000 to 9,000 events/s and tripled its bytes on disk). Its cost is memory, about 250 bytes
-//! per stored event with a few tags, and start-up time, about 2 µs per stored event.
+//! insert that costs a leaf rewrite per flush. Its cost is memory and start-up time, both in
+//! proportion to the stored events (README, Performance).
 
 use std::collections::{BTreeSet, HashMap};
 

@@ -4,8 +4,7 @@
 //! big-endian), its CRC-32 (u32 big-endian), then the payload, a [`super::record`]. A record's
 //! serial is the offset of its frame, so serials only grow, and reading a record is one `pread`
 //! served by the OS page cache: no sled leaf is paged in and decoded for it, and the records take
-//! no room in sled's cache (measured on 200k events: ≈ 30 µs per record read from sled against
-//! ≈ 2 µs from here).
+//! no room in sled's cache.
 //!
 //! Durability: the log is the store's journal. The writer writes a group's frames after the end
 //! and syncs the file (`fdatasync`, which also persists its new size); that is the commit point

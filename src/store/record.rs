@@ -172,7 +172,7 @@ mod tests {
             let event = Event::from_json(line).unwrap();
             let record = encode(&event);
             let rendered = render(&record).unwrap();
-            assert_eq!(rendered, event.to_json(), "{line}");
+            assert_eq!(rendered, event.to_json().unwrap(), "{line}");
             assert_eq!(rendered.capacity(), rendered.len(), "{line}");
             assert_eq!(decode(&record).unwrap(), event);
             let h = header(&record).unwrap();

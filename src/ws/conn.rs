@@ -174,7 +174,22 @@ async fn guarded(
 }
 
 async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {
-    sink.send(Message::text(msg.to_json())).await.is_ok()
+    match text_of(msg) {
+        Some(text) => sink.send(text).await.is_ok(),
+        None => false,
+    }
+}
+
+/// The frame as a text message; `None` (logged) for one that does not serialize, which ends the
+/// connection rather than send the client something else.
+fn text_of(msg: &RelayMessage) -> Option<Message> {
+    match msg.to_json() {
+        Ok(text) => Some(Message::text(text)),
+        Err(e) => {
+            tracing::error!(error = %e, "a relay frame did not serialize");
+            None
+        }
+    }
 }
 
 /// Queues the frames of one finished piece of work; the caller flushes.
@@ -206,7 +221,8 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: C
         },
     };
     for frame in &frames {
-        if sink.feed(Message::text(frame.to_json())).await.is_err() {
+        let Some(text) = text_of(frame) else { return false };
+        if sink.feed(text).await.is_err() {
             return false;
         }
     }

@@ -2,8 +2,8 @@
 //!
 //! Owns turning `GET /` with `Upgrade: websocket` into a [`Socket`]. warp's own `ws()` filter
 //! cannot set tungstenite's read buffer, whose 128 KiB default is zero-filled on every socket
-//! read: with 500 subscribers that memset was a quarter of the relay's CPU in the fan-out
-//! benchmark. Here the buffer is [`READ_BUFFER`] bytes.
+//! read: with hundreds of subscribers that memset dominated the fan-out benchmark. Here the
+//! buffer is [`READ_BUFFER`] bytes.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

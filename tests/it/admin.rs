@@ -52,7 +52,8 @@ impl AdminApi {
             signer,
             &nip98::Request { url: &url, method: "POST", body: body.as_bytes() },
             Timestamp(now()),
-        );
+        )
+        .unwrap();
         let resp = self
             .http
             .post(&url)
@@ -89,16 +90,19 @@ async fn every_auth_failure_is_a_bare_401_and_failures_are_throttled() {
     let api = AdminApi::new(&relay);
     let unauthorized = (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"}));
     let url = format!("{}/admin/v1/limits", api.base);
-    let stranger = nip98::header(&keys(5), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now()));
+    let stranger =
+        nip98::header(&keys(5), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now())).unwrap();
     let stale =
-        nip98::header(&keys(100), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now() - 300));
+        nip98::header(&keys(100), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now() - 300))
+            .unwrap();
     for auth in
         [None, Some("Bearer wrong"), Some("Bearer "), Some("Basic eDp5"), Some(stranger.as_str()), Some(stale.as_str())]
     {
         assert_eq!(api.call(Method::GET, "/admin/v1/limits", None, auth).await, unauthorized, "{auth:?}");
     }
     // The admin pubkey over NIP-98, and the token, work.
-    let good = nip98::header(&keys(100), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now()));
+    let good =
+        nip98::header(&keys(100), &nip98::Request { url: &url, method: "GET", body: b"" }, Timestamp(now())).unwrap();
     assert_eq!(api.call(Method::GET, "/admin/v1/limits", None, Some(&good)).await.0, StatusCode::OK);
     assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
     // Ten failures a minute per IP; then even the right token waits.
@@ -207,7 +211,8 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
     let url = relay.http_url("/api/v1/count");
     let body = json!({"filters": [{}]}).to_string();
     let auth =
-        nip98::header(&alice, &nip98::Request { url: &url, method: "POST", body: body.as_bytes() }, Timestamp(now()));
+        nip98::header(&alice, &nip98::Request { url: &url, method: "POST", body: body.as_bytes() }, Timestamp(now()))
+            .unwrap();
     let resp = reqwest::Client::new()
         .post(&url)
         .header("content-type", "application/json")

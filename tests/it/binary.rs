@@ -157,3 +157,46 @@ async fn every_acknowledged_write_survives_kill_9() {
     assert_eq!(c.publish(&notes[0]).await[2], false);
     assert_eq!(sigterm(&mut child).code(), Some(0));
 }
+
+/// The value of the Prometheus sample `name` whose labels include every one of `labels`
+/// (0 when the relay has not recorded it yet).
+fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+        .find(|l| labels.iter().all(|label| l.contains(label)))
+        .map_or(0.0, |l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn metrics_count_exactly_what_one_relay_process_did() {
+    // Its own process, so its own recorder: no other test's relay can move these counters.
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "1"),
+        ("HEARTH_LIMITS__HUMAN__WS_BURST_WINDOW_SECS", "1"),
+        ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000"),
+    ];
+    let (mut child, addr) = start_with(dir.path(), &env);
+    let metrics = || async {
+        let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+        let stored = sample(&text, "hearth_events_stored_total", &[]);
+        let refused =
+            sample(&text, "hearth_admission_rejections_total", &[r#"reason="quota""#, r#"limit_type="ws_events""#]);
+        let latency = sample(&text, "hearth_admission_seconds_count", &[]);
+        (stored, refused, latency)
+    };
+    let before = metrics().await;
+    let mut c = Client::connect(&format!("ws://{addr}/")).await;
+    let e = sign(&keys(9), now(), 1, &[], "counted once");
+    assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), true, ""]));
+    c.send(json!(["COUNT", "q", {}])).await;
+    let closed = c.recv().await;
+    assert_eq!((&closed[0], &closed[1]), (&json!("CLOSED"), &json!("q")), "{closed}");
+    let after = metrics().await;
+    assert_eq!(after.0 - before.0, 1.0, "stored");
+    assert_eq!(after.1 - before.1, 1.0, "ws_events refusals");
+    // The EVENT bills ws_events and messages, the COUNT ws_events.
+    assert_eq!(after.2 - before.2, 3.0, "admissions timed");
+    let status = sigterm(&mut child);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}

@@ -183,6 +183,23 @@ impl Client {
         }
     }
 
+    /// Asserts that nothing was sent to this connection before a barrier: a COUNT whose answer
+    /// (a COUNT, or a CLOSED when it is refused) comes after every frame the relay had produced
+    /// for this connection before it read the COUNT (queued live events go out before the next
+    /// frame is read). No timer: a slow machine cannot make it pass vacuously.
+    pub async fn assert_nothing_before_barrier(&mut self, why: &str) {
+        self.send(json!(["COUNT", "barrier", {"kinds": [65535]}])).await;
+        let mut before = Vec::new();
+        loop {
+            let f = self.recv().await;
+            if f[1] == "barrier" && (f[0] == "COUNT" || f[0] == "CLOSED") {
+                break;
+            }
+            before.push(f);
+        }
+        assert!(before.is_empty(), "{why}: {before:?}");
+    }
+
     /// The next frame, or None if nothing arrives within `wait`.
     pub async fn recv_within(&mut self, wait: Duration) -> Option<Value> {
         tokio::time::timeout(wait, self.recv()).await.ok()

@@ -53,20 +53,6 @@ async fn plain_get_is_a_human_pointer_and_unknown_routes_are_json_404() {
 }
 
 #[tokio::test]
-async fn metrics_count_stored_events() {
-    let relay = TestRelay::start(generous).await;
-    let mut c = relay.connect().await;
-    c.publish(&sign(&keys(1), now(), 1, &[], "counted")).await;
-    let text = reqwest::get(relay.http_url("/metrics")).await.unwrap().text().await.unwrap();
-    let stored = text
-        .lines()
-        .find(|l| l.starts_with("hearth_events_stored_total"))
-        .unwrap_or_else(|| panic!("no stored counter in:\n{text}"));
-    let n: f64 = stored.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(n >= 1.0);
-}
-
-#[tokio::test]
 async fn a_browser_style_handshake_gets_the_rfc_6455_accept_key_and_a_working_socket() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let relay = TestRelay::start(generous).await;

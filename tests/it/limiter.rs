@@ -51,7 +51,7 @@ async fn sixty_reqs_and_an_event_get_correlated_refusals_and_no_notice() {
     for _ in 0..61 {
         frames.push(c.recv().await);
     }
-    assert_eq!(c.recv_within(Duration::from_millis(300)).await, None, "a frame too many");
+    c.assert_nothing_before_barrier("a frame too many").await;
     for i in 0..50 {
         assert!(frames.contains(&json!(["EOSE", format!("r{i}")])), "r{i} was not served");
     }
@@ -72,7 +72,7 @@ async fn sixty_reqs_and_an_event_get_correlated_refusals_and_no_notice() {
         assert_eq!(f[0], "EVENT");
         subs.push(f[1].as_str().unwrap().to_string());
     }
-    assert_eq!(c.recv_within(Duration::from_millis(300)).await, None, "a refused REQ got a live event");
+    c.assert_nothing_before_barrier("a refused REQ got a live event").await;
     subs.sort();
     subs.dedup();
     assert_eq!(subs.len(), 50);
@@ -178,7 +178,7 @@ async fn auth_and_close_succeed_while_over_quota() {
     // CLOSE took effect: a new event reaches no subscription of this connection.
     let mut other = relay.connect().await;
     other.publish(&sign(&keys(6), now(), 1, &[], "after close")).await;
-    assert_eq!(c.recv_within(Duration::from_millis(300)).await, None);
+    c.assert_nothing_before_barrier("a closed subscription got a live event").await;
 }
 
 async fn counts_admitted(c: &mut Client, n: usize) -> Vec<bool> {
@@ -226,29 +226,6 @@ async fn agents_have_their_own_tier() {
     assert_eq!(counts_admitted(&mut c, 3).await, [true, true, false]);
     let mut human = relay.connect().await;
     assert_eq!(counts_admitted(&mut human, 3).await, [true, true, true]);
-}
-
-#[tokio::test]
-async fn refusals_are_counted_in_metrics_with_their_labels() {
-    let relay = TestRelay::start(|c| {
-        c.limits.human.ws_events_per_sec = 1;
-        c.limits.human.ws_burst_window_secs = 1;
-    })
-    .await;
-    let mut c = relay.connect().await;
-    assert_eq!(counts_admitted(&mut c, 2).await, [true, false]);
-    let text = reqwest::get(relay.http_url("/metrics")).await.unwrap().text().await.unwrap();
-    let line = text
-        .lines()
-        .find(|l| {
-            l.starts_with("hearth_admission_rejections_total{")
-                && l.contains("reason=\"quota\"")
-                && l.contains("limit_type=\"ws_events\"")
-        })
-        .unwrap_or_else(|| panic!("no rejection counter in:\n{text}"));
-    let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(n >= 1.0);
-    assert!(text.contains("hearth_admission_seconds_bucket{"), "no admission latency histogram in:\n{text}");
 }
 
 // NIP-42

@@ -1,7 +1,5 @@
 //! NIP-01 over a real WebSocket: exact frames for EVENT, REQ, CLOSE, COUNT and bad input.
 
-use std::time::Duration;
-
 use crate::common::*;
 use serde_json::json;
 
@@ -49,14 +47,14 @@ async fn req_returns_stored_then_eose_then_live_events() {
     // A non-matching event is not delivered.
     let other = sign(&k, now(), 7, &[], "+");
     publisher.publish(&other).await;
-    assert_eq!(reader.recv_within(Duration::from_millis(300)).await, None);
+    reader.assert_nothing_before_barrier("a non-matching event was delivered").await;
     // After CLOSE nothing more arrives.
     reader.send(json!(["CLOSE", "sub1"])).await;
     // A COUNT answered proves the CLOSE before it was processed (frames are handled in order).
     reader.send(json!(["COUNT", "probe", {"kinds": [12345]}])).await;
     assert_eq!(reader.recv().await, json!(["COUNT", "probe", {"count": 0}]));
     publisher.publish(&sign(&k, now(), 1, &[], "after close")).await;
-    assert_eq!(reader.recv_within(Duration::from_millis(300)).await, None);
+    reader.assert_nothing_before_barrier("an event reached a closed subscription").await;
 }
 
 #[tokio::test]
@@ -71,7 +69,7 @@ async fn req_with_existing_id_replaces_the_subscription() {
     let two = sign(&k, now(), 2, &[], "kind 2");
     publisher.publish(&two).await;
     assert_eq!(reader.recv().await, json!(["EVENT", "s", two]));
-    assert_eq!(reader.recv_within(Duration::from_millis(300)).await, None);
+    reader.assert_nothing_before_barrier("the replaced filter still matched").await;
 }
 
 #[tokio::test]
@@ -302,5 +300,5 @@ async fn every_event_in_a_pipelined_burst_gets_exactly_one_ok() {
     }
     assert_eq!(seen.len(), 300);
     assert!(seen.values().all(|n| *n == 1));
-    assert_eq!(c.recv_within(Duration::from_millis(200)).await, None);
+    c.assert_nothing_before_barrier("an EVENT got a second OK").await;
 }

@@ -33,7 +33,8 @@ impl<'a> Api<'a> {
                 keys,
                 &nip98::Request { url: &url, method: "POST", body: body.as_bytes() },
                 Timestamp(now()),
-            );
+            )
+            .unwrap();
             req = req.header("authorization", h);
         }
         req.body(body).send().await.unwrap()
@@ -173,10 +174,19 @@ async fn each_nip98_failure_is_a_401_with_its_reason() {
     let good = nip98::Request { url: &url, method: "POST", body: body_text.as_bytes() };
     let other_url = relay.http_url("/api/v1/query");
     let cases = vec![
-        (nip98::header(&k, &nip98::Request { url: &other_url, ..good }, Timestamp(now())), "auth: url mismatch"),
-        (nip98::header(&k, &nip98::Request { method: "GET", ..good }, Timestamp(now())), "auth: method mismatch"),
-        (nip98::header(&k, &nip98::Request { body: b"{}", ..good }, Timestamp(now())), "auth: payload mismatch"),
-        (nip98::header(&k, &good, Timestamp(now() - 120)), "auth: expired"),
+        (
+            nip98::header(&k, &nip98::Request { url: &other_url, ..good }, Timestamp(now())).unwrap(),
+            "auth: url mismatch",
+        ),
+        (
+            nip98::header(&k, &nip98::Request { method: "GET", ..good }, Timestamp(now())).unwrap(),
+            "auth: method mismatch",
+        ),
+        (
+            nip98::header(&k, &nip98::Request { body: b"{}", ..good }, Timestamp(now())).unwrap(),
+            "auth: payload mismatch",
+        ),
+        (nip98::header(&k, &good, Timestamp(now() - 120)).unwrap(), "auth: expired"),
         ("Nostr not-base64!".to_string(), "auth: malformed header"),
         ("Basic dXNlcjpwYXNz".to_string(), "auth: malformed header"),
     ];
@@ -194,7 +204,7 @@ async fn each_nip98_failure_is_a_401_with_its_reason() {
         assert_eq!(body(resp).await, (StatusCode::UNAUTHORIZED, json!({"error": reason})));
     }
     // A valid header makes the pubkey the principal; the same header again is a replay.
-    let header = nip98::header(&k, &good, Timestamp(now()));
+    let header = nip98::header(&k, &good, Timestamp(now())).unwrap();
     let send = |h: String| {
         api.http
             .post(&url)

@@ -1,8 +1,9 @@
-//! The workloads: generation, ingest, query mix, fan-out, physical bounds, and the suites.
+//! One load against one relay each: ingest, ping round trips, the query mix, fan-out, the
+//! physical bounds (validation, fsync) and the limiter on its own.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,118 +11,14 @@ use futures_util::{SinkExt, StreamExt};
 use hearth::protocol::verify::verify;
 use hearth::protocol::{Event, Filter, Keys, Kind, Timestamp};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use super::*;
 use crate::stats::{Rng, percentile_ms};
 
-/// One subcommand's results.
-pub struct Report {
-    /// One JSON line.
-    pub json: Value,
-    /// A readable summary.
-    pub summary: String,
-}
-
-type Res<T> = Result<T, String>;
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-const TOPICS: [&str; 20] = [
-    "nostr", "rust", "bitcoin", "music", "art", "food", "travel", "books", "science", "news", "photo", "dev", "linux",
-    "garden", "cats", "dogs", "coffee", "sports", "film", "maths",
-];
-const QUIET: Duration = Duration::from_secs(30);
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-fn author(i: u64) -> Res<Keys> {
-    Keys::from_bytes([(i % 100) as u8 + 1; 32]).map_err(err)
-}
-
-/// Pre-signs `count` kind-1 events: ~100 authors, 100–300-byte content, `t`/`p` tags,
-/// created_at spread over 30 days. Signed on every core; written as JSON lines.
-pub fn gen_file(count: usize, out: &Path) -> Res<Report> {
-    let started = Instant::now();
-    let now = Timestamp::now().0;
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-    let chunk = count.div_ceil(threads).max(1);
-    let lines: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || -> Res<Vec<String>> {
-                    let mut rng = Rng::new(0x5eed + t as u64);
-                    let mut out = Vec::new();
-                    for i in (t * chunk)..((t + 1) * chunk).min(count) {
-                        let keys = author(i as u64)?;
-                        let len = 100 + rng.below(201) as usize;
-                        let content: String = (0..len).map(|_| (b'a' + rng.below(26) as u8) as char).collect();
-                        let mut tags = vec![
-                            vec!["t".to_string(), TOPICS[rng.below(20) as usize].to_string()],
-                            vec!["p".to_string(), author(rng.below(100))?.public_key().to_hex()],
-                        ];
-                        if rng.below(3) == 0 {
-                            tags.push(vec!["t".to_string(), TOPICS[rng.below(20) as usize].to_string()]);
-                        }
-                        let at = Timestamp(now - rng.below(30 * 86_400));
-                        out.push(keys.sign(at, Kind(1), tags, &format!("{i} {content}")).to_json());
-                    }
-                    Ok(out)
-                })
-            })
-            .collect();
-        let mut all = Vec::with_capacity(count);
-        for h in handles {
-            all.extend(h.join().map_err(|_| "signing thread panicked".to_string())??);
-        }
-        Ok::<_, String>(all)
-    })?;
-    let mut file = std::io::BufWriter::new(std::fs::File::create(out).map_err(err)?);
-    for line in &lines {
-        writeln!(file, "{line}").map_err(err)?;
-    }
-    file.flush().map_err(err)?;
-    let secs = started.elapsed().as_secs_f64();
-    Ok(Report {
-        json: json!({"cmd": "gen", "events": lines.len(), "file": out, "secs": secs}),
-        summary: format!("gen: {} events signed to {} in {secs:.1}s", lines.len(), out.display()),
-    })
-}
-
-fn read_lines(file: &Path) -> Res<Vec<String>> {
-    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    BufReader::new(f).lines().map(|l| l.map_err(err)).filter(|l| !matches!(l, Ok(s) if s.is_empty())).collect()
-}
-
-async fn connect(url: &str) -> Res<Ws> {
-    let (ws, _) =
-        tokio_tungstenite::connect_async_with_config(url, Some(hearth::client::session::socket_config()), true)
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
-    Ok(ws)
-}
-
-/// The next text frame (skipping pings), or None at the end / after `QUIET`.
-async fn next_text(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<String> {
-    loop {
-        match tokio::time::timeout(QUIET, rx.next()).await {
-            Ok(Some(Ok(Message::Text(t)))) => return Some(t.as_str().to_string()),
-            Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
-            Ok(Some(Ok(_))) => {}
-        }
-    }
-}
-
-/// The next text frame as JSON (skipping pings), or None at the end / after `QUIET`.
-async fn next_frame(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<Value> {
-    serde_json::from_str(&next_text(rx).await?).ok()
-}
-
 #[derive(Default)]
-struct IngestTally {
+pub(super) struct IngestTally {
     ok_true: u64,
     ok_false: u64,
     first_refusal: Option<String>,
@@ -129,7 +26,7 @@ struct IngestTally {
 }
 
 /// Publishes `file` over `conns` connections, `inflight` unacknowledged EVENTs each.
-pub async fn ingest(relay: &str, file: &Path, conns: usize, inflight: usize) -> Res<Report> {
+pub(crate) async fn ingest(relay: &str, file: &Path, conns: usize, inflight: usize) -> Res<Report> {
     let lines = read_lines(file)?;
     let total = lines.len();
     let conns = conns.max(1);
@@ -212,7 +109,7 @@ pub async fn ingest(relay: &str, file: &Path, conns: usize, inflight: usize) -> 
 
 /// WebSocket ping → pong round trips, one at a time: what a 1 × 1 ingest costs before the relay
 /// does any work (the relay's WebSocket layer answers a ping itself).
-pub async fn rtt(relay: &str, n: usize) -> Res<Report> {
+pub(crate) async fn rtt(relay: &str, n: usize) -> Res<Report> {
     let (mut tx, mut rx) = connect(relay).await?.split();
     let mut samples = Vec::with_capacity(n);
     for i in 0..n {
@@ -236,7 +133,7 @@ pub async fn rtt(relay: &str, n: usize) -> Res<Report> {
 }
 
 /// The four query shapes of the mix.
-fn shapes(events: &[Event], n: usize) -> Vec<(&'static str, Value)> {
+pub(super) fn shapes(events: &[Event], n: usize) -> Vec<(&'static str, Value)> {
     let mut rng = Rng::new(42);
     let newest = events.iter().map(|e| e.created_at.0).max().unwrap_or(0);
     (0..n)
@@ -256,7 +153,7 @@ fn shapes(events: &[Event], n: usize) -> Vec<(&'static str, Value)> {
 }
 
 /// Runs the query mix one REQ at a time and checks each count against the file.
-pub async fn query(relay: &str, file: &Path, n: usize) -> Res<Report> {
+pub(crate) async fn query(relay: &str, file: &Path, n: usize) -> Res<Report> {
     let events: Vec<Event> = read_lines(file)?.iter().map(|l| Event::from_json(l).map_err(err)).collect::<Res<_>>()?;
     if events.is_empty() {
         return Err("no events in the file".into());
@@ -315,12 +212,12 @@ pub async fn query(relay: &str, file: &Path, n: usize) -> Res<Report> {
 
 /// The id of an event, the rest skipped.
 #[derive(serde::Deserialize)]
-struct IdOnly<'a> {
+pub(super) struct IdOnly<'a> {
     id: &'a str,
 }
 
 /// S subscribers, then E events at `rate`/s; measures delivery latency and completeness.
-pub async fn fanout(relay: &str, subs: usize, events: usize, rate: u64) -> Res<Report> {
+pub(crate) async fn fanout(relay: &str, subs: usize, events: usize, rate: u64) -> Res<Report> {
     let since = Timestamp::now().0;
     let keys = Keys::from_bytes([200; 32]).map_err(err)?;
     let batch: Vec<Event> =
@@ -396,7 +293,7 @@ pub async fn fanout(relay: &str, subs: usize, events: usize, rate: u64) -> Res<R
 }
 
 /// Single-thread validation rate (parse, re-serialize, sha256, schnorr) and fsync latency.
-pub fn bound(file: &Path, dir: &Path) -> Res<Report> {
+pub(crate) fn bound(file: &Path, dir: &Path) -> Res<Report> {
     let lines: Vec<String> = read_lines(file)?.into_iter().take(20_000).collect();
     let started = Instant::now();
     for line in &lines {
@@ -422,174 +319,9 @@ pub fn bound(file: &Path, dir: &Path) -> Res<Report> {
     })
 }
 
-fn dir_size(path: &Path) -> u64 {
-    std::fs::read_dir(path)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| match e.metadata() {
-                    Ok(m) if m.is_dir() => dir_size(&e.path()),
-                    Ok(m) => m.len(),
-                    Err(_) => 0,
-                })
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
-fn scratch_dir(name: &str) -> Res<PathBuf> {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(err)?.as_nanos();
-    let dir = std::env::temp_dir().join(format!("hearth-bench-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(err)?;
-    Ok(dir)
-}
-
-/// Quotas that never refuse, as `HEARTH_…` variables.
-const GENEROUS: [(&str, &str); 8] = [
-    ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "10000000"),
-    ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000000"),
-    ("HEARTH_LIMITS__HUMAN__API_CALLS_PER_MIN", "1000000000"),
-    ("HEARTH_LIMITS__AGENT__WS_EVENTS_PER_SEC", "10000000"),
-    ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "1000000000"),
-    ("HEARTH_LIMITS__AGENT__API_CALLS_PER_MIN", "1000000000"),
-    ("HEARTH_LIMITS__HANDLER_WAIT_MS", "10000"),
-    ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "20"),
-];
-
-/// One kB figure of `/proc/<pid>/status` (0 where there is no such file, e.g. not on Linux).
-fn proc_status_kb(pid: &str, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A release `hearth` started by the suite on a scratch directory.
-struct Spawned {
-    child: std::process::Child,
-    data: PathBuf,
-    relay: String,
-}
-
-impl Spawned {
-    /// Starts the `hearth` beside this binary with generous quotas and `env` on top.
-    fn start(name: &str, env: &[(&str, &str)]) -> Res<Spawned> {
-        let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
-        let data = scratch_dir(name)?;
-        let mut child = std::process::Command::new(&exe)
-            .current_dir(&data)
-            .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
-            .env("HEARTH_STORAGE__DATA_DIR", data.join("data"))
-            .envs(GENEROUS)
-            .envs(env.iter().copied())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("{}: {e} (build it with cargo build --release)", exe.display()))?;
-        let stderr = child.stderr.take().ok_or("no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines.next().ok_or("hearth exited before listening")?.map_err(err)?;
-            if let Some(i) = line.find("listening on ") {
-                break line[i + "listening on ".len()..].trim().to_string();
-            }
-        };
-        std::thread::spawn(move || lines.for_each(drop));
-        Ok(Spawned { child, data, relay: format!("ws://{addr}/") })
-    }
-
-    /// Peak resident memory so far, in MB.
-    fn peak_rss_mb(&self) -> f64 {
-        proc_status_kb(&self.child.id().to_string(), "VmHWM:") as f64 / 1024.0
-    }
-
-    /// SIGTERM, wait, remove the data.
-    fn stop(mut self) {
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
-}
-
-/// Pairs of ingests into fresh relays with the limiter on and off, in alternating order so that
-/// drift of a shared machine cancels; the ratio reported is the median of the pairs' ratios.
-async fn limiter_overhead(file: &Path) -> Res<Report> {
-    const PAIRS: usize = 5;
-    let rate = |enabled: &'static str| async move {
-        let relay = Spawned::start("suite-overhead", &[("HEARTH_LIMITS__ENABLED", enabled)])?;
-        let outcome = ingest(&relay.relay, file, 4, 256).await;
-        relay.stop();
-        Ok::<f64, String>(outcome?.json["events_per_sec"].as_f64().unwrap_or(0.0))
-    };
-    let (mut on, mut off, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for pair in 0..PAIRS {
-        let (rate_on, rate_off) = if pair % 2 == 0 {
-            let r = rate("true").await?;
-            (r, rate("false").await?)
-        } else {
-            let r = rate("false").await?;
-            (rate("true").await?, r)
-        };
-        on.push(rate_on);
-        off.push(rate_off);
-        ratios.push(if rate_off > 0.0 { rate_on / rate_off } else { 0.0 });
-    }
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
-    let ratio = sorted[PAIRS / 2];
-    let list = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
-    Ok(Report {
-        json: json!({"cmd": "limiter_overhead", "on_per_sec": on, "off_per_sec": off, "ratios": ratios, "ratio": ratio}),
-        summary: format!(
-            "limiter overhead: ingest with the limiter on {} /s, off {} /s: median ratio {ratio:.3}",
-            list(&on),
-            list(&off)
-        ),
-    })
-}
-
-/// Starts the release `hearth` beside this binary on a scratch directory and runs everything;
-/// then measures the limiter's overhead on fresh relays ([`limiter_overhead`]).
-pub async fn suite(count: usize, file: &Path) -> Res<Vec<Report>> {
-    let mut reports = Vec::new();
-    if !file.exists() {
-        reports.push(gen_file(count, file)?);
-    }
-    let latency_file = file.with_extension("latency.jsonl");
-    reports.push(gen_file(2000, &latency_file)?);
-    let on = Spawned::start("suite", &[])?;
-    let outcome = async {
-        reports.push(bound(file, &on.data)?);
-        reports.push(ingest(&on.relay, file, 4, 256).await?);
-        let disk = dir_size(&on.data.join("data"));
-        let events = read_lines(file)?.len().max(1) as u64;
-        reports.push(Report {
-            json: json!({"cmd": "disk", "bytes": disk, "bytes_per_event": disk / events}),
-            summary: format!("disk: {} bytes after ingest, {} bytes per event", disk, disk / events),
-        });
-        reports.push(rtt(&on.relay, 2000).await?);
-        reports.push(ingest(&on.relay, &latency_file, 1, 1).await?);
-        reports.push(query(&on.relay, file, 400).await?);
-        reports.push(fanout(&on.relay, 500, 200, 100).await?);
-        let rss = on.peak_rss_mb();
-        reports.push(Report {
-            json: json!({"cmd": "rss", "peak_rss_mb": rss}),
-            summary: format!("rss: peak {rss:.1} MB over ingest + query + fan-out"),
-        });
-        Ok::<_, String>(())
-    }
-    .await;
-    on.stop();
-    outcome?;
-    reports.push(limiter_overhead(file).await?);
-    Ok(reports)
-}
-
 /// `limiter.admit` in-process: p50/p99 of one call over `principals` distinct principals, and
 /// the memory the limiter holds once it tracks them all.
-pub fn limiter(principals: u32) -> Res<Report> {
+pub(crate) fn limiter(principals: u32) -> Res<Report> {
     use hearth::config::LimitsConfig;
     use hearth::limiter::{LimitType, Limiter, Principal, SystemClock};
     let rss_kb = || proc_status_kb("self", "VmRSS:");
@@ -620,59 +352,4 @@ pub fn limiter(principals: u32) -> Res<Report> {
             "limiter: admit p50 {p50:.3} µs p99 {p99:.3} µs; {tracked} principals tracked in {held_mb:.0} MB"
         ),
     })
-}
-
-/// Every workload at a tiny size against an in-process relay; fails if any result is wrong.
-pub async fn smoke() -> Res<Vec<Report>> {
-    let dir = scratch_dir("smoke")?;
-    let file = dir.join("events.jsonl");
-    let mut reports = vec![gen_file(300, &file)?];
-    let mut config = hearth::config::Config::default();
-    config.storage.data_dir = dir.join("data");
-    for tier in [&mut config.limits.human, &mut config.limits.agent] {
-        tier.ws_events_per_sec = 10_000_000;
-        tier.messages_per_min = 1_000_000_000;
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
-    let relay_url = format!("ws://{}/", listener.local_addr().map_err(err)?);
-    let relay = hearth::Relay::open(config, Arc::new(hearth::limiter::SystemClock::default())).map_err(err)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(relay.serve(listener, None, async move {
-        let _ = stopped.await;
-    }));
-    let outcome = async {
-        reports.push(bound(&file, &dir)?);
-        let ingest = ingest(&relay_url, &file, 2, 16).await?;
-        if ingest.json["ok_true"] != 300 {
-            return Err(format!("smoke ingest: {}", ingest.json));
-        }
-        reports.push(ingest);
-        let rtt = rtt(&relay_url, 20).await?;
-        if rtt.json["pings"] != 20 {
-            return Err(format!("smoke rtt: {}", rtt.json));
-        }
-        reports.push(rtt);
-        let query = query(&relay_url, &file, 20).await?;
-        if query.json["mismatches"] != 0 {
-            return Err(format!("smoke query: {}", query.json));
-        }
-        reports.push(query);
-        let fanout = fanout(&relay_url, 5, 10, 200).await?;
-        if fanout.json["completeness"] != 1.0 {
-            return Err(format!("smoke fanout: {}", fanout.json));
-        }
-        reports.push(fanout);
-        let limiter = limiter(1000)?;
-        if limiter.json["tracked"] != 1000 {
-            return Err(format!("smoke limiter: {}", limiter.json));
-        }
-        reports.push(limiter);
-        Ok(())
-    }
-    .await;
-    let _ = stop.send(());
-    server.await.map_err(err)?.map_err(err)?;
-    let _ = std::fs::remove_dir_all(&dir);
-    outcome?;
-    Ok(reports)
 }

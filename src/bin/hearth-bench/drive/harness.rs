@@ -1,0 +1,98 @@
+//! Release binaries of the relay as child processes: scratch directories, their sizes and the
+//! memory the kernel reports for a process.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+pub(super) fn dir_size(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+pub(super) fn scratch_dir(name: &str) -> Res<PathBuf> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(err)?.as_nanos();
+    let dir = std::env::temp_dir().join(format!("hearth-bench-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    Ok(dir)
+}
+
+/// Quotas that never refuse, as `HEARTH_…` variables.
+pub(super) const GENEROUS: [(&str, &str); 8] = [
+    ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "10000000"),
+    ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000000"),
+    ("HEARTH_LIMITS__HUMAN__API_CALLS_PER_MIN", "1000000000"),
+    ("HEARTH_LIMITS__AGENT__WS_EVENTS_PER_SEC", "10000000"),
+    ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "1000000000"),
+    ("HEARTH_LIMITS__AGENT__API_CALLS_PER_MIN", "1000000000"),
+    ("HEARTH_LIMITS__HANDLER_WAIT_MS", "10000"),
+    ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "20"),
+];
+
+/// One kB figure of `/proc/<pid>/status` (0 where there is no such file, e.g. not on Linux).
+pub(super) fn proc_status_kb(pid: &str, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A release `hearth` started by the suite on a scratch directory.
+pub(super) struct Spawned {
+    child: std::process::Child,
+    pub(super) data: PathBuf,
+    pub(super) relay: String,
+}
+
+impl Spawned {
+    /// Starts the `hearth` beside this binary with generous quotas and `env` on top.
+    pub(super) fn start(name: &str, env: &[(&str, &str)]) -> Res<Spawned> {
+        let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
+        let data = scratch_dir(name)?;
+        let mut child = std::process::Command::new(&exe)
+            .current_dir(&data)
+            .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
+            .env("HEARTH_STORAGE__DATA_DIR", data.join("data"))
+            .envs(GENEROUS)
+            .envs(env.iter().copied())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e} (build it with cargo build --release)", exe.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines.next().ok_or("hearth exited before listening")?.map_err(err)?;
+            if let Some(i) = line.find("listening on ") {
+                break line[i + "listening on ".len()..].trim().to_string();
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Ok(Spawned { child, data, relay: format!("ws://{addr}/") })
+    }
+
+    /// Peak resident memory so far, in MB.
+    pub(super) fn peak_rss_mb(&self) -> f64 {
+        proc_status_kb(&self.child.id().to_string(), "VmHWM:") as f64 / 1024.0
+    }
+
+    /// SIGTERM, wait, remove the data.
+    pub(super) fn stop(mut self) {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
