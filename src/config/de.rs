@@ -28,6 +28,18 @@ pub(crate) mod pubkeys {
     }
 }
 
+/// `""` (not set) as `None`, else `parse`d, or an error saying it is not `what`.
+fn optional<'de, D: Deserializer<'de>, T>(
+    d: D,
+    parse: impl Fn(&str) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, D::Error> {
+    match String::deserialize(d)?.trim() {
+        "" => Ok(None),
+        text => parse(text).map(Some).ok_or_else(|| D::Error::custom(format!("{text:?} is not {what}"))),
+    }
+}
+
 /// An optional pubkey: `""` is none.
 pub(crate) mod optional_pubkey {
     use super::*;
@@ -37,12 +49,7 @@ pub(crate) mod optional_pubkey {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PubKey>, D::Error> {
-        match String::deserialize(d)?.trim() {
-            "" => Ok(None),
-            text => PubKey::from_hex(text)
-                .map(Some)
-                .ok_or_else(|| D::Error::custom(format!("{text:?} is not 64 lowercase hex characters"))),
-        }
+        optional(d, PubKey::from_hex, "64 lowercase hex characters")
     }
 }
 
@@ -55,13 +62,7 @@ pub(crate) mod optional_addr {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
-        match String::deserialize(d)?.trim() {
-            "" => Ok(None),
-            text => text
-                .parse()
-                .map(Some)
-                .map_err(|_| D::Error::custom(format!("{text:?} is not an address like 127.0.0.1:7778"))),
-        }
+        optional(d, |t| t.parse().ok(), "an address like 127.0.0.1:7778")
     }
 }
 
