@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use hearth::config::LimitsConfig;
-use hearth::limiter::{LimitType, Limiter, Principal, SystemClock};
+use hearth::limiter::{Billed, LimitType, Limiter, SystemClock};
 use hearth::protocol::verify::verify;
 use hearth::protocol::{Event, Filter, Keys, Kind, Timestamp};
 use hearth::store::{Store, index, keys, record};
@@ -85,13 +85,14 @@ fn warm_reads(c: &mut Criterion) {
 fn admit(c: &mut Criterion) {
     let mut config = LimitsConfig::default();
     config.human.messages_per_min = 1_000_000_000;
+    config.ip.messages_per_min = 1_000_000_000;
     let limiter = Limiter::new(&config, Arc::new(SystemClock::default()));
     let mut n = 0u32;
-    c.bench_function("limiter.admit (10,000 principals, never refused)", |b| {
+    c.bench_function("limiter.admit (10,000 addresses and their IP ceilings, never refused)", |b| {
         b.iter(|| {
             n = (n + 1) % 10_000;
-            let principal = Principal::Ip(IpAddr::V4(Ipv4Addr::from(n)));
-            limiter.admit(black_box(&principal), LimitType::Messages).unwrap()
+            let billed = Billed::ip(IpAddr::V4(Ipv4Addr::from(n)));
+            limiter.admit(black_box(&billed), LimitType::Messages).unwrap()
         })
     });
 }

@@ -10,7 +10,7 @@
 //! check, and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
 use crate::app::AppState;
-use crate::limiter::{LimitType, Principal};
+use crate::limiter::{Billed, LimitType};
 use crate::moderation::Verdict;
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
@@ -54,8 +54,8 @@ impl Outcome {
 pub struct Publisher {
     /// The NIP-42 / NIP-98 authenticated pubkey, if any.
     pub authed: Option<PubKey>,
-    /// Who is billed: the authenticated pubkey, else the client IP.
-    pub principal: Principal,
+    /// Who is billed: the authenticated pubkey (else the client IP), and the IP's ceiling.
+    pub billed: Billed,
 }
 
 /// Cheap checks against the configured limits, before any hashing.
@@ -100,7 +100,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         metrics::counter!("hearth_events_invalid_total").increment(1);
         return Outcome::Refused(refusal);
     }
-    let permit = match app.limiter.acquire_handler(&publisher.principal).await {
+    let permit = match app.limiter.acquire_handler(&publisher.billed).await {
         Ok(permit) => permit,
         Err(limited) => return Outcome::Refused(limited.into()),
     };
@@ -148,7 +148,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             return Outcome::refused(Prefix::Error, "could not store the event");
         }
     }
-    if let Err(limited) = app.limiter.admit(&publisher.principal, LimitType::Messages) {
+    if let Err(limited) = app.limiter.admit(&publisher.billed, LimitType::Messages) {
         return Outcome::Refused(limited.into());
     }
     drop(permit);

@@ -122,7 +122,8 @@ impl Relay {
             tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
             let token = app.shutdown.clone();
             let routes = admin::routes(app.clone()).recover(http::recover);
-            app.tasks.spawn(listener::serve(admin_listener, routes, async move { token.cancelled().await }));
+            let limits = listener::Limits::of(&app.config.server, &app.config.auth.trusted_proxies);
+            app.tasks.spawn(listener::serve(admin_listener, routes, limits, async move { token.cancelled().await }));
         }
         let token = app.shutdown.clone();
         let signal = async move {
@@ -131,7 +132,8 @@ impl Relay {
                 _ = token.cancelled() => {}
             }
         };
-        listener::serve(listener, server::routes(app.clone()), signal).await;
+        let limits = listener::Limits::of(&app.config.server, &app.config.auth.trusted_proxies);
+        listener::serve(listener, server::routes(app.clone()), limits, signal).await;
         app.shutdown.cancel();
         app.tasks.close();
         app.tasks.wait().await;

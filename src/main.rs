@@ -94,6 +94,25 @@ async fn client(command: Command) -> ExitCode {
 /// hundreds of threads on two cores, each with its own stack and malloc arena.
 const BLOCKING_THREADS_PER_CORE: usize = 4;
 
+/// Open files beyond the connections: the store's files, the listeners, the blocking pool's.
+const FD_MARGIN: u64 = 64;
+
+/// Raises the soft open-file limit to the hard one (a soft limit of 1024 is common, and a relay
+/// at its cap of connections would otherwise fail every accept), and warns when even that is
+/// below `server.max_connections` plus a margin.
+fn raise_fd_limit(max_connections: usize) {
+    let wanted = (max_connections as u64).saturating_add(FD_MARGIN);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            limit,
+            wanted,
+            "the open-file limit is below server.max_connections plus a margin; raise the hard limit (ulimit -Hn) or lower server.max_connections"
+        ),
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
+}
+
 fn main() -> ExitCode {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -131,6 +150,7 @@ async fn run() -> ExitCode {
         }
     };
     let addr = config.server.bind;
+    raise_fd_limit(config.server.max_connections);
     let shutdown = match shutdown_signal() {
         Ok(s) => s,
         Err(e) => {

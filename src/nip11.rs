@@ -34,6 +34,8 @@ pub struct RelayInfo {
 struct HearthLimits {
     human: TierLimits,
     agent: TierLimits,
+    /// The IP ceiling under every key of one address.
+    ip: TierLimits,
 }
 
 #[derive(Debug, Serialize)]
@@ -84,7 +86,7 @@ impl RelayInfo {
                 created_at_lower_limit: lim.created_at_lower_limit,
                 created_at_upper_limit: lim.created_at_upper_limit,
             },
-            hearth_limits: HearthLimits { human: limits.human, agent: limits.agent },
+            hearth_limits: HearthLimits { human: limits.human, agent: limits.agent, ip: limits.ip },
         }
     }
 }

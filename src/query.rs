@@ -10,7 +10,7 @@
 
 use crate::app::AppState;
 use crate::config::Limitation;
-use crate::limiter::{Principal, RateLimited};
+use crate::limiter::{Billed, RateLimited};
 use crate::protocol::{EventJson, Filter, Timestamp};
 use crate::store::StoreError;
 
@@ -56,18 +56,18 @@ fn store_failed(e: StoreError) -> QueryError {
 /// is held, before the store is read.
 pub async fn events(
     app: &AppState,
-    principal: &Principal,
+    billed: &Billed,
     filters: Vec<Filter>,
     on_permit: impl FnOnce(&[Filter]),
 ) -> Result<Vec<EventJson>, QueryError> {
-    let _permit = app.limiter.acquire_handler(principal).await?;
+    let _permit = app.limiter.acquire_handler(billed).await?;
     on_permit(&filters);
     app.store.query_async(filters, Timestamp::now()).await.map_err(store_failed)
 }
 
 /// How many stored events match prepared `filters` (NIP-45).
-pub async fn count(app: &AppState, principal: &Principal, filters: Vec<Filter>) -> Result<u64, QueryError> {
-    let _permit = app.limiter.acquire_handler(principal).await?;
+pub async fn count(app: &AppState, billed: &Billed, filters: Vec<Filter>) -> Result<u64, QueryError> {
+    let _permit = app.limiter.acquire_handler(billed).await?;
     app.store.count_async(filters, Timestamp::now()).await.map_err(store_failed)
 }
 

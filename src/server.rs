@@ -36,7 +36,8 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(with_app(app.clone()))
         .and(crate::listener::peer())
         .and(warp::header::headers_cloned())
-        .map(|ws: crate::ws::upgrade::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap| {
+        .and(crate::listener::held())
+        .map(|ws: crate::ws::upgrade::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap, held| {
             let client_ip = client_ip::of_request(&app, peer, &headers);
             if let Err(blocked) = client_ip::check_blocked(&app, client_ip) {
                 return blocked.into_response();
@@ -46,7 +47,11 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
             let cap = hard_frame_cap(app.config.limitation.max_message_length);
             ws.on_upgrade(cap, move |socket| {
                 let tasks = app.tasks.clone();
-                tasks.track_future(conn::serve(app, socket, info))
+                tasks.track_future(async move {
+                    // The socket keeps its place under the connection caps until it closes.
+                    let _held: Option<crate::listener::Held> = held;
+                    conn::serve(app, socket, info).await
+                })
             })
         });
     // GET / with Accept: application/nostr+json (NIP-11)

@@ -54,7 +54,7 @@ fn validate(patch: &Value) -> Result<Vec<(LimitKey, u64)>, ApiError> {
     let mut changes = Vec::new();
     for (tier_name, values) in tiers {
         let tier = Tier::parse(tier_name)
-            .ok_or_else(|| ApiError::BadRequest(format!("unknown tier `{tier_name}` (expected human or agent)")))?;
+            .ok_or_else(|| ApiError::BadRequest(format!("unknown tier `{tier_name}` (expected human, agent or ip)")))?;
         let values = values
             .as_object()
             .ok_or_else(|| ApiError::BadRequest(format!("`{tier_name}` must be an object of limits")))?;
@@ -125,9 +125,11 @@ pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: S
     let pk = PubKey::parse(&pubkey)
         .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     let TierBody { tier } = parse_body(&ctx)?;
+    // A pubkey is a human or an agent; the ip tier is an address's, not a key's.
     let agent = match Tier::parse(&tier) {
-        Some(tier) => tier == Tier::Agent,
-        None => return Err(ApiError::BadRequest(format!("unknown tier `{tier}` (expected human or agent)"))),
+        Some(Tier::Agent) => true,
+        Some(Tier::Human) => false,
+        _ => return Err(ApiError::BadRequest(format!("unknown tier `{tier}` (expected human or agent)"))),
     };
     let principal = crate::limiter::Principal::Pubkey(pk);
     let old = app.limiter.tier(&principal);

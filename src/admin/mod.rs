@@ -21,7 +21,7 @@ use warp::{Filter, Rejection};
 
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, ctx, ctx_with_body, internal, json_response, with_app};
-use crate::limiter::{LimitType, Principal};
+use crate::limiter::{Billed, LimitType};
 use crate::protocol::Timestamp;
 
 /// Compares two secrets in time independent of where they differ: both are hashed to equal
@@ -51,8 +51,8 @@ async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accept) -> Resul
     if !admin.enabled() {
         return Err(ApiError::NotFound("not found".into()));
     }
-    let ip = Principal::Ip(ctx.client_ip(app));
-    if let Some(limited) = app.limiter.peek(&ip, LimitType::AdminAuth) {
+    let ip = Billed::ip(ctx.client_ip(app));
+    if let Some(limited) = app.limiter.peek(&ip.principal, LimitType::AdminAuth) {
         return Err(ApiError::RateLimited(limited));
     }
     let who = match ctx.header("authorization") {
@@ -70,7 +70,7 @@ async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accept) -> Resul
     match who {
         Some(who) => Ok(Admin(who)),
         None => {
-            tracing::info!(ip = %ip, "admin authentication failed");
+            tracing::info!(ip = %ip.ip, "admin authentication failed");
             app.limiter.admit(&ip, LimitType::AdminAuth)?;
             Err(ApiError::AdminUnauthorized)
         }

@@ -17,7 +17,7 @@ fn report(app: &AppState, principal: &Principal, usage: Usage) -> Value {
     let (connections, subscriptions) = app.fanout.presence(principal);
     let stored_events = match principal {
         Principal::Pubkey(pk) => app.store.count_by_author(pk),
-        Principal::Ip(_) => 0,
+        Principal::Ip(_) | Principal::Ceiling(..) => 0,
     };
     let mut value = json!(usage);
     if let Some(obj) = value.as_object_mut() {
@@ -40,10 +40,17 @@ pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String)
 pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Result<Response, ApiError> {
     let ip = addr.parse().map_err(|_| ApiError::BadRequest(format!("`{addr}` is not an IP address")))?;
     let principal = Principal::Ip(ip);
-    ok_json(&report(&app, &principal, app.limiter.usage(&principal)))
+    let mut value = report(&app, &principal, app.limiter.usage(&principal));
+    // The IP ceiling over every key from this address (`null` when the address is exempt).
+    let ceiling = app.limiter.ceiling_of(ip).map(|c| json!(app.limiter.usage(&c)));
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("ip_ceiling".into(), ceiling.unwrap_or(Value::Null));
+    }
+    ok_json(&value)
 }
 
-/// `GET /admin/v1/usage?sort=refusals|usage&limit=N`: the busiest principals.
+/// `GET /admin/v1/usage?sort=refusals|usage&limit=N`: the busiest principals (pubkeys and
+/// addresses; IP ceilings are in `usage/ip/{addr}`).
 pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
     let sort = ctx.query_param("sort").unwrap_or("usage");
     if sort != "usage" && sort != "refusals" {
@@ -54,10 +61,12 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
         Some(v) => v.parse::<usize>().map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?,
     }
     .min(1000);
+    // IP ceilings carry every key of their address and are reported with it (usage/ip).
     let mut scored: Vec<(u64, Value)> = app
         .limiter
         .principals()
         .iter()
+        .filter(|p| !matches!(p, Principal::Ceiling(..)))
         .map(|p| {
             let usage = app.limiter.usage(p);
             let score = if sort == "refusals" {

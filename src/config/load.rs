@@ -47,7 +47,8 @@ pub enum Source {
 }
 
 /// Keys whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] = &["auth.members", "auth.trusted_proxies", "limits.agent_pubkeys", "admin.pubkeys"];
+const LIST_KEYS: &[&str] =
+    &["auth.members", "auth.trusted_proxies", "limits.agent_pubkeys", "limits.ip_ceiling_exempt", "admin.pubkeys"];
 
 /// The environment variable that sets `key`.
 fn env_name(key: LimitKey) -> String {
@@ -118,9 +119,14 @@ impl Config {
         if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 21] = [
             ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
             ("server.max_in_flight", self.server.max_in_flight as u64),
+            ("server.header_timeout_secs", self.server.header_timeout_secs),
+            ("server.body_timeout_secs", self.server.body_timeout_secs),
+            ("server.ping_interval_secs", self.server.ping_interval_secs),
+            ("server.max_connections", self.server.max_connections as u64),
+            ("server.max_connections_per_ip", self.server.max_connections_per_ip as u64),
             ("storage.cache_capacity_mb", self.storage.cache_capacity_mb),
             ("storage.expiration_sweep_secs", self.storage.expiration_sweep_secs),
             ("limitation.max_message_length", self.limitation.max_message_length as u64),
@@ -133,6 +139,7 @@ impl Config {
             ("limitation.max_content_length", self.limitation.max_content_length as u64),
             ("limits.max_tracked_principals", self.limits.max_tracked_principals),
             ("limits.handler_permits", self.limits.handler_permits as u64),
+            ("limits.handler_permits_per_principal", self.limits.handler_permits_per_principal as u64),
             ("limits.handler_wait_ms", self.limits.handler_wait_ms),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -140,6 +147,9 @@ impl Config {
         }
         if let Some(key) = LimitKey::all().find(|k| self.limits.get(*k) == 0) {
             return Err(invalid(&format!("limits.{key}"), "must be a positive number"));
+        }
+        if self.limits.ipv6_prefix_len > 128 {
+            return Err(invalid("limits.ipv6_prefix_len", "must be at most 128"));
         }
         if self.limitation.default_limit > self.limitation.max_limit {
             return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));

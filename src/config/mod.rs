@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::PubKey;
@@ -87,6 +88,17 @@ pub struct ServerConfig {
     pub max_outbound_queue: usize,
     /// Frames handled concurrently per connection (EVENTs awaiting their OK, queries running).
     pub max_in_flight: usize,
+    /// Seconds a client may take to send a request head (also between keep-alive requests).
+    pub header_timeout_secs: u64,
+    /// Seconds a whole HTTP request may take to arrive and be answered (not a WebSocket).
+    pub body_timeout_secs: u64,
+    /// Seconds between WebSocket pings; a peer that sends no pong within another interval is
+    /// closed and its subscriptions freed.
+    pub ping_interval_secs: u64,
+    /// Open connections at most; past it a connection is answered 503 with `Retry-After`.
+    pub max_connections: usize,
+    /// Open connections from one peer address at most (trusted proxies count only in the total).
+    pub max_connections_per_ip: usize,
 }
 
 impl Default for ServerConfig {
@@ -96,6 +108,11 @@ impl Default for ServerConfig {
             public_url: String::new(),
             max_outbound_queue: 1024,
             max_in_flight: 256,
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
+            ping_interval_secs: 30,
+            max_connections: 10_000,
+            max_connections_per_ip: 256,
         }
     }
 }
@@ -201,6 +218,14 @@ pub struct LimitsConfig {
     pub human: TierLimits,
     /// Quotas of pubkeys in `agent_pubkeys`.
     pub agent: TierLimits,
+    /// The IP ceiling: quotas of one client address (an IPv6 network) under all its keys,
+    /// billed beside every frame's own principal.
+    #[serde(default = "TierLimits::ip_default")]
+    pub ip: TierLimits,
+    /// Networks (CIDRs) whose addresses skip the IP ceiling: a NAT full of agents, a bridge.
+    pub ip_ceiling_exempt: Vec<IpNet>,
+    /// IPv6 clients share the ceiling of their network of this prefix length.
+    pub ipv6_prefix_len: u8,
     /// Pubkeys (hex or npub) billed at the agent tier.
     #[serde(with = "de::pubkeys")]
     pub agent_pubkeys: Vec<PubKey>,
@@ -208,6 +233,8 @@ pub struct LimitsConfig {
     pub max_tracked_principals: u64,
     /// EVENT/REQ/COUNT frames handled at once across the relay.
     pub handler_permits: usize,
+    /// Handler permits one principal, or one IP ceiling, may hold at once.
+    pub handler_permits_per_principal: usize,
     /// How long a frame may wait for a handler permit before `relay busy (unavailable)`.
     pub handler_wait_ms: u64,
 }
@@ -218,6 +245,7 @@ impl LimitsConfig {
         match tier {
             Tier::Human => &self.human,
             Tier::Agent => &self.agent,
+            Tier::Ip => &self.ip,
         }
     }
 
@@ -226,6 +254,7 @@ impl LimitsConfig {
         match tier {
             Tier::Human => &mut self.human,
             Tier::Agent => &mut self.agent,
+            Tier::Ip => &mut self.ip,
         }
     }
 
@@ -241,9 +270,13 @@ impl Default for LimitsConfig {
             enabled: true,
             human: TierLimits::default(),
             agent: TierLimits::default(),
+            ip: TierLimits::ip_default(),
+            ip_ceiling_exempt: Vec::new(),
+            ipv6_prefix_len: 64,
             agent_pubkeys: Vec::new(),
             max_tracked_principals: 100_000,
             handler_permits: 256,
+            handler_permits_per_principal: 8,
             handler_wait_ms: 500,
         }
     }

@@ -17,17 +17,20 @@ pub enum Tier {
     Human,
     /// Pubkeys listed in `limits.agent_pubkeys` (or set to it by an admin).
     Agent,
+    /// The IP ceiling: what one client address (an IPv6 /64) may do under all its keys.
+    Ip,
 }
 
 impl Tier {
     /// Every tier, in report order.
-    pub const ALL: [Tier; 2] = [Tier::Human, Tier::Agent];
+    pub const ALL: [Tier; 3] = [Tier::Human, Tier::Agent, Tier::Ip];
 
     /// The name, as in `[limits.<tier>]`.
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Human => "human",
             Tier::Agent => "agent",
+            Tier::Ip => "ip",
         }
     }
 
@@ -113,6 +116,19 @@ impl Default for TierLimits {
     }
 }
 
+impl TierLimits {
+    /// The IP ceiling's defaults: 4 × the human rates, over the same burst window.
+    pub fn ip_default() -> TierLimits {
+        let human = TierLimits::default();
+        TierLimits {
+            ws_events_per_sec: 4 * human.ws_events_per_sec,
+            ws_burst_window_secs: human.ws_burst_window_secs,
+            messages_per_min: 4 * human.messages_per_min,
+            api_calls_per_min: 4 * human.api_calls_per_min,
+        }
+    }
+}
+
 /// One quota of one tier, named `<tier>.<key>` (e.g. `human.ws_events_per_sec`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LimitKey {
@@ -140,7 +156,7 @@ impl FromStr for LimitKey {
 
     fn from_str(s: &str) -> Result<LimitKey, String> {
         let (tier, key) = s.split_once('.').ok_or_else(|| format!("`{s}` is not <tier>.<key>"))?;
-        let tier = Tier::parse(tier).ok_or_else(|| format!("unknown tier `{tier}` (expected human or agent)"))?;
+        let tier = Tier::parse(tier).ok_or_else(|| format!("unknown tier `{tier}` (expected human, agent or ip)"))?;
         let key = QuotaKey::parse(key).ok_or_else(|| format!("unknown limit `{s}`"))?;
         Ok(LimitKey { tier, key })
     }
@@ -166,9 +182,10 @@ mod tests {
     #[test]
     fn limit_keys_round_trip_through_their_names() {
         let names: Vec<String> = LimitKey::all().map(|k| k.to_string()).collect();
-        assert_eq!(names.len(), 8);
+        assert_eq!(names.len(), 12);
         assert_eq!(names[0], "human.ws_events_per_sec");
         assert_eq!(names[7], "agent.api_calls_per_min");
+        assert_eq!(names[8], "ip.ws_events_per_sec");
         for name in &names {
             assert_eq!(&name.parse::<LimitKey>().unwrap().to_string(), name);
         }

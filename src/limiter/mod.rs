@@ -13,19 +13,24 @@
 
 pub mod clock;
 mod gcra;
+mod permits;
 mod principal;
 mod table;
+mod usage;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
+use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use ipnet::IpNet;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 use gcra::{NANOS, Quota};
-pub use principal::Principal;
+pub use permits::HandlerPermit;
+use permits::Permits;
+pub use principal::{Billed, Principal};
+pub use usage::{LimitUsage, Usage};
 
 pub use crate::config::Tier;
 use crate::config::{LimitsConfig, TierLimits};
@@ -38,7 +43,8 @@ const IDLE_SECS: u32 = 3600;
 /// Failed admin credentials allowed per IP: a burst of this many, refilling over a minute.
 pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 
-/// The limit types backed by a per-principal quota, in report order.
+/// The limit types backed by a per-principal quota, in report order; also the ones the IP
+/// ceiling bills.
 const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
 
 /// One tier's quotas as GCRA parameters.
@@ -64,7 +70,9 @@ struct Policy {
     config: LimitsConfig,
     human: TierQuotas,
     agent: TierQuotas,
+    ip: TierQuotas,
     agents: HashSet<PubKey>,
+    exempt: Vec<IpNet>,
 }
 
 impl Policy {
@@ -72,7 +80,9 @@ impl Policy {
         Policy {
             human: TierQuotas::of(&config.human),
             agent: TierQuotas::of(&config.agent),
+            ip: TierQuotas::of(&config.ip),
             agents: config.agent_pubkeys.iter().copied().collect(),
+            exempt: config.ip_ceiling_exempt.clone(),
             config,
         }
     }
@@ -80,8 +90,18 @@ impl Policy {
     fn tier(&self, principal: &Principal) -> Tier {
         match principal {
             Principal::Pubkey(pk) if self.agents.contains(pk) => Tier::Agent,
+            Principal::Ceiling(..) => Tier::Ip,
             _ => Tier::Human,
         }
+    }
+
+    /// The IP ceiling `ip` is billed under, or `None` when it is exempt.
+    fn ceiling(&self, ip: IpAddr) -> Option<Principal> {
+        let ip = ip.to_canonical();
+        if self.exempt.iter().any(|net| net.contains(&ip)) {
+            return None;
+        }
+        Some(Principal::ceiling_of(ip, self.config.ipv6_prefix_len))
     }
 
     /// The quota of `limit_type` for `principal`; `None` for `Unavailable`, which is a bound,
@@ -90,6 +110,7 @@ impl Policy {
         let tier = match self.tier(principal) {
             Tier::Human => &self.human,
             Tier::Agent => &self.agent,
+            Tier::Ip => &self.ip,
         };
         match limit_type {
             LimitType::WsEvents => Some(tier.ws_events),
@@ -182,38 +203,6 @@ impl State {
     }
 }
 
-/// Usage of one limit, exactly as the limiter decides with.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LimitUsage {
-    /// Cells of the burst in use now.
-    pub used: u64,
-    /// The burst size.
-    pub limit: u64,
-    /// `limit - used`.
-    pub remaining: u64,
-    /// Seconds for an empty bucket to refill completely.
-    pub window_secs: u64,
-    /// Seconds until one more request would be admitted (0 = now).
-    pub retry_in_secs: u64,
-}
-
-/// A principal's usage report.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    /// The principal (hex pubkey or IP).
-    pub principal: String,
-    /// Its tier.
-    pub tier: Tier,
-    /// Per quota: `ws_events`, `messages`, `api_calls`.
-    pub limits: BTreeMap<&'static str, LimitUsage>,
-    /// Refusals per limit type since start (or since the state was last forgotten).
-    pub refusals: BTreeMap<&'static str, u64>,
-    /// First admission seen (Unix seconds); `null` when never seen (or forgotten).
-    pub first_seen: Option<u64>,
-    /// Latest admission seen (Unix seconds).
-    pub last_seen: Option<u64>,
-}
-
 /// A time on the limiter's clock in whole seconds, as the table keeps it.
 fn secs(now_ns: u64) -> u32 {
     u32::try_from(now_ns / NANOS).unwrap_or(u32::MAX)
@@ -234,8 +223,7 @@ pub struct Limiter {
     policy: RwLock<Arc<Policy>>,
     states: Table<State>,
     clock: Arc<dyn Clock>,
-    permits: Arc<Semaphore>,
-    handler_wait: Duration,
+    permits: Permits,
 }
 
 impl Limiter {
@@ -243,8 +231,11 @@ impl Limiter {
     pub fn new(config: &LimitsConfig, clock: Arc<dyn Clock>) -> Limiter {
         Limiter {
             states: Table::new(config.max_tracked_principals, IDLE_SECS),
-            permits: Arc::new(Semaphore::new(config.handler_permits)),
-            handler_wait: Duration::from_millis(config.handler_wait_ms),
+            permits: Permits::new(
+                config.handler_permits,
+                config.handler_permits_per_principal,
+                Duration::from_millis(config.handler_wait_ms),
+            ),
             policy: RwLock::new(Arc::new(Policy::of(config.clone()))),
             clock,
         }
@@ -262,8 +253,9 @@ impl Limiter {
         self.policy().config.clone()
     }
 
-    /// Replaces the limits; the next admission of every connection uses them. (`handler_permits`
-    /// and `max_tracked_principals` are sized at start-up and keep their start-up values.)
+    /// Replaces the limits; the next admission of every connection uses them. (`handler_permits`,
+    /// `handler_permits_per_principal` and `max_tracked_principals` are sized at start-up and
+    /// keep their start-up values.)
     pub fn set_limits(&self, config: LimitsConfig) {
         let policy = Arc::new(Policy::of(config));
         match self.policy.write() {
@@ -282,111 +274,108 @@ impl Limiter {
         secs(self.clock.now_ns())
     }
 
-    fn count_refusal(&self, principal: &Principal, refused: &RateLimited) {
-        self.states.update(principal, self.now_secs(), State::fresh, |s| s.refusals.count(refused.limit_type));
-        count_metric(refused);
-    }
-
-    /// Bills one `limit_type` request of `principal` now. `Unavailable` is not a quota: use
-    /// [`Limiter::acquire_handler`].
-    pub fn admit(&self, principal: &Principal, limit_type: LimitType) -> Result<(), RateLimited> {
+    /// Bills one `limit_type` request now: to its principal and, for the quotas, to the IP
+    /// ceiling under it. Admitted only when both admit; a refusal's retry time is the longer of
+    /// the two waits, and a refused request is billed to neither. `Unavailable` is not a quota:
+    /// use [`Limiter::acquire_handler`].
+    pub fn admit(&self, billed: &Billed, limit_type: LimitType) -> Result<(), RateLimited> {
         let started = Instant::now();
-        let result = self.admit_at(principal, limit_type, self.clock.now_ns());
+        let result = self.admit_at(billed, limit_type, self.clock.now_ns());
         metrics::histogram!("hearth_admission_seconds").record(started.elapsed().as_secs_f64());
         result
     }
 
     /// [`Limiter::admit`] at an explicit time (nanoseconds on the limiter's clock).
-    pub fn admit_at(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) -> Result<(), RateLimited> {
+    pub fn admit_at(&self, billed: &Billed, limit_type: LimitType, now_ns: u64) -> Result<(), RateLimited> {
         let policy = self.policy();
-        let Some(quota) = policy.quota(principal, limit_type).filter(|_| policy.config.enabled) else {
+        let Some(quota) = policy.quota(&billed.principal, limit_type).filter(|_| policy.config.enabled) else {
             return Ok(());
         };
-        let outcome = self.states.update(principal, secs(now_ns), State::fresh, |s| {
+        let ceiling = if QUOTAS.contains(&limit_type) { policy.ceiling(billed.ip) } else { None };
+        let ceiling = ceiling.and_then(|c| Some((c, policy.quota(&c, limit_type)?)));
+        let refused = match self.bill(&billed.principal, quota, limit_type, now_ns) {
+            Err(wait) => {
+                // Truthful: the ceiling's wait counts too when it is the longer one.
+                let ceiling_wait = ceiling.map_or(0, |(c, q)| self.wait(&c, q, limit_type, now_ns));
+                wait.max(ceiling_wait)
+            }
+            Ok(()) => match ceiling {
+                None => return Ok(()),
+                Some((c, q)) => match self.bill(&c, q, limit_type, now_ns) {
+                    Ok(()) => return Ok(()),
+                    Err(wait) => {
+                        self.unbill(&billed.principal, limit_type, now_ns);
+                        self.count(&c, limit_type, now_ns);
+                        wait
+                    }
+                },
+            },
+        };
+        self.count(&billed.principal, limit_type, now_ns);
+        let refused = RateLimited { limit_type, retry_after: Duration::from_nanos(refused) };
+        count_metric(&refused);
+        Err(refused)
+    }
+
+    /// Takes one cell of `principal`'s `limit_type` now, or says how long until one is free.
+    fn bill(&self, principal: &Principal, quota: Quota, limit_type: LimitType, now_ns: u64) -> Result<(), u64> {
+        self.states.update(principal, secs(now_ns), State::fresh, |s| {
             s.last_seen = Timestamp::now();
             let Some(cell) = s.cells.of(limit_type) else { return Ok(()) };
-            match quota.check(quota.rescale(cell.tat, now_ns, cell.interval), now_ns) {
-                Ok(tat) => {
-                    *cell = Cell { tat, interval: quota.interval_ns };
-                    Ok(())
-                }
-                Err(wait) => {
-                    s.refusals.count(limit_type);
-                    Err(RateLimited { limit_type, retry_after: Duration::from_nanos(wait) })
-                }
+            let tat = quota.check(quota.rescale(cell.tat, now_ns, cell.interval), now_ns)?;
+            *cell = Cell { tat, interval: quota.interval_ns };
+            Ok(())
+        })
+    }
+
+    /// Gives back the cell [`Limiter::bill`] just took (GCRA: one interval earlier).
+    fn unbill(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
+        self.states.update(principal, secs(now_ns), State::fresh, |s| {
+            if let Some(cell) = s.cells.of(limit_type) {
+                cell.tat = cell.tat.saturating_sub(cell.interval);
             }
         });
-        if let Err(refused) = &outcome {
-            count_metric(refused);
-        }
-        outcome
+    }
+
+    /// How long until `principal` could take a cell of `limit_type` (0 = now).
+    fn wait(&self, principal: &Principal, quota: Quota, limit_type: LimitType, now_ns: u64) -> u64 {
+        let cell = self.states.read(principal, secs(now_ns), |s| s.cells.get(limit_type));
+        cell.map_or(0, |cell| quota.wait(quota.rescale(cell.tat, now_ns, cell.interval), now_ns))
+    }
+
+    fn count(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
+        self.states.update(principal, secs(now_ns), State::fresh, |s| s.refusals.count(limit_type));
     }
 
     /// The refusal `limit_type` would give `principal` now, without billing anything.
     pub fn peek(&self, principal: &Principal, limit_type: LimitType) -> Option<RateLimited> {
         let policy = self.policy();
         let quota = policy.quota(principal, limit_type).filter(|_| policy.config.enabled)?;
-        let now = self.clock.now_ns();
-        let cell = self.states.read(principal, self.now_secs(), |s| s.cells.get(limit_type))?;
-        match quota.wait(quota.rescale(cell.tat, now, cell.interval), now) {
+        match self.wait(principal, quota, limit_type, self.clock.now_ns()) {
             0 => None,
             wait => Some(RateLimited { limit_type, retry_after: Duration::from_nanos(wait) }),
         }
     }
 
-    /// Takes one of the global handler permits, waiting at most `handler_wait_ms`.
-    pub async fn acquire_handler(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, RateLimited> {
-        match tokio::time::timeout(self.handler_wait, self.permits.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
-            _ => {
+    /// Takes one of the handler permits, waiting at most `handler_wait_ms`: within the global
+    /// bound and within the principal's and its IP ceiling's shares of it.
+    pub async fn acquire_handler(&self, billed: &Billed) -> Result<HandlerPermit, RateLimited> {
+        let mut keys = vec![billed.principal];
+        keys.extend(self.policy().ceiling(billed.ip));
+        match self.permits.acquire(keys).await {
+            Some(permit) => Ok(permit),
+            None => {
                 let refused = RateLimited { limit_type: LimitType::Unavailable, retry_after: Duration::from_secs(1) };
-                self.count_refusal(principal, &refused);
+                self.count(&billed.principal, refused.limit_type, self.clock.now_ns());
+                count_metric(&refused);
                 Err(refused)
             }
         }
     }
 
-    /// What the limiter knows of `principal`: exactly the state it decides with (a principal
-    /// it holds no state for has a full bucket everywhere and was never seen).
-    pub fn usage(&self, principal: &Principal) -> Usage {
-        let snapshot = self
-            .states
-            .read(principal, self.now_secs(), |s| (s.cells, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
-        let (cells, refusals, first_seen, last_seen) =
-            snapshot.unwrap_or((Cells::default(), Refusals::default(), None, None));
-        let now = self.clock.now_ns();
-        let policy = self.policy();
-        let limits = QUOTAS
-            .iter()
-            .filter_map(|lt| {
-                let q = policy.quota(principal, *lt)?;
-                let cell = cells.get(*lt);
-                let tat = q.rescale(cell.tat, now, cell.interval);
-                let used = q.used(tat, now);
-                let wait = q.wait(tat, now);
-                let usage = LimitUsage {
-                    used,
-                    limit: q.burst,
-                    remaining: q.burst - used,
-                    window_secs: q.window_ns().div_ceil(NANOS),
-                    retry_in_secs: if wait == 0 {
-                        0
-                    } else {
-                        RateLimited { limit_type: *lt, retry_after: Duration::from_nanos(wait) }.retry_secs()
-                    },
-                };
-                Some((lt.as_str(), usage))
-            })
-            .collect();
-        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals.get(*lt)))).collect();
-        Usage {
-            principal: principal.to_string(),
-            tier: policy.tier(principal),
-            limits,
-            refusals,
-            first_seen,
-            last_seen,
-        }
+    /// The IP ceiling `ip` is billed under; `None` when `limits.ip_ceiling_exempt` covers it.
+    pub fn ceiling_of(&self, ip: IpAddr) -> Option<Principal> {
+        self.policy().ceiling(ip)
     }
 
     /// Principals with state, for the admin API's busiest list.

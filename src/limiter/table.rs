@@ -135,7 +135,7 @@ impl<S> Table<S> {
                 return out;
             }
         }
-        shard.map.insert(principal.clone(), Slot { state, touched: now });
+        shard.map.insert(*principal, Slot { state, touched: now });
         out
     }
 
@@ -149,7 +149,7 @@ impl<S> Table<S> {
     pub fn keys(&self, now: u32) -> Vec<Principal> {
         let mut keys = Vec::new();
         for shard in self.shards.iter().map(lock) {
-            keys.extend(shard.map.iter().filter(|(_, slot)| self.live(slot, now)).map(|(k, _)| k.clone()));
+            keys.extend(shard.map.iter().filter(|(_, slot)| self.live(slot, now)).map(|(k, _)| *k));
         }
         keys
     }

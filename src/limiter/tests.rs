@@ -7,8 +7,8 @@ fn limiter(config: LimitsConfig) -> (Limiter, Arc<ManualClock>) {
     (Limiter::new(&config, clock.clone()), clock)
 }
 
-fn ip(n: u32) -> Principal {
-    Principal::Ip(IpAddr::V4(Ipv4Addr::from(n)))
+fn ip(n: u32) -> Billed {
+    Billed::ip(IpAddr::V4(Ipv4Addr::from(n)))
 }
 
 #[test]
@@ -69,8 +69,8 @@ fn agents_are_billed_at_the_agent_tier_and_limits_change_live() {
     config.agent.messages_per_min = 3;
     config.agent_pubkeys = vec![agent];
     let (l, _) = limiter(config.clone());
-    let p = Principal::Pubkey(agent);
-    assert_eq!(l.tier(&p), Tier::Agent);
+    let p = Billed::new(Principal::Pubkey(agent), IpAddr::from([10, 0, 0, 1]));
+    assert_eq!(l.tier(&p.principal), Tier::Agent);
     for _ in 0..3 {
         l.admit(&p, LimitType::Messages).unwrap();
     }
@@ -84,12 +84,12 @@ fn agents_are_billed_at_the_agent_tier_and_limits_change_live() {
 fn usage_reports_what_the_limiter_decides_with() {
     let (l, clock) = limiter(LimitsConfig::default());
     let p = ip(5);
-    assert_eq!(l.usage(&p).first_seen, None);
-    assert_eq!(l.usage(&p).limits["ws_events"].remaining, 50);
+    assert_eq!(l.usage(&p.principal).first_seen, None);
+    assert_eq!(l.usage(&p.principal).limits["ws_events"].remaining, 50);
     for _ in 0..9 {
         l.admit(&p, LimitType::WsEvents).unwrap();
     }
-    let u = l.usage(&p);
+    let u = l.usage(&p.principal);
     assert_eq!(u.tier, Tier::Human);
     assert_eq!(
         u.limits["ws_events"],
@@ -103,13 +103,13 @@ fn usage_reports_what_the_limiter_decides_with() {
         l.admit(&p, LimitType::WsEvents).unwrap();
     }
     assert!(l.admit(&p, LimitType::WsEvents).is_err());
-    let u = l.usage(&p);
+    let u = l.usage(&p.principal);
     assert_eq!(u.limits["ws_events"].remaining, 0);
     assert_eq!(u.limits["ws_events"].retry_in_secs, 1);
     assert_eq!(u.refusals["ws_events"], 1);
     assert_eq!(u.refusals["messages"], 0);
     clock.advance(Duration::from_secs(5));
-    assert_eq!(l.usage(&p).limits["ws_events"].used, 0);
+    assert_eq!(l.usage(&p.principal).limits["ws_events"].used, 0);
 }
 
 #[test]
@@ -129,7 +129,86 @@ async fn handler_bound_refuses_after_the_wait() {
     let held = l.acquire_handler(&ip(6)).await.unwrap();
     let refused = l.acquire_handler(&ip(7)).await.unwrap_err();
     assert_eq!(refused.to_string(), "rate-limited: relay busy (unavailable); retry in 1s");
-    assert_eq!(l.usage(&ip(7)).refusals["unavailable"], 1);
+    assert_eq!(l.usage(&ip(7).principal).refusals["unavailable"], 1);
     drop(held);
     assert!(l.acquire_handler(&ip(7)).await.is_ok());
+}
+
+fn key(n: u8) -> Principal {
+    Principal::Pubkey(crate::protocol::Keys::from_bytes([n + 1; 32]).unwrap().public_key())
+}
+
+#[test]
+fn many_keys_from_one_ip_share_its_ceiling_and_hear_the_longer_wait() {
+    let mut config = LimitsConfig::default();
+    config.ip.ws_events_per_sec = 2;
+    config.ip.ws_burst_window_secs = 5;
+    let (l, clock) = limiter(config);
+    let from = IpAddr::from([10, 0, 0, 9]);
+    // The ceiling's burst of 10, spread over keys whose own bursts are 50.
+    for n in 0..10 {
+        l.admit(&Billed::new(key(n), from), LimitType::WsEvents).unwrap();
+    }
+    let refused = l.admit(&Billed::new(key(10), from), LimitType::WsEvents).unwrap_err();
+    // The ceiling refills one frame every 500 ms: that is the wait, not the key's (none).
+    assert_eq!(refused.retry_after, Duration::from_millis(500));
+    // Refused by the ceiling, so not billed to the key either.
+    assert_eq!(l.usage(&key(10)).limits["ws_events"].used, 0);
+    assert_eq!(l.usage(&key(10)).refusals["ws_events"], 1);
+    let ceiling = l.ceiling_of(from).unwrap();
+    assert_eq!(l.usage(&ceiling).tier, Tier::Ip);
+    assert_eq!(l.usage(&ceiling).limits["ws_events"].used, 10);
+    // Another address has a ceiling of its own.
+    l.admit(&Billed::new(key(10), IpAddr::from([10, 0, 0, 8])), LimitType::WsEvents).unwrap();
+    clock.advance(Duration::from_secs(refused.retry_secs()));
+    l.admit(&Billed::new(key(10), from), LimitType::WsEvents).unwrap();
+}
+
+#[test]
+fn a_key_over_its_own_quota_is_told_the_ceilings_wait_when_that_is_longer() {
+    let mut config = LimitsConfig::default();
+    config.human.messages_per_min = 1;
+    config.ip.messages_per_min = 2;
+    let (l, _) = limiter(config);
+    let from = IpAddr::from([10, 0, 0, 7]);
+    l.admit(&Billed::new(key(1), from), LimitType::Messages).unwrap();
+    l.admit(&Billed::new(key(2), from), LimitType::Messages).unwrap();
+    // key(1) waits 60 s for its own quota; the ceiling (2/min) 30 s: the longer one is said.
+    let refused = l.admit(&Billed::new(key(1), from), LimitType::Messages).unwrap_err();
+    assert_eq!(refused.retry_after, Duration::from_secs(60));
+    // key(3) is fresh, but the ceiling waits 30 s.
+    let refused = l.admit(&Billed::new(key(3), from), LimitType::Messages).unwrap_err();
+    assert_eq!(refused.retry_after, Duration::from_secs(30));
+}
+
+#[test]
+fn exempt_networks_and_ipv6_neighbours() {
+    let mut config = LimitsConfig::default();
+    config.ip.api_calls_per_min = 1;
+    config.ip_ceiling_exempt = vec!["10.9.0.0/16".parse().unwrap()];
+    let (l, _) = limiter(config);
+    for n in 0..5 {
+        l.admit(&Billed::new(key(n), IpAddr::from([10, 9, 1, 1])), LimitType::ApiCalls).unwrap();
+    }
+    assert_eq!(l.ceiling_of(IpAddr::from([10, 9, 1, 1])), None);
+    let a: IpAddr = "2001:db8::1".parse().unwrap();
+    let b: IpAddr = "2001:db8::2".parse().unwrap();
+    l.admit(&Billed::ip(a), LimitType::ApiCalls).unwrap();
+    // The same /64: the same ceiling.
+    assert!(l.admit(&Billed::ip(b), LimitType::ApiCalls).is_err());
+}
+
+#[test]
+fn admin_auth_failures_bill_the_ip_only() {
+    let mut config = LimitsConfig::default();
+    config.ip.ws_events_per_sec = 1;
+    config.ip.ws_burst_window_secs = 1;
+    let (l, _) = limiter(config);
+    let p = ip(99);
+    for _ in 0..super::ADMIN_AUTH_FAILURES_PER_MIN {
+        l.admit(&p, LimitType::AdminAuth).unwrap();
+    }
+    assert!(l.admit(&p, LimitType::AdminAuth).is_err());
+    // The ceiling was not billed by them.
+    l.admit(&p, LimitType::WsEvents).unwrap();
 }

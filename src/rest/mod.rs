@@ -19,7 +19,7 @@ use crate::http::{
     with_app,
 };
 use crate::ingest::{self, Outcome, Publisher};
-use crate::limiter::{LimitType, Principal};
+use crate::limiter::{Billed, LimitType, Principal};
 use crate::protocol::nip98::AuthError;
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, Timestamp};
@@ -32,7 +32,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 #[derive(Debug)]
 struct Caller {
     authed: Option<PubKey>,
-    principal: Principal,
+    billed: Billed,
 }
 
 /// Identifies the caller (NIP-98, else IP) and bills one `api_calls`. A failed auth is billed to
@@ -40,7 +40,7 @@ struct Caller {
 async fn caller(app: &AppState, ctx: &RequestCtx) -> Result<Caller, ApiError> {
     let ip_addr = ctx.client_ip(app);
     client_ip::check_blocked(app, Some(ip_addr))?;
-    let ip = Principal::Ip(ip_addr);
+    let ip = Billed::ip(ip_addr);
     let authed = match ctx.nip98(app).await {
         Ok(authed) => authed,
         Err(e) => {
@@ -52,9 +52,9 @@ async fn caller(app: &AppState, ctx: &RequestCtx) -> Result<Caller, ApiError> {
         app.limiter.admit(&ip, LimitType::ApiCalls)?;
         return Err(ApiError::Unauthorized(AuthError::Required));
     }
-    let principal = authed.map_or(ip, Principal::Pubkey);
-    app.limiter.admit(&principal, LimitType::ApiCalls)?;
-    Ok(Caller { authed, principal })
+    let billed = authed.map_or(ip, |pk| Billed::new(Principal::Pubkey(pk), ip_addr));
+    app.limiter.admit(&billed, LimitType::ApiCalls)?;
+    Ok(Caller { authed, billed })
 }
 
 /// Every `/api/v1` route.
@@ -128,7 +128,7 @@ async fn publish(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> 
         }
     };
     let id = event.id.to_hex();
-    let outcome = ingest::publish(app, event, Publisher { authed: caller.authed, principal: caller.principal }).await;
+    let outcome = ingest::publish(app, event, Publisher { authed: caller.authed, billed: caller.billed }).await;
     if let Outcome::Refused(Refusal::RateLimited(limited)) = &outcome {
         return Err(ApiError::RateLimited(*limited));
     }
@@ -183,7 +183,7 @@ struct EventsBody {
 async fn query(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
     let caller = caller(app, &ctx).await?;
     let filters = filters_of(app, &ctx)?;
-    let events = query::events(app, &caller.principal, filters, |_| {}).await.map_err(api_error)?;
+    let events = query::events(app, &caller.billed, filters, |_| {}).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &EventsBody { events }))
 }
 
@@ -195,7 +195,7 @@ struct CountBody {
 async fn count(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
     let caller = caller(app, &ctx).await?;
     let filters = filters_of(app, &ctx)?;
-    let count = query::count(app, &caller.principal, filters).await.map_err(api_error)?;
+    let count = query::count(app, &caller.billed, filters).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &CountBody { count }))
 }
 

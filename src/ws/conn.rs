@@ -75,11 +75,27 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
     }
     let mut in_flight: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
     let max_in_flight = app.config.server.max_in_flight;
+    // A peer that vanished without a close keeps its subscriptions only until it fails to
+    // answer a ping: one interval to answer, then it is closed.
+    let ping_every = Duration::from_secs(app.config.server.ping_interval_secs);
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+    let mut unanswered = false;
     loop {
         tokio::select! {
             biased;
             _ = app.shutdown.cancelled() => break,
             _ = reg.slow.cancelled() => break,
+            _ = ping.tick() => {
+                if unanswered {
+                    tracing::debug!("no pong within the ping interval; closing");
+                    break;
+                }
+                unanswered = true;
+                let sent = async { sink.send(Message::Ping(Default::default())).await.is_ok() };
+                if !guarded(sent, &reg.slow, &app.shutdown).await {
+                    break;
+                }
+            }
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                 // Every result that is ready goes out in one write: a group commit finishes
                 // many EVENTs at once, and one syscall per OK would cost more than the OK.
@@ -111,6 +127,8 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                     }
                     None => break,
                 };
+                // Whatever the peer sends shows it is there, a pong or any other frame.
+                unanswered = false;
                 let action = match &msg {
                     Message::Close(_) => break,
                     Message::Text(text) => {

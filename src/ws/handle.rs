@@ -14,7 +14,7 @@ use super::session::Session;
 use crate::app::AppState;
 use crate::fanout::ConnId;
 use crate::ingest::{self, Publisher};
-use crate::limiter::{LimitType, Principal, RateLimited};
+use crate::limiter::{Billed, LimitType, RateLimited};
 use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::verify::verify;
 use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp};
@@ -83,10 +83,10 @@ pub(super) fn frame(
     relay_match: Option<&RelayMatch>,
 ) -> Action {
     let lim = &app.config.limitation;
-    let principal = session.principal();
+    let billed = session.billed();
     if text.len() > lim.max_message_length {
         // Oversized and unparseable frames are billed like any frame, so they are never free.
-        let message = match app.limiter.admit(&principal, LimitType::WsEvents) {
+        let message = match app.limiter.admit(&billed, LimitType::WsEvents) {
             Ok(()) => format!("invalid: message is {} bytes, the limit is {}", text.len(), lim.max_message_length),
             Err(limited) => limited.to_string(),
         };
@@ -96,18 +96,20 @@ pub(super) fn frame(
         Ok(msg) => msg,
         Err(e) => {
             tracing::debug!(error = %e, "unparseable frame");
-            return Action::Reply(match app.limiter.admit(&principal, LimitType::WsEvents) {
+            return Action::Reply(match app.limiter.admit(&billed, LimitType::WsEvents) {
                 Ok(()) => e.reply(),
                 Err(limited) => e.correlation().refuse(limited.to_string()),
             });
         }
     };
     metrics::counter!("hearth_frames_total").increment(1);
-    // CLOSE and AUTH are never billed or refused: a client can always close and authenticate.
-    // Everything else is billed on arrival, before any costly work.
+    // CLOSE is never billed or refused: a client can always close. AUTH bills the IP (and its
+    // ceiling), whatever key it names, so fresh keys are not free; everything else bills the key
+    // the frame acts for. All on arrival, before any costly work.
     let admitted = match &msg {
-        ClientMessage::Close(_) | ClientMessage::Auth(_) => Ok(()),
-        _ => app.limiter.admit(&principal, LimitType::WsEvents),
+        ClientMessage::Close(_) => Ok(()),
+        ClientMessage::Auth(_) => app.limiter.admit(&Billed::ip(session.client_ip), LimitType::WsEvents),
+        _ => app.limiter.admit(&billed, LimitType::WsEvents),
     };
     let needs_auth = app.config.auth.required && session.authed.is_none();
     match msg {
@@ -121,7 +123,7 @@ pub(super) fn frame(
                 return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
             }
             let app = app.clone();
-            let publisher = Publisher { authed: session.authed, principal };
+            let publisher = Publisher { authed: session.authed, billed };
             Action::Spawn(Box::pin(async move {
                 let outcome = ingest::publish(&app, *event, publisher).await;
                 Done::Frames(vec![RelayMessage::ok(id, outcome.accepted(), outcome.message())])
@@ -137,13 +139,13 @@ pub(super) fn frame(
                     return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
                 }
             };
-            Action::Spawn(Box::pin(req(app.clone(), principal, conn, sub_id, generation, filters)))
+            Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
             if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
                 return Action::Reply(closed);
             }
-            Action::Spawn(Box::pin(count(app.clone(), principal, sub_id, filters)))
+            Action::Spawn(Box::pin(count(app.clone(), billed, sub_id, filters)))
         }
         ClientMessage::Close(sub_id) => {
             session.close(&sub_id);
@@ -151,6 +153,9 @@ pub(super) fn frame(
             Action::Nothing
         }
         ClientMessage::Auth(event) => {
+            if let Err(limited) = admitted {
+                return Action::Reply(RelayMessage::ok(event.id.to_hex(), false, limited.to_string()));
+            }
             let challenge = session.challenge.clone();
             let relay_match = relay_match.cloned();
             Action::Spawn(Box::pin(authenticate(*event, challenge, relay_match)))
@@ -197,14 +202,14 @@ async fn authenticate(event: Event, challenge: String, relay_match: Option<Relay
 /// event stored meanwhile is missed (the loop drops the results if the id changed meanwhile).
 async fn req(
     app: Arc<AppState>,
-    principal: Principal,
+    billed: Billed,
     conn: ConnId,
     sub_id: String,
     generation: u64,
     filters: Vec<Filter>,
 ) -> Done {
     let subscribe = |filters: &[Filter]| app.fanout.subscribe(conn, &sub_id, generation, filters.to_vec());
-    match query::events(&app, &principal, filters, subscribe).await {
+    match query::events(&app, &billed, filters, subscribe).await {
         Ok(events) => {
             let mut frames: Vec<RelayMessage> =
                 events.into_iter().map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event }).collect();
@@ -218,8 +223,8 @@ async fn req(
     }
 }
 
-async fn count(app: Arc<AppState>, principal: Principal, sub_id: String, filters: Vec<Filter>) -> Done {
-    let frame = match query::count(&app, &principal, filters).await {
+async fn count(app: Arc<AppState>, billed: Billed, sub_id: String, filters: Vec<Filter>) -> Done {
+    let frame = match query::count(&app, &billed, filters).await {
         Ok(count) => RelayMessage::Count { sub_id, count },
         Err(QueryError::Store(_)) => RelayMessage::Closed { sub_id, message: "error: the count failed".into() },
         Err(e) => closed(sub_id, &e),

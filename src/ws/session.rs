@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use crate::limiter::Principal;
+use crate::limiter::{Billed, Principal};
 use crate::protocol::PubKey;
 
 /// State of one WebSocket connection.
@@ -35,6 +35,11 @@ impl Session {
             Some(pk) => Principal::Pubkey(pk),
             None => Principal::Ip(self.client_ip),
         }
+    }
+
+    /// What this connection's frames bill: its principal, and its IP's ceiling under it.
+    pub fn billed(&self) -> Billed {
+        Billed::new(self.principal(), self.client_ip)
     }
 
     /// Opens (or replaces) `sub_id`; refuses a new id beyond `max_subscriptions`.

@@ -180,7 +180,7 @@ async fn a_bad_patch_names_the_field_and_changes_nothing() {
             json!({"human": {"ws_events_per_sec": 20, "messages_per_min": 0}}),
             "`human.messages_per_min` must be a positive integer",
         ),
-        (json!({"robots": {"ws_events_per_sec": 20}}), "unknown tier `robots` (expected human or agent)"),
+        (json!({"robots": {"ws_events_per_sec": 20}}), "unknown tier `robots` (expected human, agent or ip)"),
         (json!({"agent": {"bogus": 1}}), "unknown limit `agent.bogus`"),
         (json!({"agent": {"api_calls_per_min": -5}}), "`agent.api_calls_per_min` must be a positive integer"),
     ] {
@@ -244,9 +244,18 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
     assert_eq!(usage["subscriptions"], 1);
     assert_eq!(usage["stored_events"], 1);
     assert!(usage["first_seen"].as_u64().unwrap() <= usage["last_seen"].as_u64().unwrap());
-    // The IP side: the AUTH-less frames before AUTH are none, so the IP has no usage.
+    // The IP side: the AUTH frame is the IP's own; its ceiling carries every frame and call
+    // of every key from it.
     let (_, ip) = api.token(Method::GET, "/admin/v1/usage/ip/127.0.0.1", None).await;
-    assert_eq!(ip["limits"]["ws_events"]["used"], 0);
+    assert_eq!(ip["limits"]["ws_events"]["used"], 1);
+    assert_eq!(ip["ip_ceiling"]["principal"], "127.0.0.1/32");
+    assert_eq!(ip["ip_ceiling"]["tier"], "ip");
+    assert_eq!(
+        ip["ip_ceiling"]["limits"]["ws_events"],
+        json!({"used": 7, "limit": 200, "remaining": 193, "window_secs": 5, "retry_in_secs": 0})
+    );
+    assert_eq!(ip["ip_ceiling"]["limits"]["messages"]["used"], 1);
+    assert_eq!(ip["ip_ceiling"]["limits"]["api_calls"]["used"], 1);
     let (_, busiest) = api.token(Method::GET, "/admin/v1/usage?sort=usage&limit=1", None).await;
     assert_eq!(busiest["principals"][0]["principal"], alice.public_key().to_hex());
     let (status, _) = api.token(Method::GET, "/admin/v1/usage/not-a-key", None).await;

@@ -75,6 +75,10 @@ async fn cli_publishes_300_events_over_rest_exactly_once() {
     let relay = TestRelay::start_real_clock(|c| {
         c.limits.human.api_calls_per_min = 1000;
         c.limits.human.messages_per_min = 100_000;
+        // The client's pacing follows the human tier only (issue 18); the IP ceiling is raised
+        // out of its way here.
+        c.limits.ip.api_calls_per_min = 1000;
+        c.limits.ip.messages_per_min = 100_000;
         c.limitation.max_limit = 1000;
     })
     .await;

@@ -133,12 +133,28 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects from the source address `from` (loopback has a whole /8: 127.0.0.x are
+    /// distinct clients to the relay) and takes the NIP-42 challenge.
+    pub async fn connect_from(url: &str, from: std::net::IpAddr) -> Client {
+        let addr: SocketAddr = url.trim_start_matches("ws://").trim_end_matches('/').parse().unwrap();
+        let tcp = tcp_from(addr, from).await;
+        let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp)))
+            .await
+            .unwrap()
+            .unwrap();
+        Client::greeted(ws).await
+    }
+
     /// Connects to the relay at `url` and takes its NIP-42 challenge.
     pub async fn connect(url: &str) -> Client {
         let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::connect_async_with_config(url, None, true))
             .await
             .unwrap()
             .unwrap();
+        Client::greeted(ws).await
+    }
+
+    async fn greeted(ws: WebSocketStream<MaybeTlsStream<TcpStream>>) -> Client {
         let mut client = Client { ws, challenge: String::new() };
         // NIP-42: the relay opens with its challenge.
         let first = client.recv().await;
@@ -239,6 +255,13 @@ impl Client {
     }
 }
 
+/// A TCP connection to `addr` from the source address `from`.
+pub async fn tcp_from(addr: SocketAddr, from: std::net::IpAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    tokio::time::timeout(STEP, socket.connect(addr)).await.unwrap().unwrap()
+}
+
 /// A deterministic test key.
 pub fn keys(n: u8) -> Keys {
     Keys::from_bytes([n; 32]).unwrap()
@@ -265,7 +288,7 @@ pub fn assert_ok(frame: &Value, id: &str, accepted: bool, prefix: &str) {
 
 /// Quotas high enough never to refuse: for tests about something other than the limiter.
 pub fn generous(c: &mut Config) {
-    for tier in [&mut c.limits.human, &mut c.limits.agent] {
+    for tier in [&mut c.limits.human, &mut c.limits.agent, &mut c.limits.ip] {
         tier.ws_events_per_sec = 1_000_000;
         tier.ws_burst_window_secs = 10;
         tier.messages_per_min = 100_000_000;

@@ -161,7 +161,7 @@ async fn a_limit_changed_at_runtime_applies_to_the_next_frame_of_an_open_connect
 }
 
 #[tokio::test]
-async fn auth_and_close_succeed_while_over_quota() {
+async fn close_succeeds_while_over_quota_and_auth_waits_for_the_ips_quota() {
     let relay = TestRelay::start(|c| {
         c.limits.human.ws_events_per_sec = 1;
         c.limits.human.ws_burst_window_secs = 1;
@@ -172,7 +172,12 @@ async fn auth_and_close_succeed_while_over_quota() {
     c.send(json!(["COUNT", "over", {}])).await;
     assert_eq!(c.recv().await, json!(["CLOSED", "over", ws_refusal(1)]));
     c.send(json!(["CLOSE", "s"])).await;
+    // AUTH bills the IP, which is over its quota: a fresh key is no way around it.
     let k = keys(5);
+    let ok = c.auth(&k, &relay.ws_url()).await;
+    assert_eq!((&ok[2], &ok[3]), (&json!(false), &json!(ws_refusal(1))), "{ok}");
+    // After the wait it says, the same AUTH is admitted.
+    relay.clock.advance(Duration::from_secs(1));
     let ok = c.auth(&k, &relay.ws_url()).await;
     assert_eq!(ok[2], true, "{ok}");
     // CLOSE took effect: a new event reaches no subscription of this connection.

@@ -6,6 +6,7 @@
 mod common;
 
 mod admin;
+mod admission;
 mod bench_smoke;
 mod binary;
 mod client;
@@ -14,4 +15,5 @@ mod http;
 mod limiter;
 mod nip01;
 mod rest;
+mod sockets;
 mod vectors;

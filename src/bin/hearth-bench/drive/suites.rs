@@ -88,7 +88,7 @@ pub(crate) async fn smoke() -> Res<Vec<Report>> {
     let mut reports = vec![gen_file(300, &file)?];
     let mut config = hearth::config::Config::default();
     config.storage.data_dir = dir.join("data");
-    for tier in [&mut config.limits.human, &mut config.limits.agent] {
+    for tier in [&mut config.limits.human, &mut config.limits.agent, &mut config.limits.ip] {
         tier.ws_events_per_sec = 10_000_000;
         tier.messages_per_min = 1_000_000_000;
     }
@@ -122,7 +122,8 @@ pub(crate) async fn smoke() -> Res<Vec<Report>> {
         }
         reports.push(fanout);
         let limiter = limiter(1000)?;
-        if limiter.json["tracked"] != 1000 {
+        // Each address, and its IP ceiling.
+        if limiter.json["tracked"] != 2000 {
             return Err(format!("smoke limiter: {}", limiter.json));
         }
         reports.push(limiter);

@@ -319,16 +319,17 @@ pub(crate) fn bound(file: &Path, dir: &Path) -> Res<Report> {
     })
 }
 
-/// `limiter.admit` in-process: p50/p99 of one call over `principals` distinct principals, and
-/// the memory the limiter holds once it tracks them all.
+/// `limiter.admit` in-process: p50/p99 of one call over `principals` distinct unauthenticated
+/// addresses (each also billing its own IP ceiling: two entries in the table), and the memory
+/// the limiter holds once it tracks them all.
 pub(crate) fn limiter(principals: u32) -> Res<Report> {
     use hearth::config::LimitsConfig;
-    use hearth::limiter::{LimitType, Limiter, Principal, SystemClock};
+    use hearth::limiter::{Billed, LimitType, Limiter, SystemClock};
     let rss_kb = || proc_status_kb("self", "VmRSS:");
-    let config = LimitsConfig { max_tracked_principals: u64::from(principals), ..LimitsConfig::default() };
+    let config = LimitsConfig { max_tracked_principals: 2 * u64::from(principals), ..LimitsConfig::default() };
     let before = rss_kb();
     let limiter = Limiter::new(&config, Arc::new(SystemClock::default()));
-    let ip = |n: u32| Principal::Ip(std::net::IpAddr::V4(std::net::Ipv4Addr::from(n.wrapping_add(1 << 24))));
+    let ip = |n: u32| Billed::ip(std::net::IpAddr::V4(std::net::Ipv4Addr::from(n.wrapping_add(1 << 24))));
     let admit = |n: u32| limiter.admit(&ip(n), LimitType::WsEvents).map_err(|r| format!("admit refused: {r}"));
     // First admission of each principal creates its state: memory is read after that round,
     // before the samples of the timed second round (which finds the state) are allocated.

@@ -1,0 +1,88 @@
+//! The usage report: what the limiter knows of one principal, exactly as it decides with.
+//!
+//! Owns [`Usage`] and [`LimitUsage`], which the admin API serves as they are.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::gcra::NANOS;
+use super::{Cells, LimitType, Limiter, Principal, QUOTAS, RateLimited, Refusals, Tier};
+
+/// Usage of one limit, exactly as the limiter decides with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LimitUsage {
+    /// Cells of the burst in use now.
+    pub used: u64,
+    /// The burst size.
+    pub limit: u64,
+    /// `limit - used`.
+    pub remaining: u64,
+    /// Seconds for an empty bucket to refill completely.
+    pub window_secs: u64,
+    /// Seconds until one more request would be admitted (0 = now).
+    pub retry_in_secs: u64,
+}
+
+/// A principal's usage report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// The principal (hex pubkey, IP, or the IP ceiling's network as `addr/len`).
+    pub principal: String,
+    /// Its tier.
+    pub tier: Tier,
+    /// Per quota: `ws_events`, `messages`, `api_calls`.
+    pub limits: BTreeMap<&'static str, LimitUsage>,
+    /// Refusals per limit type since start (or since the state was last forgotten).
+    pub refusals: BTreeMap<&'static str, u64>,
+    /// First admission seen (Unix seconds); `null` when never seen (or forgotten).
+    pub first_seen: Option<u64>,
+    /// Latest admission seen (Unix seconds).
+    pub last_seen: Option<u64>,
+}
+
+impl Limiter {
+    /// What the limiter knows of `principal`: exactly the state it decides with (a principal
+    /// it holds no state for has a full bucket everywhere and was never seen).
+    pub fn usage(&self, principal: &Principal) -> Usage {
+        let snapshot = self
+            .states
+            .read(principal, self.now_secs(), |s| (s.cells, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
+        let (cells, refusals, first_seen, last_seen) =
+            snapshot.unwrap_or((Cells::default(), Refusals::default(), None, None));
+        let now = self.clock.now_ns();
+        let policy = self.policy();
+        let limits = QUOTAS
+            .iter()
+            .filter_map(|lt| {
+                let q = policy.quota(principal, *lt)?;
+                let cell = cells.get(*lt);
+                let tat = q.rescale(cell.tat, now, cell.interval);
+                let used = q.used(tat, now);
+                let wait = q.wait(tat, now);
+                let usage = LimitUsage {
+                    used,
+                    limit: q.burst,
+                    remaining: q.burst - used,
+                    window_secs: q.window_ns().div_ceil(NANOS),
+                    retry_in_secs: if wait == 0 {
+                        0
+                    } else {
+                        RateLimited { limit_type: *lt, retry_after: Duration::from_nanos(wait) }.retry_secs()
+                    },
+                };
+                Some((lt.as_str(), usage))
+            })
+            .collect();
+        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals.get(*lt)))).collect();
+        Usage {
+            principal: principal.to_string(),
+            tier: policy.tier(principal),
+            limits,
+            refusals,
+            first_seen,
+            last_seen,
+        }
+    }
+}

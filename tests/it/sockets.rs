@@ -1,0 +1,158 @@
+//! Sockets that cannot be held: request-head and body timeouts, pings to silent WebSocket peers,
+//! and the connection caps, each against the real server over raw TCP where a well-behaved
+//! client library would not misbehave on purpose.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+/// Reads until the relay closes the socket; what it sent, and how long that took.
+async fn until_closed(tcp: &mut TcpStream) -> (Vec<u8>, Duration) {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(STEP, tcp.read(&mut buf)).await.expect("the relay never closed the socket") {
+            Ok(0) | Err(_) => return (got, started.elapsed()),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn quick(c: &mut hearth::config::Config) {
+    c.server.header_timeout_secs = 1;
+    c.server.body_timeout_secs = 1;
+    c.server.ping_interval_secs = 1;
+}
+
+#[tokio::test]
+async fn a_silent_socket_and_a_trickled_header_are_closed_after_the_header_timeout() {
+    let relay = TestRelay::start(quick).await;
+    let mut silent = TcpStream::connect(relay.addr).await.unwrap();
+    let (_, took) = until_closed(&mut silent).await;
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let mut slow = TcpStream::connect(relay.addr).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for byte in b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: 1" {
+            if slow.write_all(&[*byte]).await.is_err() {
+                return slow;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        slow
+    });
+    let mut slow = trickle.await.unwrap();
+    let (_, took) = until_closed(&mut slow).await;
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The relay still serves everyone else.
+    assert_eq!(relay.nip11().await["software"], "hearth");
+}
+
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_gets_408_and_is_closed() {
+    let relay = TestRelay::start(quick).await;
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let head = format!(
+        "POST /api/v1/count HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"fil",
+        relay.addr
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let (got, _) = until_closed(&mut tcp).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.ends_with(r#"{"error":"the request took too long to arrive"}"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_websocket_peer_that_answers_no_ping_is_closed_and_its_subscriptions_freed() {
+    let relay = TestRelay::start(|c| {
+        quick(c);
+        c.admin.token = "t".into();
+    })
+    .await;
+    // A client that keeps reading answers pings (tungstenite does) and stays.
+    let mut alive = relay.connect().await;
+    let reading = tokio::spawn(async move {
+        assert_eq!(alive.recv_within(Duration::from_secs(4)).await, None);
+        alive
+    });
+    // The silent peer: a handshake by hand, one REQ, then it never reads or writes again.
+    let mut tcp = tcp_from(relay.addr, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))).await;
+    let upgrade = format!(
+        "GET / HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        relay.addr
+    );
+    tcp.write_all(upgrade.as_bytes()).await.unwrap();
+    // A masked client text frame: ["REQ","s",{}]
+    let payload = br#"["REQ","s",{}]"#;
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    tcp.write_all(&frame).await.unwrap();
+    let usage = |relay: &TestRelay| {
+        let url = relay.http_url("/admin/v1/usage/ip/127.0.0.3");
+        async move {
+            let resp = reqwest::Client::new().get(url).bearer_auth("t").send().await.unwrap();
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    let started = Instant::now();
+    loop {
+        let u = usage(&relay).await;
+        if u["subscriptions"] == 1 {
+            break;
+        }
+        assert!(started.elapsed() < STEP, "the REQ never registered: {u}");
+        tokio::task::yield_now().await;
+    }
+    // Reading only the bytes, never answering: the relay pings, waits an interval, closes.
+    let (_, took) = until_closed(&mut tcp).await;
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let u = usage(&relay).await;
+    assert_eq!((u["connections"].clone(), u["subscriptions"].clone()), (json!(0), json!(0)), "{u}");
+    // The reading client lived through the same pings.
+    let mut alive = reading.await.unwrap();
+    assert!(alive.req("still", vec![json!({"limit": 1})]).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_per_ip_cap_holds_while_another_ip_connects() {
+    let relay = TestRelay::start(|c| c.server.max_connections_per_ip = 3).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(relay.connect().await);
+    }
+    let resp = reqwest::get(relay.http_url("/")).await.unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(
+        resp.json::<Value>().await.unwrap(),
+        json!({
+            "error": "rate-limited: too many connections (max_connections_per_ip); retry in 1s",
+            "limit_type": "max_connections_per_ip",
+            "retry_after_secs": 1
+        })
+    );
+    let other = reqwest::Client::builder().local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))).build().unwrap();
+    let resp = other.get(relay.http_url("/")).header("accept", "application/nostr+json").send().await.unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    // A closed WebSocket gives its place back.
+    let first = held.remove(0);
+    drop(first);
+    let started = Instant::now();
+    loop {
+        let resp = reqwest::Client::new().get(relay.http_url("/")).send().await.unwrap();
+        if resp.status() == reqwest::StatusCode::OK {
+            break;
+        }
+        assert!(started.elapsed() < STEP, "the closed socket's place never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
