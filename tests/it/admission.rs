@@ -148,35 +148,43 @@ async fn an_exempt_network_skips_the_ceiling_and_another_address_has_its_own() {
 async fn a_bystander_on_another_ip_keeps_its_permits_while_one_ip_floods() {
     let relay = TestRelay::start(|c| {
         generous(c);
-        c.limits.handler_permits = 16;
-        c.limits.handler_wait_ms = 200;
+        c.limits.handler_permits = 4;
+        c.limits.handler_permits_per_principal = 2;
+        c.limits.handler_wait_ms = 50;
         c.server.max_in_flight = 256;
     })
     .await;
     let mut seeder = relay.connect().await;
     let k = keys(7);
     for i in 0..400 {
-        seeder.send(json!(["EVENT", sign(&k, now() - i, 1, &[&["t", "flood"]], "x".repeat(200).as_str())])).await;
+        let tags: &[&[&str]] = &[&["t", "flood"], &["l", "x"]];
+        seeder.send(json!(["EVENT", sign(&k, now() - i, 1, tags, "x".repeat(200).as_str())])).await;
     }
     for _ in 0..400 {
         assert_eq!(seeder.recv().await[2], true);
     }
-    // Eight connections on 127.0.0.1, each as its own key, each with 200 COUNTs in flight.
+    // Eight connections on 127.0.0.1, each as its own key, each keeping 100 COUNTs in flight
+    // until the bystander is done; two tag conditions make every COUNT read all 400 records.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut flood = Vec::new();
     for n in 0..8 {
         let mut c = relay.connect().await;
         assert_eq!(c.auth(&fresh_key(5000 + n), &relay.ws_url()).await[2], true);
+        let done = done.clone();
         flood.push(tokio::spawn(async move {
-            for i in 0..200 {
-                c.send(json!(["COUNT", format!("q{i}"), {"#t": ["flood"]}])).await;
+            let count = json!(["COUNT", "q", {"#t": ["flood"], "#l": ["x"]}]);
+            for _ in 0..100 {
+                c.send(count.clone()).await;
             }
-            let mut busy = 0;
-            for _ in 0..200 {
-                if c.recv().await[0] == "CLOSED" {
-                    busy += 1;
+            let mut in_flight = 100;
+            while in_flight > 0 {
+                c.recv().await;
+                in_flight -= 1;
+                if !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.send(count.clone()).await;
+                    in_flight += 1;
                 }
             }
-            busy
         }));
     }
     let mut bystander = Client::connect_from(&relay.ws_url(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))).await;
@@ -193,6 +201,7 @@ async fn a_bystander_on_another_ip_keeps_its_permits_while_one_ip_floods() {
         }
         bystander.send(json!(["CLOSE", sub])).await;
     }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     for task in flood {
         task.await.unwrap();
     }

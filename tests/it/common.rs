@@ -216,6 +216,18 @@ impl Client {
         assert!(before.is_empty(), "{why}: {before:?}");
     }
 
+    /// Reads every frame until a barrier COUNT is answered (after a flood whose answers the
+    /// caller does not count).
+    pub async fn assert_nothing_before_barrier_or_flood(&mut self) {
+        self.send(json!(["COUNT", "barrier", {"kinds": [65535]}])).await;
+        loop {
+            let f = self.recv().await;
+            if f[1] == "barrier" && (f[0] == "COUNT" || f[0] == "CLOSED") {
+                return;
+            }
+        }
+    }
+
     /// The next frame, or None if nothing arrives within `wait`.
     pub async fn recv_within(&mut self, wait: Duration) -> Option<Value> {
         tokio::time::timeout(wait, self.recv()).await.ok()
