@@ -117,8 +117,8 @@ fn event_from(raw: &RawValue) -> Result<Box<Event>, ParseError> {
     Event::from_raw(raw).map(Box::new).map_err(|e| ParseError::BadEvent {
         id: raw_id(raw),
         reason: match e {
-            EventError::Malformed(m) => format!("malformed event: {m}"),
-            other => other.to_string(),
+            EventError::Malformed(m) => format!("malformed event: {}", clip(&m)),
+            other => clip(&other.to_string()),
         },
     })
 }
@@ -145,12 +145,25 @@ fn sub_request(parts: &[Box<RawValue>], verb: &str) -> Result<(String, Vec<Filte
     Ok((sub_id, filters))
 }
 
+/// Longest stretch of the client's own input an error text repeats.
+const ECHO_LIMIT: usize = 200;
+
+/// `text` cut to [`ECHO_LIMIT`] characters (with `…` when cut): a reason may quote what the
+/// client sent, and a 100k-character value must not come back in full.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(ECHO_LIMIT) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// serde's message without its position (meaningless to a client), clipped.
 fn strip_position(e: &serde_json::Error) -> String {
     let text = e.to_string();
-    match text.rfind(" at line ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    }
+    clip(match text.rfind(" at line ") {
+        Some(i) => &text[..i],
+        None => &text,
+    })
 }
 
 impl ClientMessage {
@@ -193,7 +206,7 @@ impl ClientMessage {
                 Some(Ok(id)) if parts.len() == 2 => Ok(ClientMessage::Close(id)),
                 _ => Err(ParseError::Uncorrelated("CLOSE takes exactly one subscription id".into())),
             },
-            other => Err(ParseError::Uncorrelated(format!("unknown message type {other:?}"))),
+            other => Err(ParseError::Uncorrelated(format!("unknown message type {}", clip(&format!("{other:?}"))))),
         }
     }
 }
@@ -345,6 +358,27 @@ mod tests {
             err.reply().to_json().unwrap(),
             r#"["CLOSED","s1","invalid: filter 0: id must be 64 lowercase hex characters"]"#
         );
+    }
+
+    #[test]
+    fn an_error_never_repeats_more_than_200_characters_of_the_input() {
+        let long = "x".repeat(100_000);
+        let frames = [
+            format!(r#"["{long}"]"#),
+            format!(r#"["REQ","s",{{"authors":["{long}"]}}]"#),
+            format!(r#"["EVENT",{{"id":"ab","content":{{"{long}":1}}}}]"#),
+            format!(r#"["REQ","s",{{"kinds":["{long}"]}}]"#),
+        ];
+        for frame in frames {
+            let message = match ClientMessage::parse(&frame).unwrap_err().reply() {
+                RelayMessage::Ok { message, .. }
+                | RelayMessage::Closed { message, .. }
+                | RelayMessage::Notice(message) => message,
+                other => panic!("{other:?}"),
+            };
+            assert!(message.chars().filter(|c| *c == 'x').count() <= 200, "{}", &message[..300.min(message.len())]);
+            assert!(message.starts_with("invalid: "), "{message}");
+        }
     }
 
     #[test]

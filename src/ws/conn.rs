@@ -13,7 +13,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, SplitSink};
 use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -80,6 +83,8 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
     let ping_every = Duration::from_secs(app.config.server.ping_interval_secs);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
     let mut unanswered = false;
+    // Why the relay ends the connection, when it is for a protocol error (RFC 6455 §7.4.1).
+    let mut close: Option<CloseFrame> = None;
     loop {
         tokio::select! {
             biased;
@@ -123,6 +128,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                     Some(Ok(msg)) => msg,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "read failed");
+                        close = close_for(&e);
                         break;
                     }
                     None => break,
@@ -172,9 +178,25 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
         }
     }
     // The registration's drop removes every subscription of the connection.
-    if writable {
-        let _ = tokio::time::timeout(FINAL_WRITE, sink.send(Message::Close(None))).await;
+    if reg.slow.is_cancelled() {
+        close = Some(CloseFrame { code: CloseCode::Policy, reason: "slow consumer".into() });
     }
+    if writable || close.is_some() {
+        let _ = tokio::time::timeout(FINAL_WRITE, sink.send(Message::Close(close))).await;
+    }
+}
+
+/// The close frame that answers a read error: 1002 for a broken frame, 1007 for text that is
+/// not UTF-8, 1009 for a frame past the size the relay reads at all; none for a connection that
+/// merely went away.
+fn close_for(e: &WsError) -> Option<CloseFrame> {
+    let (code, reason) = match e {
+        WsError::Protocol(_) => (CloseCode::Protocol, "protocol error"),
+        WsError::Utf8(_) => (CloseCode::Invalid, "text frame is not UTF-8"),
+        WsError::Capacity(_) => (CloseCode::Size, "frame too large"),
+        _ => return None,
+    };
+    Some(CloseFrame { code, reason: reason.into() })
 }
 
 /// Awaits a write unless the connection is cut off or the relay shuts down meanwhile (a client

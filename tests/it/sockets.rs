@@ -24,6 +24,45 @@ async fn until_closed(tcp: &mut TcpStream) -> (Vec<u8>, Duration) {
     }
 }
 
+/// A WebSocket opened by hand over TCP from `from` (the handshake sent, not yet read).
+async fn raw_websocket(relay: &TestRelay, from: IpAddr) -> TcpStream {
+    let mut tcp = tcp_from(relay.addr, from).await;
+    let upgrade = format!(
+        "GET / HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        relay.addr
+    );
+    tcp.write_all(upgrade.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// One masked client frame with `opcode` and a payload under 126 bytes.
+fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// The status code of the close frame (opcode 8) the relay sent after its 101 response.
+fn close_code(got: &[u8]) -> Option<u16> {
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let mut at = head_end;
+    while at + 2 <= got.len() {
+        let (opcode, len) = (got[at] & 0x0f, usize::from(got[at + 1] & 0x7f));
+        let (len, start) = match len {
+            126 => (usize::from(u16::from_be_bytes([got[at + 2], got[at + 3]])), at + 4),
+            n => (n, at + 2),
+        };
+        if opcode == 8 && len >= 2 {
+            return Some(u16::from_be_bytes([got[start], got[start + 1]]));
+        }
+        at = start + len;
+    }
+    None
+}
+
 fn quick(c: &mut hearth::config::Config) {
     c.server.header_timeout_secs = 1;
     c.server.body_timeout_secs = 1;
@@ -82,20 +121,8 @@ async fn a_websocket_peer_that_answers_no_ping_is_closed_and_its_subscriptions_f
         alive
     });
     // The silent peer: a handshake by hand, one REQ, then it never reads or writes again.
-    let mut tcp = tcp_from(relay.addr, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))).await;
-    let upgrade = format!(
-        "GET / HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-        relay.addr
-    );
-    tcp.write_all(upgrade.as_bytes()).await.unwrap();
-    // A masked client text frame: ["REQ","s",{}]
-    let payload = br#"["REQ","s",{}]"#;
-    let mask = [1u8, 2, 3, 4];
-    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    tcp.write_all(&frame).await.unwrap();
+    let mut tcp = raw_websocket(&relay, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))).await;
+    tcp.write_all(&client_frame(0x1, br#"["REQ","s",{}]"#)).await.unwrap();
     let usage = |relay: &TestRelay| {
         let url = relay.http_url("/admin/v1/usage/ip/127.0.0.3");
         async move {
@@ -155,4 +182,30 @@ async fn the_per_ip_cap_holds_while_another_ip_connects() {
         assert!(started.elapsed() < STEP, "the closed socket's place never came back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn protocol_errors_close_with_their_rfc_6455_status() {
+    let relay = TestRelay::start(|c| c.limitation.max_message_length = 1000).await;
+    // Text that is not UTF-8: 1007.
+    let mut tcp = raw_websocket(&relay, IpAddr::V4(Ipv4Addr::LOCALHOST)).await;
+    tcp.write_all(&client_frame(0x1, &[0x5b, 0xff, 0xfe, 0x5d])).await.unwrap();
+    let (got, _) = until_closed(&mut tcp).await;
+    assert_eq!(close_code(&got), Some(1007));
+    // A reserved opcode: 1002.
+    let mut tcp = raw_websocket(&relay, IpAddr::V4(Ipv4Addr::LOCALHOST)).await;
+    tcp.write_all(&client_frame(0x3, b"?")).await.unwrap();
+    let (got, _) = until_closed(&mut tcp).await;
+    assert_eq!(close_code(&got), Some(1002));
+    // A frame past what the relay reads at all (2 × max_message_length, at least + 64 KiB): 1009.
+    let mut tcp = raw_websocket(&relay, IpAddr::V4(Ipv4Addr::LOCALHOST)).await;
+    let mut header = vec![0x81, 0x80 | 127];
+    header.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    tcp.write_all(&header).await.unwrap();
+    let (got, _) = until_closed(&mut tcp).await;
+    assert_eq!(close_code(&got), Some(1009));
+    // Everyone else is still served.
+    let mut c = relay.connect().await;
+    assert!(c.req("s", vec![json!({"limit": 1})]).await.is_empty());
 }
