@@ -7,7 +7,7 @@
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::mpsc;
@@ -23,6 +23,9 @@ struct Entry {
     principal: Principal,
     tx: mpsc::Sender<RelayMessage>,
     slow: CancellationToken,
+    /// Bytes of live frames queued and not yet written, and their bound.
+    queued: Arc<AtomicUsize>,
+    max_bytes: usize,
     /// sub id → (generation, filters); generations only grow within a connection.
     subs: HashMap<String, (u64, Arc<Vec<Filter>>)>,
 }
@@ -44,6 +47,22 @@ pub struct Registration {
     pub rx: mpsc::Receiver<RelayMessage>,
     /// Cancelled when the connection fell behind and must be closed.
     pub slow: CancellationToken,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Registration {
+    /// Takes one live frame off the queue, once it is written: its bytes no longer count.
+    pub fn written(&self, frame: &RelayMessage) {
+        self.queued.fetch_sub(cost(frame), Ordering::AcqRel);
+    }
+}
+
+/// What a queued frame counts against `server.max_outbound_bytes`: about its size on the wire.
+fn cost(frame: &RelayMessage) -> usize {
+    match frame {
+        RelayMessage::Event { sub_id, event } => event.as_str().len() + sub_id.len() + 12,
+        _ => 64,
+    }
 }
 
 impl Drop for Registration {
@@ -58,12 +77,15 @@ impl Drop for Registration {
 impl Fanout {
     /// Registers a connection billed to `principal` with an outbound queue of `capacity` live
     /// events.
-    pub fn register(self: &Arc<Self>, capacity: usize, principal: Principal) -> Registration {
+    pub fn register(self: &Arc<Self>, capacity: usize, max_bytes: usize, principal: Principal) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let slow = CancellationToken::new();
-        self.write().insert(id, Entry { principal, tx, slow: slow.clone(), subs: HashMap::new() });
-        Registration { fanout: self.clone(), id, rx, slow }
+        let queued = Arc::new(AtomicUsize::new(0));
+        let entry =
+            Entry { principal, tx, slow: slow.clone(), queued: queued.clone(), max_bytes, subs: HashMap::new() };
+        self.write().insert(id, entry);
+        Registration { fanout: self.clone(), id, rx, slow, queued }
     }
 
     /// Adds subscription `sub_id` of connection `conn` as `generation`, replacing an older
@@ -162,8 +184,13 @@ impl Fanout {
                 });
                 let Some(json) = serialized.clone() else { return };
                 let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json };
-                if entry.tx.try_send(frame).is_err() {
-                    // Full (or closing): cut the connection off rather than queue without bound.
+                let bytes = cost(&frame);
+                let over = entry.queued.fetch_add(bytes, Ordering::AcqRel) + bytes > entry.max_bytes;
+                if over || entry.tx.try_send(frame).is_err() {
+                    // Past its bound (or closing): cut the connection off rather than queue
+                    // without bound. The bound is generous: a client that reads as fast as its
+                    // socket takes bytes is cut off by its socket (see `ws::conn`), not here.
+                    entry.queued.fetch_sub(bytes, Ordering::AcqRel);
                     entry.slow.cancel();
                     metrics::counter!("hearth_slow_consumers_total").increment(1);
                     break;
@@ -189,8 +216,8 @@ mod tests {
     #[test]
     fn matching_subscriptions_get_the_event_once_each() {
         let fanout = Arc::new(Fanout::default());
-        let mut a = fanout.register(8, local());
-        let mut b = fanout.register(8, local());
+        let mut a = fanout.register(8, 1 << 20, local());
+        let mut b = fanout.register(8, 1 << 20, local());
         fanout.subscribe(a.id, "s1", 1, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
@@ -210,7 +237,7 @@ mod tests {
     #[test]
     fn a_late_older_generation_never_replaces_a_newer_one() {
         let fanout = Arc::new(Fanout::default());
-        let mut reg = fanout.register(8, local());
+        let mut reg = fanout.register(8, 1 << 20, local());
         fanout.subscribe(reg.id, "s", 2, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
@@ -224,7 +251,7 @@ mod tests {
     #[test]
     fn a_full_queue_cuts_the_connection_off() {
         let fanout = Arc::new(Fanout::default());
-        let reg = fanout.register(1, local());
+        let reg = fanout.register(1, 1 << 20, local());
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
         let e = event();
         fanout.publish(&e);

@@ -119,8 +119,10 @@ impl Config {
         if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
-        let positive: [(&str, u64); 21] = [
+        let positive: [(&str, u64); 23] = [
             ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
+            ("server.max_outbound_bytes", self.server.max_outbound_bytes as u64),
+            ("server.slow_consumer_ms", self.server.slow_consumer_ms),
             ("server.max_in_flight", self.server.max_in_flight as u64),
             ("server.header_timeout_secs", self.server.header_timeout_secs),
             ("server.body_timeout_secs", self.server.body_timeout_secs),

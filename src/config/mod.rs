@@ -84,8 +84,12 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// The relay's public `ws(s)://` URL; empty = unknown.
     pub public_url: String,
-    /// Outbound frames queued per connection before a non-reading client is cut off.
+    /// Live frames queued per connection at most.
     pub max_outbound_queue: usize,
+    /// Bytes of live frames queued per connection at most; past it the client is cut off.
+    pub max_outbound_bytes: usize,
+    /// A client whose socket takes no bytes for this long is cut off as a slow consumer.
+    pub slow_consumer_ms: u64,
     /// Frames handled concurrently per connection (EVENTs awaiting their OK, queries running).
     pub max_in_flight: usize,
     /// Seconds a client may take to send a request head (also between keep-alive requests).
@@ -106,7 +110,9 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 7777)),
             public_url: String::new(),
-            max_outbound_queue: 1024,
+            max_outbound_queue: 16_384,
+            max_outbound_bytes: 8 * 1024 * 1024,
+            slow_consumer_ms: 10_000,
             max_in_flight: 256,
             header_timeout_secs: 10,
             body_timeout_secs: 30,

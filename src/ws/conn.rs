@@ -43,6 +43,8 @@ pub struct ConnInfo {
 
 type Sink = SplitSink<WebSocket, Message>;
 
+/// Live frames written with one flush at most.
+const LIVE_BATCH: usize = 256;
 /// How long a closing connection may take to finish its in-flight frames.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a slow consumer's last NOTICE may wait for room in its socket.
@@ -53,7 +55,8 @@ const FINAL_WRITE: Duration = Duration::from_secs(1);
 /// Serves one upgraded WebSocket until the client leaves or the relay shuts down.
 pub async fn serve(app: Arc<AppState>, ws: WebSocket, info: ConnInfo) {
     let ip = info.client_ip.unwrap_or(client_ip::UNKNOWN);
-    let mut reg = app.fanout.register(app.config.server.max_outbound_queue, Principal::Ip(ip));
+    let server = &app.config.server;
+    let mut reg = app.fanout.register(server.max_outbound_queue, server.max_outbound_bytes, Principal::Ip(ip));
     let span = tracing::info_span!("conn", peer = ?info.peer, conn_id = reg.id);
     async move {
         tracing::debug!("connected");
@@ -83,6 +86,11 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
     let ping_every = Duration::from_secs(app.config.server.ping_interval_secs);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
     let mut unanswered = false;
+    let guard = Guard {
+        slow: reg.slow.clone(),
+        shutdown: app.shutdown.clone(),
+        slow_consumer: Duration::from_millis(app.config.server.slow_consumer_ms),
+    };
     // Why the relay ends the connection, when it is for a protocol error (RFC 6455 §7.4.1).
     let mut close: Option<CloseFrame> = None;
     loop {
@@ -97,7 +105,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                 }
                 unanswered = true;
                 let sent = async { sink.send(Message::Ping(Default::default())).await.is_ok() };
-                if !guarded(sent, &reg.slow, &app.shutdown).await {
+                if !guarded(sent, &guard).await {
                     break;
                 }
             }
@@ -114,12 +122,30 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                     }
                     sink.flush().await.is_ok()
                 };
-                if !guarded(batch, &reg.slow, &app.shutdown).await {
+                if !guarded(batch, &guard).await {
                     break;
                 }
             }
             Some(live) = reg.rx.recv() => {
-                if !guarded(send(&mut sink, &live), &reg.slow, &app.shutdown).await {
+                // Every live frame that is queued goes out in one write: one flush per frame
+                // made the relay's own writer the slow one under a burst.
+                let batch = async {
+                    let mut next = Some(live);
+                    let mut written = 0;
+                    while let Some(frame) = next.take() {
+                        let Some(text) = text_of(&frame) else { return false };
+                        if sink.feed(text).await.is_err() {
+                            return false;
+                        }
+                        reg.written(&frame);
+                        written += 1;
+                        if written < LIVE_BATCH {
+                            next = reg.rx.try_recv().ok();
+                        }
+                    }
+                    sink.flush().await.is_ok()
+                };
+                if !guarded(batch, &guard).await {
                     break;
                 }
             }
@@ -148,7 +174,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                 };
                 match action {
                     Action::Reply(reply) => {
-                        if !guarded(send(&mut sink, &reply), &reg.slow, &app.shutdown).await {
+                        if !guarded(send(&mut sink, &reply), &guard).await {
                             break;
                         }
                     }
@@ -200,17 +226,30 @@ fn close_for(e: &WsError) -> Option<CloseFrame> {
 }
 
 /// Awaits a write unless the connection is cut off or the relay shuts down meanwhile (a client
-/// that stops reading must not hold either up); false = stop serving.
-async fn guarded(
-    write: impl std::future::Future<Output = bool>,
-    slow: &CancellationToken,
-    shutdown: &CancellationToken,
-) -> bool {
+/// that stops reading must not hold either up); false = stop serving. A write the socket does
+/// not take within `server.slow_consumer_ms` marks the client a slow consumer: its kernel
+/// buffer stayed full that long, so it is not reading.
+async fn guarded(write: impl std::future::Future<Output = bool>, guard: &Guard) -> bool {
     tokio::select! {
         ok = write => ok,
-        _ = slow.cancelled() => false,
-        _ = shutdown.cancelled() => false,
+        _ = guard.slow.cancelled() => false,
+        _ = guard.shutdown.cancelled() => false,
+        _ = tokio::time::sleep(guard.slow_consumer) => {
+            metrics::counter!("hearth_slow_consumers_total").increment(1);
+            guard.slow.cancel();
+            false
+        }
     }
+}
+
+/// What every write of a connection is bounded by.
+struct Guard {
+    /// Cancelled when the client is cut off as a slow consumer.
+    slow: CancellationToken,
+    /// The relay's shutdown.
+    shutdown: CancellationToken,
+    /// `server.slow_consumer_ms`.
+    slow_consumer: Duration,
 }
 
 async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {

@@ -209,3 +209,33 @@ async fn protocol_errors_close_with_their_rfc_6455_status() {
     let mut c = relay.connect().await;
     assert!(c.req("s", vec![json!({"limit": 1})]).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_reader_that_keeps_up_receives_every_event_of_an_unpaced_burst() {
+    let relay = TestRelay::start(generous).await;
+    let mut reader = relay.connect().await;
+    for s in 0..5 {
+        assert!(reader.req(&format!("s{s}"), vec![json!({"kinds": [1]})]).await.is_empty());
+    }
+    let mut publisher = relay.connect().await;
+    let k = keys(33);
+    let events: Vec<_> = (0..5000).map(|i| sign(&k, now() - 5000 + i, 1, &[], &format!("burst {i}"))).collect();
+    let burst = tokio::spawn(async move {
+        for e in &events {
+            publisher.send(json!(["EVENT", e])).await;
+        }
+        for _ in &events {
+            assert_eq!(publisher.recv().await[2], true);
+        }
+    });
+    let mut per_sub = std::collections::HashMap::new();
+    for _ in 0..25_000 {
+        let f = reader.recv().await;
+        assert_eq!(f[0], "EVENT", "{f}");
+        *per_sub.entry(f[1].as_str().unwrap().to_string()).or_insert(0) += 1;
+    }
+    burst.await.unwrap();
+    assert_eq!(per_sub.len(), 5);
+    assert!(per_sub.values().all(|n| *n == 5000), "{per_sub:?}");
+    reader.assert_nothing_before_barrier("a frame past the burst").await;
+}
