@@ -1,3 +1,5 @@
+//! Unit tests of the limiter: GCRA quotas, tiers, the IP ceiling, usage reports, the bounds.
+
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::*;

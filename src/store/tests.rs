@@ -1,3 +1,5 @@
+//! Unit tests of the store through its API: dedup, replacement, deletion, expiry, queries, reopen.
+
 use super::*;
 use crate::protocol::verify::verify;
 use crate::protocol::{Event, Filter, Keys, Kind};

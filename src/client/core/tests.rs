@@ -1,3 +1,5 @@
+//! Unit tests of the client rules: the rate-limit gate, the one resend, pacing.
+
 use super::*;
 
 fn event(n: u8) -> Event {
