@@ -1,19 +1,17 @@
-//! hearth's integration tests, one binary: each module starts real relays (in-process through
-//! `common::TestRelay`, or the `hearth` binary itself) and talks to them over real sockets.
-//! One binary instead of one per file: linking is most of `cargo test` on two cores.
+//! hearth's protocol and HTTP integration tests: NIP-01 over WebSocket, the REST and admin APIs,
+//! NIP-11 and metrics, and the shared test vectors, against real relays started in-process
+//! (`common::TestRelay`) over real sockets.
+//!
+//! The integration tests are two binaries, this one and `tests/ops`: each links once (a binary
+//! per file linked a dozen times), and the two compile side by side on two cores (one binary
+//! compiled on one core for most of its build).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
+#[path = "../common/mod.rs"]
 mod common;
 
 mod admin;
-mod admission;
-mod bench_smoke;
-mod binary;
-mod client;
-mod durability;
 mod http;
-mod limiter;
 mod nip01;
 mod rest;
-mod sockets;
 mod vectors;

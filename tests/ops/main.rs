@@ -1,0 +1,16 @@
+//! hearth's admission and operations integration tests: the limiter and the IP ceiling, sockets
+//! that try to hold the relay, the `hearth` binary itself (start-up, SIGTERM, `kill -9`),
+//! durability, the client library and CLI, and the benchmark's smoke mode. See `tests/it` for
+//! why there are two binaries.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admission;
+mod bench_smoke;
+mod binary;
+mod client;
+mod durability;
+mod limiter;
+mod sockets;
