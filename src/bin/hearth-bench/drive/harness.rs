@@ -29,7 +29,7 @@ pub(super) fn scratch_dir(name: &str) -> Res<PathBuf> {
 }
 
 /// Quotas that never refuse, as `HEARTH_…` variables.
-pub(super) const GENEROUS: [(&str, &str); 11] = [
+pub(super) const GENEROUS: [(&str, &str); 12] = [
     ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "10000000"),
     ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000000"),
     ("HEARTH_LIMITS__HUMAN__API_CALLS_PER_MIN", "1000000000"),
@@ -41,6 +41,8 @@ pub(super) const GENEROUS: [(&str, &str); 11] = [
     ("HEARTH_LIMITS__IP__API_CALLS_PER_MIN", "1000000000"),
     ("HEARTH_LIMITS__HANDLER_WAIT_MS", "10000"),
     ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "20"),
+    // The fan-out workload holds 500 subscriber sockets from one address.
+    ("HEARTH_SERVER__MAX_CONNECTIONS_PER_IP", "10000"),
 ];
 
 /// One kB figure of `/proc/<pid>/status` (0 where there is no such file, e.g. not on Linux).
