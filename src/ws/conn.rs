@@ -230,6 +230,11 @@ fn close_for(e: &WsError) -> Option<CloseFrame> {
 /// not take within `server.slow_consumer_ms` marks the client a slow consumer: its kernel
 /// buffer stayed full that long, so it is not reading.
 async fn guarded(write: impl std::future::Future<Output = bool>, guard: &Guard) -> bool {
+    let mut write = std::pin::pin!(write);
+    // Most writes are taken at once: only a write that has to wait arms the timers.
+    if let Some(ok) = write.as_mut().now_or_never() {
+        return ok;
+    }
     tokio::select! {
         ok = write => ok,
         _ = guard.slow.cancelled() => false,
