@@ -150,11 +150,12 @@ fn warn_throttled(last: &AtomicU64, message: impl FnOnce()) {
 
 /// The answer to a connection past a cap.
 fn unavailable(full: Full) -> hyper::Response<String> {
-    let body = format!(
-        "{{\"error\":\"rate-limited: too many connections ({}); retry in 1s\",\"limit_type\":\"{}\",\"retry_after_secs\":1}}",
-        full.as_str(),
-        full.as_str()
-    );
+    let body = serde_json::json!({
+        "error": format!("rate-limited: too many connections ({}); retry in 1s", full.as_str()),
+        "limit_type": full.as_str(),
+        "retry_after_secs": 1,
+    })
+    .to_string();
     let mut response = hyper::Response::new(body);
     *response.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
     let headers = response.headers_mut();
