@@ -293,7 +293,9 @@ impl Limiter {
         };
         let ceiling = if QUOTAS.contains(&limit_type) { policy.ceiling(billed.ip) } else { None };
         let ceiling = ceiling.and_then(|c| Some((c, policy.quota(&c, limit_type)?)));
-        let refused = match self.bill(&billed.principal, quota, limit_type, now_ns) {
+        // One wall-clock read for both entries' `last_seen`.
+        let seen = Timestamp::now();
+        let refused = match self.bill(&billed.principal, quota, limit_type, now_ns, seen) {
             Err(wait) => {
                 // Truthful: the ceiling's wait counts too when it is the longer one.
                 let ceiling_wait = ceiling.map_or(0, |(c, q)| self.wait(&c, q, limit_type, now_ns));
@@ -301,39 +303,54 @@ impl Limiter {
             }
             Ok(()) => match ceiling {
                 None => return Ok(()),
-                Some((c, q)) => match self.bill(&c, q, limit_type, now_ns) {
+                Some((c, q)) => match self.bill(&c, q, limit_type, now_ns, seen) {
                     Ok(()) => return Ok(()),
                     Err(wait) => {
-                        self.unbill(&billed.principal, limit_type, now_ns);
-                        self.count(&c, limit_type, now_ns);
+                        self.unbill_refused(&billed.principal, limit_type, now_ns);
                         wait
                     }
                 },
             },
         };
-        self.count(&billed.principal, limit_type, now_ns);
         let refused = RateLimited { limit_type, retry_after: Duration::from_nanos(refused) };
         count_metric(&refused);
         Err(refused)
     }
 
-    /// Takes one cell of `principal`'s `limit_type` now, or says how long until one is free.
-    fn bill(&self, principal: &Principal, quota: Quota, limit_type: LimitType, now_ns: u64) -> Result<(), u64> {
+    /// Takes one cell of `principal`'s `limit_type` now, or counts the refusal and says how long
+    /// until one is free.
+    fn bill(
+        &self,
+        principal: &Principal,
+        quota: Quota,
+        limit_type: LimitType,
+        now_ns: u64,
+        seen: Timestamp,
+    ) -> Result<(), u64> {
         self.states.update(principal, secs(now_ns), State::fresh, |s| {
-            s.last_seen = Timestamp::now();
+            s.last_seen = seen;
             let Some(cell) = s.cells.of(limit_type) else { return Ok(()) };
-            let tat = quota.check(quota.rescale(cell.tat, now_ns, cell.interval), now_ns)?;
-            *cell = Cell { tat, interval: quota.interval_ns };
-            Ok(())
+            match quota.check(quota.rescale(cell.tat, now_ns, cell.interval), now_ns) {
+                Ok(tat) => {
+                    *cell = Cell { tat, interval: quota.interval_ns };
+                    Ok(())
+                }
+                Err(wait) => {
+                    s.refusals.count(limit_type);
+                    Err(wait)
+                }
+            }
         })
     }
 
-    /// Gives back the cell [`Limiter::bill`] just took (GCRA: one interval earlier).
-    fn unbill(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
+    /// Gives back the cell [`Limiter::bill`] just took (GCRA: one interval earlier) from a
+    /// request its IP ceiling refused, and counts the refusal, in one update.
+    fn unbill_refused(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
         self.states.update(principal, secs(now_ns), State::fresh, |s| {
             if let Some(cell) = s.cells.of(limit_type) {
                 cell.tat = cell.tat.saturating_sub(cell.interval);
             }
+            s.refusals.count(limit_type);
         });
     }
 

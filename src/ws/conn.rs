@@ -133,8 +133,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                     let mut next = Some(live);
                     let mut written = 0;
                     while let Some(frame) = next.take() {
-                        let Some(text) = text_of(&frame) else { return false };
-                        if sink.feed(text).await.is_err() {
+                        if !feed(&mut sink, &frame).await {
                             return false;
                         }
                         reg.written(&frame);
@@ -186,6 +185,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
     }
     if reg.slow.is_cancelled() {
         tracing::info!("disconnecting a slow consumer");
+        close = Some(CloseFrame { code: CloseCode::Policy, reason: "slow consumer".into() });
         let notice =
             RelayMessage::Notice("error: disconnected: the client is not reading its events fast enough".into());
         // The socket is full: give the client a while to drain it and learn why.
@@ -204,9 +204,6 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
         }
     }
     // The registration's drop removes every subscription of the connection.
-    if reg.slow.is_cancelled() {
-        close = Some(CloseFrame { code: CloseCode::Policy, reason: "slow consumer".into() });
-    }
     if writable || close.is_some() {
         let _ = tokio::time::timeout(FINAL_WRITE, sink.send(Message::Close(close))).await;
     }
@@ -257,9 +254,15 @@ struct Guard {
     slow_consumer: Duration,
 }
 
+/// Writes one frame and flushes it.
 async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {
+    feed(sink, msg).await && sink.flush().await.is_ok()
+}
+
+/// Queues one frame for the next flush.
+async fn feed(sink: &mut Sink, msg: &RelayMessage) -> bool {
     match text_of(msg) {
-        Some(text) => sink.send(text).await.is_ok(),
+        Some(text) => sink.feed(text).await.is_ok(),
         None => false,
     }
 }
@@ -305,8 +308,7 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: C
         },
     };
     for frame in &frames {
-        let Some(text) = text_of(frame) else { return false };
-        if sink.feed(text).await.is_err() {
+        if !feed(sink, frame).await {
             return false;
         }
     }
