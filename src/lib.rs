@@ -113,6 +113,8 @@ impl Relay {
         let app = self.app;
         let addr = listener.local_addr()?;
         app.tasks.spawn(sweep_expired(app.clone()));
+        // Both listeners keep sockets under the same caps and timeouts (each its own count).
+        let limits = listener::Limits::of(&app.config);
         tracing::info!("listening on {addr}");
         if !app.config.admin.enabled() {
             tracing::info!(
@@ -122,7 +124,7 @@ impl Relay {
             tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
             let token = app.shutdown.clone();
             let routes = admin::routes(app.clone()).recover(http::recover);
-            let limits = listener::Limits::of(&app.config.server, &app.config.auth.trusted_proxies);
+            let limits = limits.clone();
             app.tasks.spawn(listener::serve(admin_listener, routes, limits, async move { token.cancelled().await }));
         }
         let token = app.shutdown.clone();
@@ -132,7 +134,6 @@ impl Relay {
                 _ = token.cancelled() => {}
             }
         };
-        let limits = listener::Limits::of(&app.config.server, &app.config.auth.trusted_proxies);
         listener::serve(listener, server::routes(app.clone()), limits, signal).await;
         app.shutdown.cancel();
         app.tasks.close();

@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 use warp::Filter;
 use warp::reply::Reply;
 
-use crate::config::ServerConfig;
+use crate::config::Config;
 
 /// A connection's place under the caps, as a request extension: an upgraded WebSocket holds it
 /// (see [`held`]) until it closes, since the HTTP connection ends at the upgrade.
@@ -63,8 +63,9 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits of `server`, with `trusted_proxies` exempt from the per-IP cap.
-    pub fn of(server: &ServerConfig, trusted_proxies: &[IpAddr]) -> Limits {
+    /// The limits of `[server]`, with `auth.trusted_proxies` exempt from the per-IP cap.
+    pub fn of(config: &Config) -> Limits {
+        let (server, trusted_proxies) = (&config.server, &config.auth.trusted_proxies);
         Limits {
             header_timeout: Duration::from_secs(server.header_timeout_secs),
             body_timeout: Duration::from_secs(server.body_timeout_secs),

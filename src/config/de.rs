@@ -11,8 +11,12 @@ use serde::{Deserialize, Deserializer, Serializer};
 
 use crate::protocol::PubKey;
 
-fn pubkey_of<E: serde::de::Error>(text: &str) -> Result<PubKey, E> {
-    PubKey::parse(text).ok_or_else(|| E::custom(format!("{text:?} is not a hex pubkey or npub")))
+/// A list of strings, each `parse`d, or an error naming the first that is not `what`.
+fn list<'de, D: Deserializer<'de>, T>(d: D, parse: impl Fn(&str) -> Option<T>, what: &str) -> Result<Vec<T>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|text| parse(text.trim()).ok_or_else(|| D::Error::custom(format!("{text:?} is not {what}"))))
+        .collect()
 }
 
 /// A list of pubkeys, each written as hex or npub; serialized as hex.
@@ -24,7 +28,7 @@ pub(crate) mod pubkeys {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PubKey>, D::Error> {
-        Vec::<String>::deserialize(d)?.iter().map(|t| pubkey_of(t)).collect()
+        list(d, PubKey::parse, "a hex pubkey or npub")
     }
 }
 
@@ -91,9 +95,6 @@ pub(crate) mod ips {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
-        Vec::<String>::deserialize(d)?
-            .iter()
-            .map(|t| t.trim().parse().map_err(|_| D::Error::custom(format!("{t:?} is not an IP address"))))
-            .collect()
+        list(d, |t| t.parse().ok(), "an IP address")
     }
 }
