@@ -3,14 +3,16 @@
 //! Owns the registry of connections and their subscriptions. Each connection registers a bounded
 //! queue; [`Fanout::publish`] serializes nothing (the event JSON is shared) and never blocks: a
 //! connection whose queue is full is cut off (its `slow` token is cancelled) and counted, so one
-//! client that stops reading cannot hold up the others or grow memory.
+//! client that stops reading cannot hold up the others or grow memory. A queue holds memory only
+//! while frames wait in it: an idle connection (most of them, on a public relay) costs its
+//! registry entry and nothing more.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::limiter::Principal;
@@ -19,13 +21,62 @@ use crate::protocol::{Event, EventJson, Filter, RelayMessage};
 /// Identifies one connection for its lifetime.
 pub type ConnId = u64;
 
+/// Frames kept in a drained queue's buffer; a larger one (left by a burst) is given back.
+const KEPT_CAPACITY: usize = 16;
+
+/// One connection's live frames, waiting to be written.
+struct Outbox {
+    queue: Mutex<Queue>,
+    /// Woken when a frame is queued.
+    ready: Notify,
+    /// Frames and bytes the queue may hold.
+    capacity: usize,
+    max_bytes: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    frames: VecDeque<RelayMessage>,
+    /// Bytes of live frames queued and not yet written (see [`Registration::written`]).
+    bytes: usize,
+}
+
+impl Outbox {
+    /// The queue; a panic while it was held cannot have left it half-changed (each change is
+    /// one push or pop), so a poisoned lock is used as it is.
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `frame`; false when the queue is at its bound of frames or bytes.
+    fn push(&self, frame: RelayMessage) -> bool {
+        let bytes = cost(&frame);
+        {
+            let mut queue = self.lock();
+            if queue.frames.len() >= self.capacity || queue.bytes + bytes > self.max_bytes {
+                return false;
+            }
+            queue.bytes += bytes;
+            queue.frames.push_back(frame);
+        }
+        self.ready.notify_one();
+        true
+    }
+
+    fn pop(&self) -> Option<RelayMessage> {
+        let mut queue = self.lock();
+        let frame = queue.frames.pop_front();
+        if queue.frames.is_empty() && queue.frames.capacity() > KEPT_CAPACITY {
+            queue.frames = VecDeque::new();
+        }
+        frame
+    }
+}
+
 struct Entry {
     principal: Principal,
-    tx: mpsc::Sender<RelayMessage>,
+    outbox: Arc<Outbox>,
     slow: CancellationToken,
-    /// Bytes of live frames queued and not yet written, and their bound.
-    queued: Arc<AtomicUsize>,
-    max_bytes: usize,
     /// sub id → (generation, filters); generations only grow within a connection.
     subs: HashMap<String, (u64, Arc<Vec<Filter>>)>,
 }
@@ -43,17 +94,33 @@ pub struct Registration {
     fanout: Arc<Fanout>,
     /// This connection's id.
     pub id: ConnId,
-    /// Live events for this connection.
-    pub rx: mpsc::Receiver<RelayMessage>,
     /// Cancelled when the connection fell behind and must be closed.
     pub slow: CancellationToken,
-    queued: Arc<AtomicUsize>,
+    outbox: Arc<Outbox>,
 }
 
 impl Registration {
-    /// Takes one live frame off the queue, once it is written: its bytes no longer count.
+    /// The next live frame, once there is one.
+    pub async fn recv(&self) -> RelayMessage {
+        loop {
+            // The queue is read before waiting, so a wake-up lost to a cancelled wait (the
+            // connection's select took another branch) never strands a frame.
+            if let Some(frame) = self.outbox.pop() {
+                return frame;
+            }
+            self.outbox.ready.notified().await;
+        }
+    }
+
+    /// The next live frame if one is queued.
+    pub fn try_recv(&self) -> Option<RelayMessage> {
+        self.outbox.pop()
+    }
+
+    /// Takes one live frame off the queue's bytes, once it is written.
     pub fn written(&self, frame: &RelayMessage) {
-        self.queued.fetch_sub(cost(frame), Ordering::AcqRel);
+        let mut queue = self.outbox.lock();
+        queue.bytes = queue.bytes.saturating_sub(cost(frame));
     }
 }
 
@@ -79,13 +146,16 @@ impl Fanout {
     /// events.
     pub fn register(self: &Arc<Self>, capacity: usize, max_bytes: usize, principal: Principal) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let outbox = Arc::new(Outbox {
+            queue: Mutex::new(Queue::default()),
+            ready: Notify::new(),
+            capacity: capacity.max(1),
+            max_bytes,
+        });
         let slow = CancellationToken::new();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let entry =
-            Entry { principal, tx, slow: slow.clone(), queued: queued.clone(), max_bytes, subs: HashMap::new() };
+        let entry = Entry { principal, outbox: outbox.clone(), slow: slow.clone(), subs: HashMap::new() };
         self.write().insert(id, entry);
-        Registration { fanout: self.clone(), id, rx, slow, queued }
+        Registration { fanout: self.clone(), id, slow, outbox }
     }
 
     /// Adds subscription `sub_id` of connection `conn` as `generation`, replacing an older
@@ -184,13 +254,10 @@ impl Fanout {
                 });
                 let Some(json) = serialized.clone() else { return };
                 let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json };
-                let bytes = cost(&frame);
-                let over = entry.queued.fetch_add(bytes, Ordering::AcqRel) + bytes > entry.max_bytes;
-                if over || entry.tx.try_send(frame).is_err() {
-                    // Past its bound (or closing): cut the connection off rather than queue
-                    // without bound. The bound is generous: a client that reads as fast as its
-                    // socket takes bytes is cut off by its socket (see `ws::conn`), not here.
-                    entry.queued.fetch_sub(bytes, Ordering::AcqRel);
+                if !entry.outbox.push(frame) {
+                    // Past its bound: cut the connection off rather than queue without bound.
+                    // The bound is generous: a client that reads as fast as its socket takes
+                    // bytes is cut off by its socket (see `ws::conn`), not here.
                     entry.slow.cancel();
                     metrics::counter!("hearth_slow_consumers_total").increment(1);
                     break;
@@ -216,19 +283,19 @@ mod tests {
     #[test]
     fn matching_subscriptions_get_the_event_once_each() {
         let fanout = Arc::new(Fanout::default());
-        let mut a = fanout.register(8, 1 << 20, local());
-        let mut b = fanout.register(8, 1 << 20, local());
+        let a = fanout.register(8, 1 << 20, local());
+        let b = fanout.register(8, 1 << 20, local());
         fanout.subscribe(a.id, "s1", 1, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
         let e = event();
         fanout.publish(&e);
         assert!(
-            matches!(a.rx.try_recv(), Ok(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
+            matches!(a.try_recv(), Some(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
         );
-        assert!(a.rx.try_recv().is_err());
-        assert!(b.rx.try_recv().is_ok());
-        assert!(b.rx.try_recv().is_err());
+        assert!(a.try_recv().is_none());
+        assert!(b.try_recv().is_some());
+        assert!(b.try_recv().is_none());
         assert_eq!(fanout.total_subscriptions(), 3);
         drop(a);
         assert_eq!(fanout.total_subscriptions(), 1);
@@ -237,13 +304,13 @@ mod tests {
     #[test]
     fn a_late_older_generation_never_replaces_a_newer_one() {
         let fanout = Arc::new(Fanout::default());
-        let mut reg = fanout.register(8, 1 << 20, local());
+        let reg = fanout.register(8, 1 << 20, local());
         fanout.subscribe(reg.id, "s", 2, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
         let e = event();
         fanout.publish(&e);
-        assert!(reg.rx.try_recv().is_ok());
+        assert!(reg.try_recv().is_some());
         assert!(fanout.unsubscribe(reg.id, "s", None));
         assert_eq!(fanout.total_subscriptions(), 0);
     }
@@ -258,5 +325,53 @@ mod tests {
         assert!(!reg.slow.is_cancelled());
         fanout.publish(&e);
         assert!(reg.slow.is_cancelled());
+    }
+
+    #[test]
+    fn a_drained_queue_gives_back_the_buffer_of_a_burst() {
+        let fanout = Arc::new(Fanout::default());
+        let reg = fanout.register(1000, 1 << 30, local());
+        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
+        let e = event();
+        for _ in 0..500 {
+            fanout.publish(&e);
+        }
+        assert!(reg.outbox.lock().frames.capacity() >= 500);
+        let mut drained = 0;
+        while let Some(frame) = reg.try_recv() {
+            reg.written(&frame);
+            drained += 1;
+        }
+        assert_eq!(drained, 500);
+        let queue = reg.outbox.lock();
+        assert!(queue.frames.capacity() <= KEPT_CAPACITY, "{}", queue.frames.capacity());
+        assert_eq!(queue.bytes, 0);
+    }
+
+    #[test]
+    fn the_byte_bound_cuts_the_connection_off() {
+        let fanout = Arc::new(Fanout::default());
+        let e = event();
+        let one = e.to_json().unwrap().len() + "s".len() + 12;
+        let reg = fanout.register(100, 2 * one, local());
+        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
+        fanout.publish(&e);
+        fanout.publish(&e);
+        assert!(!reg.slow.is_cancelled());
+        fanout.publish(&e);
+        assert!(reg.slow.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_connection_wakes_for_a_published_event() {
+        let fanout = Arc::new(Fanout::default());
+        let reg = fanout.register(8, 1 << 20, local());
+        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
+        let e = event();
+        let waiting = tokio::spawn(async move { reg.recv().await });
+        tokio::task::yield_now().await;
+        fanout.publish(&e);
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
+        assert!(matches!(frame, RelayMessage::Event { sub_id, .. } if sub_id == "s"));
     }
 }

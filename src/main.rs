@@ -7,6 +7,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// jemalloc, with the background purge thread `.cargo/config.toml` configures, gives the memory
+/// of closed connections back to the system within seconds; glibc's malloc kept all of it in its
+/// arenas after a flood of sockets closed. Only the binary sets it: a crate that embeds the
+/// relay keeps its own allocator.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// hearth: a self-contained Nostr relay (run without a subcommand), and a client for it.
 #[derive(Parser, Debug)]
 #[command(version, about)]

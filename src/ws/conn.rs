@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use futures_util::stream::{FuturesUnordered, SplitSink};
+use futures_util::stream::{FuturesUnordered, SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
@@ -42,6 +42,7 @@ pub struct ConnInfo {
 }
 
 type Sink = SplitSink<WebSocket, Message>;
+type Stream = SplitStream<WebSocket>;
 
 /// Live frames written with one flush at most.
 const LIVE_BATCH: usize = 256;
@@ -53,30 +54,29 @@ const SLOW_NOTICE_WAIT: Duration = Duration::from_secs(10);
 const FINAL_WRITE: Duration = Duration::from_secs(1);
 
 /// Serves one upgraded WebSocket until the client leaves or the relay shuts down.
-pub async fn serve(app: Arc<AppState>, ws: WebSocket, info: ConnInfo) {
+pub async fn serve(app: Arc<AppState>, ws: Box<WebSocket>, info: ConnInfo) {
     let ip = info.client_ip.unwrap_or(client_ip::UNKNOWN);
     let server = &app.config.server;
     let mut reg = app.fanout.register(server.max_outbound_queue, server.max_outbound_bytes, Principal::Ip(ip));
     let span = tracing::info_span!("conn", peer = ?info.peer, conn_id = reg.id);
-    async move {
-        tracing::debug!("connected");
-        metrics::gauge!("hearth_connections_open").increment(1.0);
-        run(&app, ws, &mut reg, info).await;
-        metrics::gauge!("hearth_connections_open").decrement(1.0);
-        tracing::debug!("disconnected");
-    }
-    .instrument(span)
-    .await
+    metrics::gauge!("hearth_connections_open").increment(1.0);
+    let (sink, stream) = (*ws).split();
+    run(&app, sink, stream, &mut reg, info).instrument(span).await;
+    metrics::gauge!("hearth_connections_open").decrement(1.0);
 }
 
-async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: ConnInfo) {
-    let (mut sink, mut stream) = ws.split();
+/// The connection's loop. It waits, idle, for most of a connection's life, so what it holds
+/// then is what every open socket costs: each branch's work (a batch of replies, a ping, the
+/// final drain) runs in a boxed future of its own, allocated only while it runs, so the loop's
+/// own state stays small.
+async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut Registration, info: ConnInfo) {
+    tracing::debug!("connected");
     let mut session = Session::new(info.client_ip.unwrap_or(client_ip::UNKNOWN), handle::challenge());
     let relay_match = match app.config.server.public_url.as_str() {
-        "" => info.host.clone().map(RelayMatch::Host),
+        "" => info.host.map(RelayMatch::Host),
         url => Some(RelayMatch::Url(url.to_string())),
     };
-    if !send(&mut sink, &RelayMessage::Auth(session.challenge.clone())).await {
+    if !Box::pin(send(&mut sink, &RelayMessage::Auth(session.challenge.clone()))).await {
         return;
     }
     let mut in_flight: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
@@ -105,7 +105,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                 }
                 unanswered = true;
                 let sent = async { sink.send(Message::Ping(Default::default())).await.is_ok() };
-                if !guarded(sent, &guard).await {
+                if !Box::pin(guarded(sent, &guard)).await {
                     break;
                 }
             }
@@ -122,11 +122,11 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                     }
                     sink.flush().await.is_ok()
                 };
-                if !guarded(batch, &guard).await {
+                if !Box::pin(guarded(batch, &guard)).await {
                     break;
                 }
             }
-            Some(live) = reg.rx.recv() => {
+            live = reg.recv() => {
                 // Every live frame that is queued goes out in one write: one flush per frame
                 // made the relay's own writer the slow one under a burst.
                 let batch = async {
@@ -139,12 +139,12 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                         reg.written(&frame);
                         written += 1;
                         if written < LIVE_BATCH {
-                            next = reg.rx.try_recv().ok();
+                            next = reg.try_recv();
                         }
                     }
                     sink.flush().await.is_ok()
                 };
-                if !guarded(batch, &guard).await {
+                if !Box::pin(guarded(batch, &guard)).await {
                     break;
                 }
             }
@@ -173,7 +173,7 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
                 };
                 match action {
                     Action::Reply(reply) => {
-                        if !guarded(send(&mut sink, &reply), &guard).await {
+                        if !Box::pin(guarded(send(&mut sink, &reply), &guard)).await {
                             break;
                         }
                     }
@@ -183,6 +183,20 @@ async fn run(app: &Arc<AppState>, ws: WebSocket, reg: &mut Registration, info: C
             }
         }
     }
+    Box::pin(finish(app, sink, session, reg, in_flight, close)).await;
+    tracing::debug!("disconnected");
+}
+
+/// Ends a connection: tells a slow consumer why, finishes the work accepted for processing, and
+/// sends the close frame.
+async fn finish(
+    app: &AppState,
+    mut sink: Sink,
+    mut session: Session,
+    reg: &Registration,
+    mut in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
+    mut close: Option<CloseFrame>,
+) {
     if reg.slow.is_cancelled() {
         tracing::info!("disconnecting a slow consumer");
         close = Some(CloseFrame { code: CloseCode::Policy, reason: "slow consumer".into() });

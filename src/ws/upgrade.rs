@@ -20,7 +20,10 @@ use warp::reply::{Reply, Response};
 pub type Socket = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Bytes read from the socket at once (tungstenite's default is 128 KiB, zero-filled per read).
-const READ_BUFFER: usize = 8 * 1024;
+/// Every open socket holds this much for its whole life, so it is most of what an idle
+/// connection costs; 2 KiB still takes a few typical frames per read, and a larger frame grows
+/// the buffer to its size.
+const READ_BUFFER: usize = 2 * 1024;
 
 /// The server side's socket configuration, with the largest frame it reads at all.
 fn config(max_message: usize) -> WebSocketConfig {
@@ -89,7 +92,7 @@ impl Ws {
     /// `max_message` bounds one message and one frame.
     pub fn on_upgrade<F, Fut>(self, max_message: usize, serve: F) -> Response
     where
-        F: FnOnce(Socket) -> Fut + Send + 'static,
+        F: FnOnce(Box<Socket>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let accept = derive_accept_key(self.key.as_bytes());
@@ -99,7 +102,9 @@ impl Ws {
                 Ok(upgraded) => {
                     let config = Some(config(max_message));
                     let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, config).await;
-                    serve(socket).await;
+                    // Boxed: every future it passes through on its way to the connection loop
+                    // would otherwise keep a copy-sized slot for it while the socket is open.
+                    serve(Box::new(socket)).await;
                 }
                 Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
             }

@@ -239,3 +239,38 @@ async fn a_reader_that_keeps_up_receives_every_event_of_an_unpaced_burst() {
     assert!(per_sub.values().all(|n| *n == 5000), "{per_sub:?}");
     reader.assert_nothing_before_barrier("a frame past the burst").await;
 }
+
+#[tokio::test]
+async fn a_thousand_idle_sockets_leave_a_fresh_client_served_and_are_released_when_they_close() {
+    // Both ends of every socket are in this process.
+    rlimit::increase_nofile_limit(4096).unwrap();
+    let relay = TestRelay::start(|c| c.admin.token = "t".into()).await;
+    let sources: Vec<IpAddr> = (10..15).map(|n| IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))).collect();
+    let connections = |relay: &TestRelay, ip: IpAddr| {
+        let url = relay.http_url(&format!("/admin/v1/usage/ip/{ip}"));
+        async move {
+            let resp = reqwest::Client::new().get(url).bearer_auth("t").send().await.unwrap();
+            resp.json::<Value>().await.unwrap()["connections"].clone()
+        }
+    };
+    let (mut idle, url) = (Vec::new(), relay.ws_url());
+    for &ip in &sources {
+        let opening = (0..200).map(|_| Client::connect_from(&url, ip));
+        idle.extend(futures_util::future::join_all(opening).await);
+    }
+    for &ip in &sources {
+        assert_eq!(connections(&relay, ip).await, json!(200), "{ip}");
+    }
+    let mut fresh = relay.connect().await;
+    let event = sign(&keys(1), now(), 1, &[], "beside a thousand idle sockets");
+    assert_ok(&fresh.publish(&event).await, &event.id.to_hex(), true, "");
+    assert_eq!(fresh.req_ids("s", vec![json!({"ids": [event.id.to_hex()]})]).await, vec![event.id.to_hex()]);
+    drop(idle);
+    let started = Instant::now();
+    for &ip in &sources {
+        while connections(&relay, ip).await != json!(0) {
+            assert!(started.elapsed() < STEP, "the closed sockets of {ip} were never released");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! Subcommands print one JSON line of results (stdout) and a readable summary (stderr):
 //! `gen` pre-signs events to a file (signing is never timed), `ingest`, `rtt`, `query` and
 //! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process
-//! (validation rate, one fsync), `suite` starts the release `hearth` binary and runs everything,
+//! (validation rate, one fsync), `idle` holds thousands of idle sockets on a release relay, `suite` starts the release `hearth` binary and runs everything,
 //! and `smoke` runs everything in seconds against an in-process relay (CI, so the bench never
 //! rots).
 
@@ -81,6 +81,12 @@ enum Cmd {
         #[arg(long, default_value_t = 1_000_000)]
         principals: u32,
     },
+    /// Starts the release `hearth` beside this binary and holds N idle WebSockets on it: memory
+    /// per socket, a fresh client's latency beside them, memory returned after they close.
+    Idle {
+        #[arg(long, default_value_t = 10_000)]
+        conns: usize,
+    },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {
         #[arg(long, default_value_t = 200_000)]
@@ -105,6 +111,7 @@ async fn main() -> ExitCode {
         Cmd::Fanout { relay, subs, events, rate } => drive::fanout(&relay, subs, events, rate).await.map(|r| vec![r]),
         Cmd::Bound { file, dir } => drive::bound(&file, &dir).map(|r| vec![r]),
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
+        Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,
     };

@@ -94,6 +94,11 @@ impl Spawned {
         proc_status_kb(&self.child.id().to_string(), "VmHWM:") as f64 / 1024.0
     }
 
+    /// Resident memory now, in kB.
+    pub(super) fn rss_kb(&self) -> u64 {
+        proc_status_kb(&self.child.id().to_string(), "VmRSS:")
+    }
+
     /// SIGTERM, wait, remove the data.
     pub(super) fn stop(mut self) {
         let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();

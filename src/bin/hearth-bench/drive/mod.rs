@@ -1,10 +1,12 @@
 //! The workloads: generation, ingest, query mix, fan-out, physical bounds, and the suites.
 //!
-//! `generate` writes signed events, `workloads` drives one relay with one load each, `harness`
-//! starts release binaries and reads their memory, `suites` runs the workloads together.
+//! `generate` writes signed events, `workloads` drives one relay with one load each, `sockets`
+//! holds idle connections on one, `harness` starts release binaries and reads their memory,
+//! `suites` runs the workloads together.
 
 mod generate;
 mod harness;
+mod sockets;
 mod suites;
 mod workloads;
 
@@ -13,6 +15,7 @@ use generate::*;
 use harness::*;
 
 pub(crate) use generate::gen_file;
+pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
 pub(crate) use workloads::{bound, fanout, ingest, limiter, query, rtt};
 

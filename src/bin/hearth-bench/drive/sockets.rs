@@ -1,0 +1,121 @@
+//! Idle sockets: what each one costs the relay, whether a fresh client is still served while
+//! thousands are held, and whether their memory comes back when they close.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Instant;
+
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio::net::TcpSocket;
+
+use super::*;
+use crate::stats::percentile_ms;
+
+/// Sockets opened at once while filling.
+const OPENING: usize = 256;
+/// Sockets per source address (loopback has a whole /8; the per-IP cap stays at its default).
+const PER_ADDRESS: usize = 200;
+/// Fresh clients timed while the idle sockets are held.
+const PROBES: usize = 50;
+
+/// A WebSocket from `127.0.0.x`, once the relay's AUTH challenge has arrived (the upgrade is
+/// done and the connection's task is in its loop).
+async fn open_from(addr: SocketAddr, source: Ipv4Addr) -> Res<Ws> {
+    let socket = TcpSocket::new_v4().map_err(err)?;
+    socket.bind(SocketAddr::new(IpAddr::V4(source), 0)).map_err(err)?;
+    let stream = socket.connect(addr).await.map_err(err)?;
+    let url = format!("ws://{addr}/");
+    let config = Some(hearth::client::session::socket_config());
+    let (mut ws, _) =
+        tokio_tungstenite::client_async_with_config(url, MaybeTlsStream::Plain(stream), config).await.map_err(err)?;
+    match tokio::time::timeout(QUIET, ws.next()).await {
+        Ok(Some(Ok(Message::Text(_)))) => Ok(ws),
+        other => Err(format!("no AUTH challenge from {addr}: {other:?}")),
+    }
+}
+
+/// From a new socket to EOSE of a one-event REQ.
+async fn probe(addr: SocketAddr) -> Res<Duration> {
+    let started = Instant::now();
+    let mut ws = open_from(addr, Ipv4Addr::new(127, 0, 0, 1)).await?;
+    ws.send(Message::text(json!(["REQ", "probe", {"limit": 1}]).to_string())).await.map_err(err)?;
+    loop {
+        match tokio::time::timeout(QUIET, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) if t.as_str().starts_with("[\"EOSE\"") => break,
+            Ok(Some(Ok(_))) => {}
+            other => return Err(format!("probe: no EOSE: {other:?}")),
+        }
+    }
+    let took = started.elapsed();
+    let _ = ws.close(None).await;
+    Ok(took)
+}
+
+async fn probes(addr: SocketAddr) -> Res<Vec<Duration>> {
+    let mut took = Vec::with_capacity(PROBES);
+    for _ in 0..PROBES {
+        took.push(probe(addr).await?);
+    }
+    Ok(took)
+}
+
+/// Starts a release relay, holds `conns` idle WebSockets on it, and reports the resident memory
+/// each one adds, fresh clients' latency to EOSE before and while they are held, and how much of
+/// that memory is given back after they close.
+pub(crate) async fn idle(conns: usize) -> Res<Report> {
+    // This process holds the client end of every socket.
+    let _ = rlimit::increase_nofile_limit(conns as u64 + 1024);
+    let cap = (conns + 1024).to_string();
+    let relay = Spawned::start("idle", &[("HEARTH_SERVER__MAX_CONNECTIONS", &cap)])?;
+    let outcome = async {
+        let addr: SocketAddr = relay
+            .relay
+            .trim_start_matches("ws://")
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|e| format!("relay address: {e}"))?;
+        // Warm: the first connections allocate what every later one reuses.
+        let mut alone = probes(addr).await?;
+        let base_kb = relay.rss_kb();
+        let started = Instant::now();
+        let mut held = Vec::with_capacity(conns);
+        for chunk in (0..conns).collect::<Vec<_>>().chunks(OPENING) {
+            let opening = chunk.iter().map(|&i| {
+                let n = 2 + i / PER_ADDRESS;
+                open_from(addr, Ipv4Addr::new(127, 0, (n / 250) as u8, (n % 250) as u8 + 1))
+            });
+            for ws in futures_util::future::join_all(opening).await {
+                held.push(ws?);
+            }
+        }
+        let fill_secs = started.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let held_kb = relay.rss_kb();
+        let mut loaded = probes(addr).await?;
+        drop(held);
+        // The relay notices each close, ends its task and frees what the connection held.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after_kb = relay.rss_kb();
+        let per_socket = held_kb.saturating_sub(base_kb) as f64 * 1024.0 / conns.max(1) as f64;
+        let grown = held_kb.saturating_sub(base_kb).max(1) as f64;
+        let returned = held_kb.saturating_sub(after_kb) as f64 / grown;
+        let (alone_p50, alone_max) = (percentile_ms(&mut alone, 50.0), percentile_ms(&mut alone, 100.0));
+        let (loaded_p50, loaded_max) = (percentile_ms(&mut loaded, 50.0), percentile_ms(&mut loaded, 100.0));
+        Ok(Report {
+            json: json!({"cmd": "idle", "conns": conns, "fill_secs": fill_secs, "rss_base_kb": base_kb,
+                "rss_held_kb": held_kb, "rss_after_close_kb": after_kb, "bytes_per_socket": per_socket,
+                "returned_ratio": returned, "fresh_p50_ms": alone_p50, "fresh_max_ms": alone_max,
+                "held_p50_ms": loaded_p50, "held_max_ms": loaded_max}),
+            summary: format!(
+                "idle {conns} sockets: {:.1} KB each ({base_kb} -> {held_kb} kB RSS, {:.0}% returned after close: \
+                 {after_kb} kB); fresh client to EOSE p50 {alone_p50:.2} / max {alone_max:.2} ms alone, \
+                 p50 {loaded_p50:.2} / max {loaded_max:.2} ms beside them",
+                per_socket / 1024.0,
+                returned * 100.0
+            ),
+        })
+    }
+    .await;
+    relay.stop();
+    outcome
+}
