@@ -10,11 +10,11 @@
 //! check, and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
 use crate::app::AppState;
-use crate::limiter::{Billed, LimitType};
+use crate::limiter::{Billed, HandlerPermit, LimitType};
 use crate::moderation::Verdict;
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
-use crate::protocol::{Event, PubKey, Timestamp};
+use crate::protocol::{Event, PubKey, Timestamp, VerifiedEvent};
 use crate::store::PutOutcome;
 
 /// What happened to a published event.
@@ -123,53 +123,94 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Some(_) => {}
         }
     }
+    match settle(app, verified, now, Some((&publisher.billed, permit))).await {
+        Settled::Stored | Settled::Live => Outcome::Accepted,
+        Settled::Duplicate => Outcome::Duplicate,
+        Settled::Superseded => Outcome::refused(Prefix::Duplicate, "a newer version is stored"),
+        Settled::Deleted => Outcome::refused(Prefix::Blocked, "deleted by its author"),
+        Settled::Expired => Outcome::refused(Prefix::Invalid, "event has expired"),
+        Settled::Refused(refusal) => Outcome::Refused(refusal),
+    }
+}
+
+/// What the store's rules made of a verified event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Stored durably and delivered live.
+    Stored,
+    /// An ephemeral event, delivered live and never stored.
+    Live,
+    /// Already stored.
+    Duplicate,
+    /// A newer version of its replaceable or addressable event is stored.
+    Superseded,
+    /// Its author deleted it (NIP-09).
+    Deleted,
+    /// Its NIP-40 expiration has passed.
+    Expired,
+    /// Moderation refused it, or storing it failed.
+    Refused(Refusal),
+}
+
+/// The rules every verified event meets on its way into the store, for every path that stores
+/// (publishing and `hearth import`): moderation, NIP-40 expiry, the duplicate check, then the
+/// store's own NIP-01/09 rules. `bill` is the publisher's `messages` quota and its handler
+/// permit (released before the event waits for its sync); an import bills no quota.
+pub(crate) async fn settle(
+    app: &AppState,
+    verified: VerifiedEvent,
+    now: Timestamp,
+    bill: Option<(&Billed, HandlerPermit)>,
+) -> Settled {
     match app.moderation.judge(&verified) {
         Verdict::Allowed => {}
-        Verdict::Blocked(text) => return Outcome::refused(Prefix::Blocked, text),
-        Verdict::Restricted(text) => return Outcome::refused(Prefix::Restricted, text),
+        Verdict::Blocked(text) => return Settled::Refused(Refusal::new(Prefix::Blocked, text)),
+        Verdict::Restricted(text) => return Settled::Refused(Refusal::new(Prefix::Restricted, text)),
     }
     if verified.expiration().is_some_and(|t| t <= now) && !verified.kind.is_ephemeral() {
         metrics::counter!("hearth_events_invalid_total").increment(1);
-        return Outcome::refused(Prefix::Invalid, "event has expired");
+        return Settled::Expired;
     }
     if verified.kind.is_ephemeral() {
         app.fanout.publish(&verified);
-        return Outcome::Accepted;
+        return Settled::Live;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice.
     match app.store.contains(&verified.id) {
         Ok(true) => {
             metrics::counter!("hearth_events_duplicate_total").increment(1);
-            return Outcome::Duplicate;
+            return Settled::Duplicate;
         }
         Ok(false) => {}
         Err(e) => {
             tracing::error!(error = %e, "duplicate check failed");
-            return Outcome::refused(Prefix::Error, "could not store the event");
+            return Settled::Refused(Refusal::new(Prefix::Error, "could not store the event"));
         }
     }
-    if let Err(limited) = app.limiter.admit(&publisher.billed, LimitType::Messages) {
-        return Outcome::Refused(limited.into());
+    if let Some((billed, permit)) = bill {
+        if let Err(limited) = app.limiter.admit(billed, LimitType::Messages) {
+            return Settled::Refused(limited.into());
+        }
+        drop(permit);
     }
-    drop(permit);
     // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
     let verified = std::sync::Arc::new(verified);
     match app.store.put(verified.clone()).await {
         Ok(PutOutcome::Stored) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
             app.fanout.publish(&verified);
-            Outcome::Accepted
+            Settled::Stored
         }
         Ok(PutOutcome::Duplicate) => {
             metrics::counter!("hearth_events_duplicate_total").increment(1);
-            Outcome::Duplicate
+            Settled::Duplicate
         }
-        Ok(PutOutcome::Superseded) => Outcome::refused(Prefix::Duplicate, "a newer version is stored"),
-        Ok(PutOutcome::Deleted) => Outcome::refused(Prefix::Blocked, "deleted by its author"),
+        Ok(PutOutcome::Superseded) => Settled::Superseded,
+        Ok(PutOutcome::Deleted) => Settled::Deleted,
         Err(e) => {
             // The writer logged the failure of the group once; its events need not repeat it.
             tracing::debug!(error = %e, "store failed");
-            Outcome::refused(Prefix::Error, "could not store the event")
+            Settled::Refused(Refusal::new(Prefix::Error, "could not store the event"))
         }
     }
 }

@@ -32,6 +32,7 @@ pub(crate) mod listener;
 pub(crate) mod metrics;
 pub(crate) mod moderation;
 pub(crate) mod nip11;
+pub mod offline;
 pub mod protocol;
 pub(crate) mod query;
 pub(crate) mod rest;
@@ -94,6 +95,11 @@ impl Relay {
             tasks: TaskTracker::new(),
         });
         Ok(Relay { app })
+    }
+
+    /// The shared state, for the offline commands that work on it without serving.
+    pub(crate) fn app(self) -> Arc<AppState> {
+        self.app
     }
 
     /// The relay's limiter (tests and embedding programs tune it live).

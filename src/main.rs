@@ -59,6 +59,20 @@ enum Command {
         /// A NIP-01 filter as JSON.
         filter: String,
     },
+    /// Write every stored event (or those matching --filter) as JSON lines to stdout, oldest
+    /// first. Reads the data directory of the configuration; the relay must not be running.
+    Export {
+        /// A NIP-01 filter as JSON.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Store JSON lines of signed events (--file, else stdin) by the publish rules, without
+    /// quotas; prints a summary line. The relay must not be running.
+    Import {
+        /// The JSON-lines file (default: stdin).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
     /// Print how many stored events match a filter (NIP-45).
     Count {
         #[arg(long)]
@@ -70,7 +84,9 @@ enum Command {
     },
 }
 
-async fn client(command: Command) -> ExitCode {
+/// A subcommand: a client of a running relay, or an offline operation on the data directory of
+/// the configuration (`config`).
+async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitCode {
     let load = |k: &hearth::cli::KeyArgs| match k.load() {
         Ok(keys) => Ok(keys),
         Err(e) => {
@@ -92,8 +108,58 @@ async fn client(command: Command) -> ExitCode {
             Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
             Err(code) => return code,
         },
+        offline @ (Command::Export { .. } | Command::Import { .. }) => {
+            return match load_config(config) {
+                Ok(config) => self::offline(offline, config).await,
+                Err(code) => code,
+            };
+        }
     };
     ExitCode::from(code)
+}
+
+/// The relay's configuration: `--config`, else `./relay.toml` or the defaults, under `HEARTH_…`.
+fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config, ExitCode> {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    hearth::config::Config::load(path, &env).map_err(|e| {
+        eprintln!("hearth: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// `export` and `import` on the configured data directory.
+async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
+    use hearth::offline;
+    let outcome = match command {
+        Command::Export { filter } => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            offline::export(config, filter.as_deref(), &mut out).await.map(|_| offline::OK)
+        }
+        Command::Import { file } => {
+            let input: Box<dyn std::io::BufRead + Send> = match &file {
+                Some(path) => match std::fs::File::open(path) {
+                    Ok(f) => Box::new(std::io::BufReader::new(f)),
+                    Err(e) => {
+                        eprintln!("hearth: {}: {e}", path.display());
+                        return ExitCode::from(offline::IN_USE);
+                    }
+                },
+                None => Box::new(std::io::BufReader::new(std::io::stdin())),
+            };
+            offline::import(config, input).await.map(|summary| {
+                println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+                if summary.invalid == 0 { offline::OK } else { offline::INVALID }
+            })
+        }
+        _ => Ok(offline::OK),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("hearth: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 /// Blocking-pool threads per core. The pool runs store reads and syncs (signature checks run on
@@ -146,15 +212,11 @@ async fn run() -> ExitCode {
         .init();
     let cli = Cli::parse();
     if let Some(command) = cli.command {
-        return client(command).await;
+        return subcommand(command, cli.config.as_deref()).await;
     }
-    let env: HashMap<String, String> = std::env::vars().collect();
-    let config = match hearth::config::Config::load(cli.config.as_deref(), &env) {
+    let config = match load_config(cli.config.as_deref()) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("hearth: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let addr = config.server.bind;
     raise_fd_limit(config.server.max_connections);

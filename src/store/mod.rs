@@ -23,6 +23,8 @@ mod query;
 pub mod record;
 mod writer;
 
+pub use query::Export;
+
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -55,6 +57,12 @@ pub enum StoreError {
     /// sled reported an I/O or corruption error.
     #[error("storage: {0}")]
     Sled(#[from] sled::Error),
+    /// Another process (a running relay) holds the data directory.
+    #[error("data directory {} is in use by a running hearth", path.display())]
+    InUse {
+        /// The data directory.
+        path: std::path::PathBuf,
+    },
     /// The data directory holds another layout version.
     #[error("storage: data directory has schema version {found}, this hearth reads {SCHEMA_VERSION}")]
     Schema {
@@ -139,6 +147,7 @@ impl Store {
                     std::thread::sleep(LOCK_RETRY);
                     waited += LOCK_RETRY;
                 }
+                Err(e) if lock_busy(&e) => return Err(StoreError::InUse { path: dir.to_path_buf() }),
                 other => break other?,
             }
         };

@@ -69,6 +69,20 @@ impl Store {
         Ok(ids.len() as u64)
     }
 
+    /// Every stored event matching `filter` (its `limit` keeps the newest that many), oldest
+    /// first, as a snapshot: which events is fixed now, and each is read as the iterator reaches
+    /// it. An event removed meanwhile is still exported (its frame stays in the log), so the
+    /// export is the store as it was when it started, while writes go on.
+    pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
+        let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let mut refs: Vec<(Timestamp, Serial, u32)> =
+            self.scan(filter, limit, now)?.into_iter().map(|h| (h.created_at, h.serial, h.len)).collect();
+        // Ties in the order they were stored: an import of the export stores them in that order,
+        // so exporting the import gives the same lines.
+        refs.sort_unstable();
+        Ok(Export { store: self.clone(), refs: refs.into_iter() })
+    }
+
     /// [`Store::query`] off the async reactor.
     pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
         self.off_reactor(move |s| s.query(&filters, now)).await
@@ -150,6 +164,28 @@ impl Store {
             record = Some(stored);
         }
         Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
+    }
+}
+
+/// A snapshot of stored events being read out in order ([`Store::export`]).
+pub struct Export {
+    store: Store,
+    refs: std::vec::IntoIter<(Timestamp, Serial, u32)>,
+}
+
+impl Export {
+    /// How many events are left to read.
+    pub fn remaining(&self) -> usize {
+        self.refs.len()
+    }
+}
+
+impl Iterator for Export {
+    type Item = Result<EventJson, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (_, serial, len) = self.refs.next()?;
+        Some(self.store.inner.log.read_sized(serial, len).map_err(StoreError::from).and_then(|r| render(&r)))
     }
 }
 

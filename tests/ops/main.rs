@@ -11,6 +11,7 @@ mod admission;
 mod bench_smoke;
 mod binary;
 mod client;
+mod datadir;
 mod durability;
 mod limiter;
 mod sockets;

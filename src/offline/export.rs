@@ -1,0 +1,31 @@
+//! `hearth export`: every stored event (or those matching a filter) as JSON lines, oldest first.
+
+use std::io::Write;
+
+use super::{OfflineError, open};
+use crate::config::Config;
+use crate::protocol::{Filter, Timestamp};
+
+/// Writes every stored event matching `filter` (all, for `None`) to `out`, one stored JSON per
+/// line, oldest first; returns how many.
+pub async fn export(config: Config, filter: Option<&str>, out: &mut impl Write) -> Result<u64, OfflineError> {
+    let filter: Filter = match filter {
+        Some(text) => serde_json::from_str(text).map_err(|e| OfflineError::Filter(e.to_string()))?,
+        None => Filter::default(),
+    };
+    let app = open(config, false)?;
+    let outcome = write_all(&app.store, &filter, out);
+    app.store.shutdown().await?;
+    outcome
+}
+
+fn write_all(store: &crate::store::Store, filter: &Filter, out: &mut impl Write) -> Result<u64, OfflineError> {
+    let mut written = 0;
+    for event in store.export(filter, Timestamp::now())? {
+        out.write_all(event?.as_str().as_bytes())?;
+        out.write_all(b"\n")?;
+        written += 1;
+    }
+    out.flush()?;
+    Ok(written)
+}

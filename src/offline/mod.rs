@@ -1,0 +1,77 @@
+//! Operations on a data directory while no relay runs: `hearth export` and `hearth import`.
+//!
+//! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
+//! running relay holds it, without waiting for ever) and each command's output and exit code.
+//! The work itself is the store's ([`crate::store::Store::export`]) and the publish path's
+//! rules ([`crate::ingest::settle`]), so an import decides what the relay would have decided.
+
+mod export;
+mod import;
+
+pub use export::export;
+pub use import::{ImportSummary, import};
+
+use std::sync::Arc;
+
+use crate::app::AppState;
+use crate::config::Config;
+use crate::limiter::SystemClock;
+use crate::store::StoreError;
+use crate::{Relay, RunError};
+
+/// Exit code: done.
+pub const OK: u8 = 0;
+/// Exit code: the data directory is in use, or the configuration is unusable.
+pub const IN_USE: u8 = 2;
+/// Exit code: some input lines were invalid (the rest was imported).
+pub const INVALID: u8 = 4;
+/// Exit code: the operation failed.
+pub const FAILED: u8 = 1;
+
+/// Why an offline operation stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    /// The data directory does not exist (nothing to export).
+    #[error("data directory {} does not exist", .0.display())]
+    Missing(std::path::PathBuf),
+    /// Opening or using the store failed (including: in use by a running relay).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Reading the input or writing the output failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The `--filter` argument is not a NIP-01 filter.
+    #[error("--filter: {0}")]
+    Filter(String),
+}
+
+impl OfflineError {
+    /// The exit code that tells this failure apart.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            OfflineError::Store(StoreError::InUse { .. }) | OfflineError::Missing(_) | OfflineError::Filter(_) => {
+                IN_USE
+            }
+            _ => FAILED,
+        }
+    }
+}
+
+impl From<RunError> for OfflineError {
+    fn from(e: RunError) -> OfflineError {
+        match e {
+            RunError::Store(e) => OfflineError::Store(e),
+            RunError::Io(e) => OfflineError::Io(e),
+        }
+    }
+}
+
+/// The relay's shared state over the configured data directory, for an offline command: the
+/// store, and the moderation state saved in it.
+fn open(config: Config, create: bool) -> Result<Arc<AppState>, OfflineError> {
+    let dir = config.storage.data_dir.clone();
+    if !create && !dir.is_dir() {
+        return Err(OfflineError::Missing(dir));
+    }
+    Ok(Relay::open(config, Arc::new(SystemClock::default()))?.app())
+}
