@@ -113,5 +113,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/usage/{pubkey}"),
     ("GET", "/admin/v1/usage/ip/{addr}"),
     ("GET", "/admin/v1/audit"),
+    ("GET", "/admin/v1/export"),
     ("POST", "/admin/v1/rpc"),
 ];

@@ -7,6 +7,7 @@
 
 mod limits;
 mod nip86;
+mod store;
 mod usage;
 
 use std::convert::Infallible;
@@ -165,6 +166,14 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
         .and_then(|pubkey: String, app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::set_tier(a, c, w, pubkey))
         });
+    // GET /admin/v1/export
+    let export = base
+        .and(warp::path("export"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, store::export));
     // GET /admin/v1/usage/ip/{addr}
     let usage_ip =
         base.and(warp::path!("usage" / "ip" / String)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
@@ -224,6 +233,8 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
         .or(busiest)
         .unify()
         .or(audit_log)
+        .unify()
+        .or(export)
         .unify()
         .or(rpc)
         .unify()

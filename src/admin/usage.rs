@@ -52,7 +52,7 @@ pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Re
 /// `GET /admin/v1/usage?sort=refusals|usage&limit=N`: the busiest principals (pubkeys and
 /// addresses; IP ceilings are in `usage/ip/{addr}`).
 pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    let sort = ctx.query_param("sort").unwrap_or("usage");
+    let sort = ctx.query_param("sort").unwrap_or_else(|| "usage".into());
     if sort != "usage" && sort != "refusals" {
         return Err(ApiError::BadRequest(format!("sort must be usage or refusals, not `{sort}`")));
     }

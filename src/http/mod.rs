@@ -52,14 +52,14 @@ impl RequestCtx {
     }
 
     /// `?key=value` of the query string.
-    pub fn query_param(&self, key: &str) -> Option<&str> {
+    pub fn query_param(&self, key: &str) -> Option<String> {
         query_param(&self.query, key)
     }
 }
 
-/// `?key=value` of a raw query string.
-fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
-    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == key).map(|(_, v)| v)
+/// `?key=value` of a raw query string, percent-decoded (`+` is a space).
+fn query_param(query: &str, key: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
 }
 
 /// Hands the shared state to a route.
@@ -120,7 +120,8 @@ mod tests {
 
     #[test]
     fn query_params_are_found_by_name() {
-        assert_eq!(query_param("sort=usage&limit=5", "limit"), Some("5"));
+        assert_eq!(query_param("sort=usage&limit=5", "limit").as_deref(), Some("5"));
         assert_eq!(query_param("sort=usage", "limit"), None);
+        assert_eq!(query_param("filter=%7B%22kinds%22%3A%5B1%5D%7D", "filter").as_deref(), Some(r#"{"kinds":[1]}"#));
     }
 }

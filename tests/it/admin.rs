@@ -441,3 +441,54 @@ async fn admin_calls_do_not_bill_the_callers_quotas() {
     let (_, usage) = api.token(Method::GET, "/admin/v1/usage/ip/127.0.0.1", None).await;
     assert_eq!(usage["limits"]["api_calls"]["used"], 0);
 }
+
+#[tokio::test]
+async fn export_streams_a_snapshot_oldest_first_while_writes_go_on() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        generous(c);
+    })
+    .await;
+    let mut client = relay.connect().await;
+    let author = keys(7);
+    let start = now() - 10_000;
+    // Enough events for several chunks of the body.
+    let mut events = Vec::new();
+    for i in 0..600u64 {
+        let kind = if i % 100 == 0 { 30023 } else { 1 };
+        let d = format!("d{i}");
+        let d_tag = ["d", d.as_str()];
+        let tags: Vec<&[&str]> = if kind == 30023 { vec![&d_tag[..]] } else { vec![] };
+        let e = sign(&author, start + i, kind, &tags, &format!("event {i} {}", "x".repeat(200)));
+        assert_ok(&client.publish(&e).await, &e.id.to_hex(), true, "");
+        events.push(e);
+    }
+    let url = |query: &str| format!("http://{}/admin/v1/export{query}", relay.addr);
+    let http = reqwest::Client::new();
+    let mut resp = http.get(url("")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    // After the snapshot: a new event and a deletion of the first one.
+    let late = sign(&author, start + 5000, 1, &[], "after the export began");
+    assert_ok(&client.publish(&late).await, &late.id.to_hex(), true, "");
+    let deletion = sign(&author, start + 5001, 5, &[&["e", &events[1].id.to_hex()]], "");
+    assert_ok(&client.publish(&deletion).await, &deletion.id.to_hex(), true, "");
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        body.extend_from_slice(&chunk);
+    }
+    let lines: Vec<String> = String::from_utf8(body).unwrap().lines().map(str::to_string).collect();
+    let want: Vec<String> = events.iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+    assert_eq!(lines.len(), want.len());
+    assert!(lines == want, "the export is the stored events as they were, oldest first");
+    // Now the deletion and the late event are in; a filter picks from them.
+    let filter = "%7B%22kinds%22%3A%5B5%2C30023%5D%7D"; // {"kinds":[5,30023]}
+    let text = http.get(url(&format!("?filter={filter}"))).bearer_auth(TOKEN).send().await.unwrap().text().await;
+    let kinds: Vec<u64> =
+        text.unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_u64().unwrap()).collect();
+    assert_eq!(kinds, vec![30023, 30023, 30023, 30023, 30023, 30023, 5]);
+    let resp = http.get(url("?filter=%7B%22kinds")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.json::<Value>().await.unwrap()["error"].as_str().unwrap().starts_with("filter: "));
+    assert_eq!(http.get(url("")).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+}

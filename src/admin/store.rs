@@ -1,0 +1,62 @@
+//! `GET /admin/v1/export`: the stored events as JSON lines from a running relay.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use warp::Reply;
+use warp::http::header::{CONTENT_TYPE, HeaderValue};
+use warp::reply::Response;
+
+use super::Admin;
+use crate::app::AppState;
+use crate::http::{ApiError, RequestCtx, internal};
+use crate::protocol::{Filter, Timestamp};
+
+/// Bytes of JSON lines sent at once.
+const CHUNK: usize = 64 * 1024;
+/// Chunks read ahead of a slow download.
+const READ_AHEAD: usize = 4;
+
+/// `GET /admin/v1/export?filter=<NIP-01 filter JSON>`: every stored event matching the filter
+/// (all without one), oldest first, one stored JSON per line, the same lines as `hearth export`.
+/// Which events is fixed when the request arrives; writes go on meanwhile. A record that cannot
+/// be read ends the body early (the download is then visibly incomplete).
+pub async fn export(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    let filter: Filter = match ctx.query_param("filter") {
+        Some(text) => serde_json::from_str(&text).map_err(|e| ApiError::BadRequest(format!("filter: {e}")))?,
+        None => Filter::default(),
+    };
+    let store = app.store.clone();
+    let snapshot = tokio::task::spawn_blocking(move || store.export(&filter, Timestamp::now()))
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .map_err(internal)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for event in snapshot {
+            match event {
+                Ok(json) => {
+                    chunk.extend_from_slice(json.as_str().as_bytes());
+                    chunk.push(b'\n');
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "export stopped at a record it could not read");
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            }
+            // A client that went away stops the export.
+            if chunk.len() >= CHUNK && tx.blocking_send(Ok(Bytes::from(std::mem::take(&mut chunk)))).is_err() {
+                return;
+            }
+        }
+        if !chunk.is_empty() {
+            let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let mut response = warp::reply::stream(body).into_response();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok(response)
+}
