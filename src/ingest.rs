@@ -175,8 +175,9 @@ pub(crate) async fn settle(
         app.fanout.publish(&verified);
         return Settled::Live;
     }
-    // A duplicate is never billed: a client retrying after a lost OK pays nothing twice.
-    match app.store.contains(&verified.id) {
+    // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With
+    // nothing to bill (an import), the writer's own duplicate check is enough.
+    match if bill.is_some() { app.store.contains(&verified.id) } else { Ok(false) } {
         Ok(true) => {
             metrics::counter!("hearth_events_duplicate_total").increment(1);
             return Settled::Duplicate;

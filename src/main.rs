@@ -73,6 +73,9 @@ enum Command {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// Rewrite the event log without the space of replaced, deleted and expired events; prints
+    /// {"before_bytes","after_bytes","seconds"}. The relay must not be running.
+    Compact,
     /// Print how many stored events match a filter (NIP-45).
     Count {
         #[arg(long)]
@@ -108,7 +111,7 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
             Err(code) => return code,
         },
-        offline @ (Command::Export { .. } | Command::Import { .. }) => {
+        offline @ (Command::Export { .. } | Command::Import { .. } | Command::Compact) => {
             return match load_config(config) {
                 Ok(config) => self::offline(offline, config).await,
                 Err(code) => code,
@@ -127,7 +130,7 @@ fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config,
     })
 }
 
-/// `export` and `import` on the configured data directory.
+/// `export`, `import` and `compact` on the configured data directory.
 async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
     use hearth::offline;
     let outcome = match command {
@@ -151,6 +154,10 @@ async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
                 if summary.invalid == 0 { offline::OK } else { offline::INVALID }
             })
         }
+        Command::Compact => offline::compact(config).await.map(|done| {
+            println!("{}", serde_json::to_string(&done).unwrap_or_default());
+            offline::OK
+        }),
         _ => Ok(offline::OK),
     };
     match outcome {

@@ -114,5 +114,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/usage/ip/{addr}"),
     ("GET", "/admin/v1/audit"),
     ("GET", "/admin/v1/export"),
+    ("GET", "/admin/v1/store"),
     ("POST", "/admin/v1/rpc"),
 ];

@@ -166,6 +166,14 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
         .and_then(|pubkey: String, app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::set_tier(a, c, w, pubkey))
         });
+    // GET /admin/v1/store
+    let store_stats = base
+        .and(warp::path("store"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, store::stats));
     // GET /admin/v1/export
     let export = base
         .and(warp::path("export"))
@@ -235,6 +243,8 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
         .or(audit_log)
         .unify()
         .or(export)
+        .unify()
+        .or(store_stats)
         .unify()
         .or(rpc)
         .unify()

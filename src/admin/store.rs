@@ -1,15 +1,17 @@
-//! `GET /admin/v1/export`: the stored events as JSON lines from a running relay.
+//! `GET /admin/v1/store` (what the store holds) and `GET /admin/v1/export` (the stored events as
+//! JSON lines) from a running relay.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use warp::Reply;
+use warp::http::StatusCode;
 use warp::http::header::{CONTENT_TYPE, HeaderValue};
 use warp::reply::Response;
 
 use super::Admin;
 use crate::app::AppState;
-use crate::http::{ApiError, RequestCtx, internal};
+use crate::http::{ApiError, RequestCtx, internal, json_response};
 use crate::protocol::{Filter, Timestamp};
 
 /// Bytes of JSON lines sent at once.
@@ -59,4 +61,13 @@ pub async fn export(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Res
     let mut response = warp::reply::stream(body).into_response();
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
     Ok(response)
+}
+
+/// `GET /admin/v1/store`: events stored, the event log's live and dead bytes, the catalogue's
+/// bytes, and the last compaction.
+pub async fn stats(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    let store = app.store.clone();
+    let stats =
+        tokio::task::spawn_blocking(move || store.stats()).await.map_err(|_| ApiError::Internal)?.map_err(internal)?;
+    Ok(json_response(StatusCode::OK, &stats))
 }

@@ -1,4 +1,5 @@
-//! Operations on a data directory while no relay runs: `hearth export` and `hearth import`.
+//! Operations on a data directory while no relay runs: `hearth export`, `hearth import` and
+//! `hearth compact`.
 //!
 //! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
 //! running relay holds it, without waiting for ever) and each command's output and exit code.
@@ -64,6 +65,16 @@ impl From<RunError> for OfflineError {
             RunError::Io(e) => OfflineError::Io(e),
         }
     }
+}
+
+/// Rewrites the configured data directory's event log without the space of replaced, deleted
+/// and expired events ([`crate::store::compact`]).
+pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineError> {
+    let dir = &config.storage.data_dir;
+    if !dir.is_dir() {
+        return Err(OfflineError::Missing(dir.clone()));
+    }
+    Ok(crate::store::compact(dir, config.storage.cache_capacity_mb).await?)
 }
 
 /// The relay's shared state over the configured data directory, for an offline command: the

@@ -56,6 +56,8 @@ pub fn keys_of(header: &Header, tags: &[Vec<String>]) -> Vec<Key> {
 pub struct Index {
     headers: HashMap<Serial, Header>,
     lists: HashMap<Key, BTreeSet<Posting>>,
+    /// Bytes of the indexed events' frames in the log.
+    live_bytes: u64,
 }
 
 impl Index {
@@ -65,12 +67,15 @@ impl Index {
         for key in keys {
             self.lists.entry(key).or_default().insert(posting);
         }
-        self.headers.insert(serial, header);
+        if self.headers.insert(serial, header).is_none() {
+            self.live_bytes += super::log::FRAME_HEADER + u64::from(header.len);
+        }
     }
 
     /// Removes a stored event from its lists.
     pub fn remove(&mut self, serial: Serial, keys: &[Key]) {
         let Some(header) = self.headers.remove(&serial) else { return };
+        self.live_bytes = self.live_bytes.saturating_sub(super::log::FRAME_HEADER + u64::from(header.len));
         let posting = (u64::MAX - header.created_at.0, serial);
         for key in keys {
             if let Some(list) = self.lists.get_mut(key) {
@@ -111,6 +116,11 @@ impl Index {
     /// How many events are indexed.
     pub fn events(&self) -> usize {
         self.headers.len()
+    }
+
+    /// Bytes of the indexed events' frames in the event log: what a compaction keeps.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
     }
 }
 

@@ -10,7 +10,7 @@
 //! | `x`    | expiration + id                       | —                              |
 //! | `d`    | id (tombstone)                        | deleting pubkey                |
 //! | `D`    | pubkey + kind + d (address tombstone) | deletion created_at            |
-//! | `m`    | name                                  | metadata: `schema` version, `log_end` |
+//! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen` |
 //!
 //! The `i` entry is the event's identity: deduplication and `ids` filters go through it, and an
 //! event is stored exactly while its `i` entry exists. The records themselves are in the event
@@ -32,6 +32,8 @@ pub const ADDRESS_TOMBSTONE: u8 = b'D';
 pub const META: u8 = b'm';
 /// The `m` name of the event log's committed end (u64).
 pub const LOG_END: &str = "log_end";
+/// The `m` name of the event log's generation (u64; absent = 0, `events.log`).
+pub const LOG_GEN: &str = "log_gen";
 
 fn key(parts: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());

@@ -25,8 +25,38 @@ use std::sync::{PoisonError, RwLock};
 
 use super::index::Serial;
 
-/// The log's file name in the data directory.
+/// The log's file name in the data directory before its first compaction (generation 0).
 pub const FILE: &str = "events.log";
+
+/// The log's file name in generation `generation`: each compaction writes the live records to
+/// the next generation's file, and sled's `log_gen` says which file is the log.
+pub fn file_name(generation: u64) -> String {
+    match generation {
+        0 => FILE.to_string(),
+        n => format!("events.{n}.log"),
+    }
+}
+
+/// Removes the files of other generations than `current` from `dir`: the new file of a
+/// compaction that did not finish, or the old one of a compaction that did.
+pub fn remove_other_generations(dir: &Path, current: &str) -> io::Result<()> {
+    let mut removed = false;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let generation = name.strip_prefix("events.").and_then(|n| n.strip_suffix(".log"));
+        let is_log = name == FILE || generation.is_some_and(|g| g.parse::<u64>().is_ok());
+        if is_log && name != current {
+            tracing::info!(file = name, "removing an event log of another generation");
+            std::fs::remove_file(dir.join(name))?;
+            removed = true;
+        }
+    }
+    if removed {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
 /// Length and CRC before each payload.
 pub const FRAME_HEADER: u64 = 8;
 /// Bytes a read takes at once: most records fit, so most reads are one `pread`.
@@ -47,8 +77,10 @@ pub enum LogError {
         reason: &'static str,
     },
     /// The file holds less than sled says was committed to it.
-    #[error("event log: {FILE} has {len} bytes but {committed} were committed")]
+    #[error("event log: {name} has {len} bytes but {committed} were committed")]
     Short {
+        /// The log's file name.
+        name: String,
         /// The file's length.
         len: u64,
         /// The committed end recorded in sled.
@@ -76,10 +108,10 @@ pub struct Log {
 }
 
 impl Log {
-    /// Opens (or creates) the log in `dir`, whose end sled recorded as `committed`. Frames after
-    /// it are left for [`Log::recover_tail`].
-    pub fn open(dir: &Path, committed: u64) -> Result<Log, LogError> {
-        let path = dir.join(FILE);
+    /// Opens (or creates) the log `name` in `dir`, whose end sled recorded as `committed`.
+    /// Frames after it are left for [`Log::recover_tail`].
+    pub fn open(dir: &Path, name: &str, committed: u64) -> Result<Log, LogError> {
+        let path = dir.join(name);
         let created = !path.exists();
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
         if created {
@@ -88,7 +120,7 @@ impl Log {
         }
         let meta = file.metadata()?;
         if meta.len() < committed {
-            return Err(LogError::Short { len: meta.len(), committed });
+            return Err(LogError::Short { name: name.to_string(), len: meta.len(), committed });
         }
         let identity = (meta.dev(), meta.ino());
         Ok(Log { backing: Backing::File { file, path, identity }, end: AtomicU64::new(committed) })
@@ -286,7 +318,7 @@ mod tests {
     #[test]
     fn committed_frames_read_back_and_a_torn_tail_is_cut_at_recovery() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), 0).unwrap();
+        let log = Log::open(dir.path(), FILE, 0).unwrap();
         let (first, at) = frames(&[b"one", b"2", b"three"]);
         log.write(0, &first).unwrap();
         // Written but not committed: not readable yet.
@@ -300,7 +332,7 @@ mod tests {
         let (third, _) = frames(&[b"torn by the crash"]);
         log.write(log.end() + second.len() as u64, &third[..third.len() - 3]).unwrap();
         drop(log);
-        let log = Log::open(dir.path(), first.len() as u64).unwrap();
+        let log = Log::open(dir.path(), FILE, first.len() as u64).unwrap();
         let tail = log.recover_tail().unwrap();
         let synced_end = (first.len() + second.len()) as u64;
         assert_eq!(tail, vec![first.len() as u64, first.len() as u64 + 14]);
@@ -309,7 +341,7 @@ mod tests {
         assert_eq!(log.read(tail[1]).unwrap(), b"also synced");
         // Nothing more to recover the next time.
         drop(log);
-        let log = Log::open(dir.path(), synced_end).unwrap();
+        let log = Log::open(dir.path(), FILE, synced_end).unwrap();
         assert_eq!(log.recover_tail().unwrap(), Vec::<u64>::new());
         // The next group goes where the torn frame was.
         let (fourth, _) = frames(&[b"four"]);
@@ -321,7 +353,7 @@ mod tests {
     #[test]
     fn zeros_after_the_end_are_not_frames() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), 0).unwrap();
+        let log = Log::open(dir.path(), FILE, 0).unwrap();
         log.write(0, &[0u8; 100]).unwrap();
         assert_eq!(log.recover_tail().unwrap(), Vec::<u64>::new());
         assert_eq!(log.size().unwrap(), 0);
@@ -330,8 +362,8 @@ mod tests {
     #[test]
     fn a_log_shorter_than_committed_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        drop(Log::open(dir.path(), 0).unwrap());
-        match Log::open(dir.path(), 100) {
+        drop(Log::open(dir.path(), FILE, 0).unwrap());
+        match Log::open(dir.path(), FILE, 100) {
             Err(e) => assert_eq!(e.to_string(), "event log: events.log has 0 bytes but 100 were committed"),
             Ok(_) => panic!("opened"),
         }

@@ -14,6 +14,7 @@
 //! methods.
 
 mod apply;
+mod compact;
 mod durable;
 pub mod index;
 pub mod keys;
@@ -23,6 +24,7 @@ mod query;
 pub mod record;
 mod writer;
 
+pub use compact::{Compacted, compact};
 pub use query::Export;
 
 use std::path::Path;
@@ -40,6 +42,8 @@ use log::Log;
 const SCHEMA_VERSION: u8 = 3;
 /// The tree of this layout; older layouts lived in other trees.
 const EVENTS_TREE: &str = "events_v3";
+/// Small named JSON documents (admin overrides, moderation state, the last compaction).
+const SETTINGS_TREE: &str = "settings_v1";
 /// The trees of older layouts, with their versions.
 const OLD_TREES: [(&str, u8); 2] = [("events_v1", 1), ("events_v2", 2)];
 /// Pending writes queued for the writer before `put` waits.
@@ -105,6 +109,25 @@ pub enum PutOutcome {
     Deleted,
 }
 
+/// What [`Store::stats`] reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StoreStats {
+    /// Events stored.
+    pub events: u64,
+    /// Bytes of their frames in the event log.
+    pub live_bytes: u64,
+    /// Bytes of the log that hold no stored event (replaced, deleted, expired, journal frames).
+    pub dead_bytes: u64,
+    /// Bytes of the event log up to its committed end.
+    pub log_bytes: u64,
+    /// Bytes of the catalogue (sled) on disk.
+    pub index_bytes: u64,
+    /// The event log's generation (how many compactions it has been through).
+    pub log_generation: u64,
+    /// The last compaction, if any.
+    pub last_compaction: Option<Compacted>,
+}
+
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -122,6 +145,8 @@ struct Inner {
     durable: Option<Arc<Durable>>,
     /// The event records.
     log: Arc<Log>,
+    /// Which file holds them (see [`log::file_name`]).
+    log_generation: u64,
     tx: mpsc::Sender<writer::WriteOp>,
     /// The secondary indexes; written by the writer thread only.
     index: Arc<RwLock<Index>>,
@@ -130,42 +155,25 @@ struct Inner {
 impl Store {
     /// Opens (or creates) the database in `dir` and starts the writer thread.
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
-        let config = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
-            // Writes dominate a relay's storage work; LowSpace compacts more eagerly.
-            .mode(sled::Mode::HighThroughput)
-            // Every write is flushed by the writer before it is acknowledged.
-            .flush_every_ms(None);
-        // sled's I/O threads can hold a closed database's file lock for a moment after its last
-        // handle is dropped (seen when the same process reopens the directory at once); another
-        // process holding it still fails, after this wait.
-        let mut waited = Duration::ZERO;
-        let db = loop {
-            match config.open() {
-                Err(e) if lock_busy(&e) && waited < LOCK_WAIT => {
-                    std::thread::sleep(LOCK_RETRY);
-                    waited += LOCK_RETRY;
-                }
-                Err(e) if lock_busy(&e) => return Err(StoreError::InUse { path: dir.to_path_buf() }),
-                other => break other?,
-            }
-        };
+        let db = open_db(dir, cache_capacity_mb)?;
         let durable = Durable::open(dir)?;
-        Store::from_db(db, Some(Arc::new(durable)), |committed| Log::open(dir, committed))
+        let store = Store::from_db(db, Some(Arc::new(durable)), |name, committed| Log::open(dir, name, committed))?;
+        log::remove_other_generations(dir, &log::file_name(store.inner.log_generation))?;
+        Ok(store)
     }
 
     /// An in-memory store for unit tests.
     pub fn temporary() -> Result<Store, StoreError> {
         let db = sled::Config::new().temporary(true).flush_every_ms(None).open()?;
-        Store::from_db(db, None, |_| Ok(Log::memory()))
+        Store::from_db(db, None, |_, _| Ok(Log::memory()))
     }
 
-    /// The store over an open database; `open_log` opens the event log at its committed end.
+    /// The store over an open database; `open_log` opens the event log file of its generation
+    /// at its committed end.
     fn from_db(
         db: sled::Db,
         durable: Option<Arc<Durable>>,
-        open_log: impl FnOnce(u64) -> Result<Log, log::LogError>,
+        open_log: impl FnOnce(&str, u64) -> Result<Log, log::LogError>,
     ) -> Result<Store, StoreError> {
         let names = db.tree_names();
         if let Some((_, found)) = OLD_TREES.iter().find(|(tree, _)| names.iter().any(|n| n.as_ref() == tree.as_bytes()))
@@ -181,11 +189,9 @@ impl Store {
             Some(v) if v.as_ref() == [SCHEMA_VERSION] => {}
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
         }
-        let committed = match tree.get(keys::meta(keys::LOG_END))? {
-            Some(v) => decode_serial(&v)?,
-            None => 0,
-        };
-        let log = Arc::new(open_log(committed)?);
+        let committed = meta_u64(&tree, keys::LOG_END)?;
+        let log_generation = meta_u64(&tree, keys::LOG_GEN)?;
+        let log = Arc::new(open_log(&log::file_name(log_generation), committed)?);
         let tail = log.recover_tail()?;
         if !tail.is_empty() {
             let started = std::time::Instant::now();
@@ -194,7 +200,7 @@ impl Store {
             tracing::info!(frames, ms = started.elapsed().as_millis() as u64, "replayed the event log after a crash");
         }
         let index = Arc::new(RwLock::new(rebuild_index(&tree, &log)?));
-        let settings = db.open_tree("settings_v1")?;
+        let settings = db.open_tree(SETTINGS_TREE)?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let w = writer::Writer {
@@ -205,7 +211,7 @@ impl Store {
             durable: durable.clone(),
         };
         writer::spawn(w, rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, log, tx, index }) })
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, log, log_generation, tx, index }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -298,6 +304,28 @@ impl Store {
         self.len() == 0
     }
 
+    /// What the store holds and how much of its log is dead space.
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        let (events, live_bytes) = {
+            let index = self.index();
+            (index.events() as u64, index.live_bytes())
+        };
+        let log_bytes = self.inner.log.end();
+        let last_compaction = match self.load_setting(compact::LAST_COMPACTION)? {
+            Some(bytes) => serde_json::from_slice(&bytes).ok(),
+            None => None,
+        };
+        Ok(StoreStats {
+            events,
+            live_bytes,
+            dead_bytes: log_bytes.saturating_sub(live_bytes),
+            log_bytes,
+            index_bytes: self.inner.db.size_on_disk()?,
+            log_generation: self.inner.log_generation,
+            last_compaction,
+        })
+    }
+
     /// Bytes the database and the event log occupy on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         let log = self.inner.log.size().map_err(log::LogError::Io)?;
@@ -306,6 +334,38 @@ impl Store {
 
     fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
         self.inner.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Opens the sled database of `dir`. sled's I/O threads can hold a closed database's file lock
+/// for a moment after its last handle is dropped (seen when the same process reopens the
+/// directory at once); another process holding it is [`StoreError::InUse`], after this wait.
+fn open_db(dir: &Path, cache_capacity_mb: u64) -> Result<sled::Db, StoreError> {
+    let config = sled::Config::new()
+        .path(dir)
+        .cache_capacity(cache_capacity_mb.saturating_mul(1024 * 1024))
+        // Writes dominate a relay's storage work; LowSpace compacts more eagerly.
+        .mode(sled::Mode::HighThroughput)
+        // Every write is flushed by the writer before it is acknowledged.
+        .flush_every_ms(None);
+    let mut waited = Duration::ZERO;
+    loop {
+        match config.open() {
+            Err(e) if lock_busy(&e) && waited < LOCK_WAIT => {
+                std::thread::sleep(LOCK_RETRY);
+                waited += LOCK_RETRY;
+            }
+            Err(e) if lock_busy(&e) => return Err(StoreError::InUse { path: dir.to_path_buf() }),
+            other => return Ok(other?),
+        }
+    }
+}
+
+/// A u64 of the `m` entries (0 when absent).
+fn meta_u64(tree: &sled::Tree, name: &str) -> Result<u64, StoreError> {
+    match tree.get(keys::meta(name))? {
+        Some(v) => decode_serial(&v),
+        None => Ok(0),
     }
 }
 

@@ -492,3 +492,43 @@ async fn export_streams_a_snapshot_oldest_first_while_writes_go_on() {
     assert!(resp.json::<Value>().await.unwrap()["error"].as_str().unwrap().starts_with("filter: "));
     assert_eq!(http.get(url("")).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn store_stats_count_live_and_dead_bytes() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        generous(c);
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, empty) = api.call(Method::GET, "/admin/v1/store", None, Some(&bearer)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&empty["events"], &empty["live_bytes"], &empty["dead_bytes"], &empty["log_bytes"]),
+        (&json!(0), &json!(0), &json!(0), &json!(0))
+    );
+    assert_eq!((&empty["log_generation"], &empty["last_compaction"]), (&json!(0), &Value::Null));
+    let mut client = relay.connect().await;
+    let author = keys(9);
+    let old = sign(&author, now() - 10, 0, &[], &"o".repeat(3000));
+    let new = sign(&author, now(), 0, &[], "short");
+    assert_ok(&client.publish(&old).await, &old.id.to_hex(), true, "");
+    let (_, one) = api.call(Method::GET, "/admin/v1/store", None, Some(&bearer)).await;
+    assert_eq!(one["events"], 1);
+    assert_eq!(one["dead_bytes"], 0, "{one}");
+    assert_eq!(one["live_bytes"], one["log_bytes"], "{one}");
+    assert!(one["live_bytes"].as_u64().unwrap() > 3000, "{one}");
+    // The new version replaces the old one: its frame is dead space until a compaction.
+    assert_ok(&client.publish(&new).await, &new.id.to_hex(), true, "");
+    let (_, two) = api.call(Method::GET, "/admin/v1/store", None, Some(&bearer)).await;
+    assert_eq!(two["events"], 1);
+    assert!(two["dead_bytes"].as_u64().unwrap() >= one["live_bytes"].as_u64().unwrap(), "{one} {two}");
+    assert_eq!(
+        two["live_bytes"].as_u64().unwrap() + two["dead_bytes"].as_u64().unwrap(),
+        two["log_bytes"].as_u64().unwrap()
+    );
+    assert!(two["live_bytes"].as_u64().unwrap() < 1000, "{two}");
+    let (status, _) = api.call(Method::GET, "/admin/v1/store", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}

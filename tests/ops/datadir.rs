@@ -150,3 +150,99 @@ fn offline_commands_refuse_a_data_directory_a_relay_holds() {
     // Once the relay is gone the directory opens.
     assert_eq!(export(&data, None).status.code(), Some(0));
 }
+
+fn compact(data: &Path) -> Output {
+    hearth(data).arg("compact").output().unwrap()
+}
+
+fn log_files(data: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(data)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("events."))
+        .map(|e| (e.file_name().to_string_lossy().to_string(), e.metadata().unwrap().len()))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn compaction_gives_back_dead_space_keeps_every_live_event_and_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (alice, bob) = (keys(1), keys(2));
+    let start = now() - 100_000;
+    let mut input = Vec::new();
+    // 400 versions of one profile: 399 of them dead once the next arrives.
+    for i in 0..400 {
+        input.push(line(&sign(&alice, start + i, 0, &[], &format!("{{\"about\":\"{i} {}\"}}", "p".repeat(1500)))));
+    }
+    let notes: Vec<_> = (0..200).map(|i| sign(&bob, start + 1000 + i, 1, &[], &format!("note {i}"))).collect();
+    input.extend(notes.iter().map(line));
+    for note in &notes[..20] {
+        input.push(line(&sign(&bob, start + 2000, 5, &[&["e", &note.id.to_hex()]], "")));
+    }
+    let out = import(&data, input.join("\n").as_bytes());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let live = export(&data, None).stdout;
+    assert_eq!(live.iter().filter(|&&b| b == b'\n').count(), 1 + 180 + 20);
+    let before = log_files(&data);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let dir_bytes = || -> u64 { std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum() };
+    let original_bytes = dir_bytes();
+
+    // kill -9 at moments through a compaction (the later ones may let one finish): each time
+    // every live event is still there.
+    for delay_ms in [0, 3, 10, 25, 40, 60, 90, 130, 180] {
+        let mut child = hearth(&data).arg("compact").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(export(&data, None).stdout, live, "after a kill at {delay_ms} ms");
+        assert_eq!(log_files(&data).len(), 1, "a stale generation is removed at open: {:?}", log_files(&data));
+    }
+
+    let out = compact(&data);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let done = summary(&out);
+    assert!(done["after_bytes"].as_u64().unwrap() <= done["before_bytes"].as_u64().unwrap(), "{done}");
+    assert!(done["after_bytes"].as_u64().unwrap() * 2 < original_bytes, "{done} {original_bytes}");
+    assert!(done["seconds"].as_f64().unwrap() >= 0.0, "{done}");
+    assert!(done["at"].as_u64().unwrap() >= now() - 60, "{done}");
+    let after = log_files(&data);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after[0].0, before[0].0, "the log moved to its next generation");
+    assert!(after[0].1 * 10 < before[0].1, "{before:?} -> {after:?}");
+    assert_eq!(export(&data, None).stdout, live);
+    // A relay on the compacted directory reports it.
+    let mut relay = hearth(&data).env("HEARTH_ADMIN__TOKEN", "t").stderr(Stdio::piped()).spawn().unwrap();
+    let mut log = std::io::BufRead::lines(std::io::BufReader::new(relay.stderr.take().unwrap()));
+    let addr = loop {
+        let l = log.next().unwrap().unwrap();
+        if let Some(i) = l.find("listening on ") {
+            break l[i + "listening on ".len()..].trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in log {});
+    let stats: Value = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let resp = reqwest::Client::new().get(format!("http://{addr}/admin/v1/store")).bearer_auth("t").send().await;
+        resp.unwrap().json().await.unwrap()
+    });
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let generation = after[0].0.trim_start_matches("events.").trim_end_matches(".log").parse::<u64>().unwrap();
+    assert_eq!((&stats["events"], &stats["log_generation"]), (&json!(201), &json!(generation)), "{stats}");
+    assert_eq!(stats["dead_bytes"], 0, "{stats}");
+    assert_eq!(stats["last_compaction"], done, "{stats}");
+
+    // The compacted store takes new writes after its new end.
+    let later = sign(&bob, start + 3000, 1, &[], "after the compaction");
+    assert_eq!(summary(&import(&data, line(&later).as_bytes()))["stored"], 1);
+    let mut want = live.clone();
+    want.extend_from_slice(format!("{}\n", line(&later)).as_bytes());
+    assert_eq!(export(&data, None).stdout, want);
+    // A stray file of another generation (a compaction cut off while writing) is removed.
+    std::fs::write(data.join("events.99.log"), b"partial").unwrap();
+    assert_eq!(export(&data, None).stdout, want);
+    assert_eq!(log_files(&data).len(), 1, "{:?}", log_files(&data));
+}
