@@ -4,7 +4,7 @@
 //! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
 //! running relay holds it, without waiting for ever) and each command's output and exit code.
 //! The work itself is the store's ([`crate::store::Store::export`]) and the publish path's
-//! rules ([`crate::ingest::settle`]), so an import decides what the relay would have decided.
+//! rules (`ingest::settle`), so an import decides what the relay would have decided.
 
 mod export;
 mod import;
