@@ -76,6 +76,10 @@ enum Command {
     /// Rewrite the event log without the space of replaced, deleted and expired events; prints
     /// {"before_bytes","after_bytes","seconds"}. The relay must not be running.
     Compact,
+    /// Check the data directory without changing it: frames against their CRCs, the catalogue
+    /// against the records, replaceable versions, tombstones. One JSON line per problem, then a
+    /// summary; exit 0 when clean, 1 otherwise. The relay must not be running.
+    Check,
     /// Print how many stored events match a filter (NIP-45).
     Count {
         #[arg(long)]
@@ -111,7 +115,7 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
             Err(code) => return code,
         },
-        offline @ (Command::Export { .. } | Command::Import { .. } | Command::Compact) => {
+        offline @ (Command::Export { .. } | Command::Import { .. } | Command::Compact | Command::Check) => {
             return match load_config(config) {
                 Ok(config) => self::offline(offline, config).await,
                 Err(code) => code,
@@ -130,7 +134,7 @@ fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config,
     })
 }
 
-/// `export`, `import` and `compact` on the configured data directory.
+/// `export`, `import`, `compact` and `check` on the configured data directory.
 async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
     use hearth::offline;
     let outcome = match command {
@@ -157,6 +161,16 @@ async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
         Command::Compact => offline::compact(config).await.map(|done| {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
+        }),
+        Command::Check => offline::check(config).await.map(|checked| {
+            for problem in &checked.problems {
+                println!("{}", serde_json::to_string(problem).unwrap_or_default());
+            }
+            let summary = serde_json::json!({
+                "events": checked.events, "frames": checked.frames, "problems": checked.problems.len()
+            });
+            println!("{summary}");
+            if checked.problems.is_empty() { offline::OK } else { offline::FAILED }
         }),
         _ => Ok(offline::OK),
     };

@@ -1,5 +1,5 @@
-//! Operations on a data directory while no relay runs: `hearth export`, `hearth import` and
-//! `hearth compact`.
+//! Operations on a data directory while no relay runs: `hearth export`, `hearth import`,
+//! `hearth compact` and `hearth check`.
 //!
 //! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
 //! running relay holds it, without waiting for ever) and each command's output and exit code.
@@ -75,6 +75,19 @@ pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineE
         return Err(OfflineError::Missing(dir.clone()));
     }
     Ok(crate::store::compact(dir, config.storage.cache_capacity_mb).await?)
+}
+
+/// Audits the configured data directory without changing it ([`crate::store::check`]).
+pub async fn check(config: Config) -> Result<crate::store::Checked, OfflineError> {
+    let dir = config.storage.data_dir.clone();
+    if !dir.is_dir() {
+        return Err(OfflineError::Missing(dir));
+    }
+    let cache = config.storage.cache_capacity_mb;
+    tokio::task::spawn_blocking(move || crate::store::check(&dir, cache))
+        .await
+        .map_err(|e| OfflineError::Store(StoreError::Task(e.to_string())))?
+        .map_err(OfflineError::Store)
 }
 
 /// The relay's shared state over the configured data directory, for an offline command: the

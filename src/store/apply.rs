@@ -14,7 +14,7 @@ use super::record;
 use super::{PutOutcome, StoreError};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp};
 
-fn address_of(event: &Event) -> Option<Vec<u8>> {
+pub(super) fn address_of(event: &Event) -> Option<Vec<u8>> {
     match event.kind.class() {
         KindClass::Replaceable => Some(keys::address(&event.pubkey, event.kind, "")),
         KindClass::Addressable => Some(keys::address(&event.pubkey, event.kind, event.d_tag())),
@@ -22,7 +22,7 @@ fn address_of(event: &Event) -> Option<Vec<u8>> {
     }
 }
 
-fn address_tombstone_of(event: &Event) -> Option<Vec<u8>> {
+pub(super) fn address_tombstone_of(event: &Event) -> Option<Vec<u8>> {
     match event.kind.class() {
         KindClass::Replaceable => Some(keys::address_tombstone(&event.pubkey, event.kind, "")),
         KindClass::Addressable => Some(keys::address_tombstone(&event.pubkey, event.kind, event.d_tag())),
@@ -31,7 +31,7 @@ fn address_tombstone_of(event: &Event) -> Option<Vec<u8>> {
 }
 
 /// The current version at an address: (id, created_at).
-fn decode_address(value: &[u8]) -> Result<(EventId, Timestamp), StoreError> {
+pub(super) fn decode_address(value: &[u8]) -> Result<(EventId, Timestamp), StoreError> {
     let corrupt = || StoreError::Corrupt("address record".into());
     let id: [u8; 32] = value.get(..32).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;
     let at: [u8; 8] = value.get(32..40).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;

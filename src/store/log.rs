@@ -216,6 +216,17 @@ impl Log {
         self.end.store(end, Ordering::Release);
     }
 
+    /// The payload length the header of the frame at `serial` claims (not checked against the
+    /// payload: [`Log::read`] does that), or None when the header does not fit before the end.
+    pub fn claimed_len(&self, serial: Serial) -> Option<u64> {
+        if serial.saturating_add(FRAME_HEADER) > self.end() {
+            return None;
+        }
+        let mut header = [0u8; FRAME_HEADER as usize];
+        self.read_at(&mut header, serial).ok()?;
+        Some(split_header(header).0)
+    }
+
     /// The payload of the frame at `serial`, checked against its CRC. One `pread` for most
     /// records: the frame is read together with its header when it fits in `READ_AHEAD`.
     pub fn read(&self, serial: Serial) -> Result<Vec<u8>, LogError> {

@@ -14,6 +14,7 @@
 //! methods.
 
 mod apply;
+mod check;
 mod compact;
 mod durable;
 pub mod index;
@@ -24,6 +25,7 @@ mod query;
 pub mod record;
 mod writer;
 
+pub use check::{Checked, Problem, check};
 pub use compact::{Compacted, compact};
 pub use query::Export;
 
@@ -385,9 +387,15 @@ fn rebuild_index(tree: &sled::Tree, log: &Log) -> Result<Index, StoreError> {
     serials.sort_unstable();
     let mut index = Index::default();
     for serial in serials {
-        let stored = log.read(serial)?;
-        let header = record::header(&stored)?;
-        index.insert(serial, header, index::keys_of(&header, &record::tags(&stored)?));
+        // A damaged record is left out of the index, so it is never served; the rest are.
+        let indexed = log.read(serial).map_err(StoreError::from).and_then(|stored| {
+            let header = record::header(&stored)?;
+            index.insert(serial, header, index::keys_of(&header, &record::tags(&stored)?));
+            Ok(())
+        });
+        if let Err(e) = indexed {
+            tracing::error!(serial, error = %e, "a damaged record is skipped; run hearth check");
+        }
     }
     tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
     Ok(index)

@@ -246,3 +246,41 @@ fn compaction_gives_back_dead_space_keeps_every_live_event_and_survives_kill_9()
     assert_eq!(export(&data, None).stdout, want);
     assert_eq!(log_files(&data).len(), 1, "{:?}", log_files(&data));
 }
+
+#[test]
+fn check_finds_a_flipped_byte_and_the_store_still_serves_every_other_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let author = keys(3);
+    let notes: Vec<_> = (0..50).map(|i| sign(&author, now() - 1000 + i, 1, &[], &format!("note {i:03}"))).collect();
+    let input: Vec<String> = notes.iter().map(line).collect();
+    assert_eq!(import(&data, input.join("\n").as_bytes()).status.code(), Some(0));
+    let check = || hearth(&data).arg("check").output().unwrap();
+    let out = check();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"events\":50,\"frames\":50,\"problems\":0}\n");
+
+    // One byte in the middle of the log, inside one event's content.
+    let log = data.join("events.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let victim = &notes[25];
+    let at = bytes.windows(victim.content.len()).position(|w| w == victim.content.as_bytes()).unwrap();
+    bytes[at + 2] ^= 0x20;
+    std::fs::write(&log, &bytes).unwrap();
+    let out = check();
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["problem"], "corrupt_frame");
+    assert!(lines[0]["reason"].as_str().unwrap().contains("checksum mismatch"), "{lines:?}");
+    assert_eq!(lines[1]["problem"], "unreadable_record");
+    assert_eq!(lines[1]["serial"], lines[0]["serial"]);
+    assert_eq!(lines[2], json!({"events": 50, "frames": 50, "problems": 2}));
+    // The damaged event is left out; every other one is served.
+    let exported = String::from_utf8(export(&data, None).stdout).unwrap();
+    let damaged_id = lines[1]["id"].as_str().unwrap();
+    assert_eq!(damaged_id, victim.id.to_hex());
+    let want: Vec<String> = notes.iter().filter(|n| n.id.to_hex() != damaged_id).map(line).collect();
+    assert_eq!(exported.lines().collect::<Vec<_>>(), want.iter().map(String::as_str).collect::<Vec<_>>());
+}

@@ -1,0 +1,166 @@
+//! `hearth check`: a read-only audit of a data directory no relay holds.
+//!
+//! Owns finding what is inconsistent on disk: every frame of the event log up to its committed
+//! end against its CRC; every catalogue (`i`) entry against the record it points to; every
+//! replaceable or addressable address holding exactly its newest version; and every tombstone
+//! honoured. The in-memory indexes are rebuilt from the catalogue and the records at every start,
+//! so they have no copy on disk that could disagree. Repair is not built yet.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::apply::{address_of, address_tombstone_of, decode_address};
+use super::index::Serial;
+use super::log::{self, FRAME_HEADER, Log};
+use super::{EVENTS_TREE, StoreError, decode_serial, keys, meta_u64, open_db, record};
+use crate::protocol::{EventId, Timestamp};
+
+/// One inconsistency.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Problem {
+    /// A frame of the log does not match its CRC (or is not a frame at all).
+    CorruptFrame {
+        /// Its offset.
+        serial: Serial,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The log cannot be walked past this offset (a frame header claims a length past the end).
+    UnreadableLog {
+        /// Where walking stopped.
+        serial: Serial,
+    },
+    /// A catalogue entry points to no readable record.
+    UnreadableRecord {
+        /// The event id of the entry.
+        id: String,
+        /// Where it points.
+        serial: Serial,
+    },
+    /// A catalogue entry points to the record of another event.
+    WrongRecord {
+        /// The event id of the entry.
+        id: String,
+        /// The id the record holds.
+        found: String,
+    },
+    /// More than one version of a replaceable or addressable event is stored.
+    SeveralVersions {
+        /// The ids stored at the address.
+        ids: Vec<String>,
+    },
+    /// The address entry names another version than the newest stored one.
+    AddressNotNewest {
+        /// The version the address names.
+        names: String,
+        /// The newest stored version.
+        newest: String,
+    },
+    /// An event deleted by its author (NIP-09) is stored.
+    DeletedEventStored {
+        /// Its id.
+        id: String,
+    },
+}
+
+/// What `check` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Checked {
+    /// Events in the catalogue.
+    pub events: u64,
+    /// Frames of the log up to its committed end.
+    pub frames: u64,
+    /// Everything inconsistent, in the order found.
+    pub problems: Vec<Problem>,
+}
+
+/// Checks the store in `dir` (which no relay may hold) without changing it.
+pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> {
+    let db = open_db(dir, cache_capacity_mb)?;
+    let tree = db.open_tree(EVENTS_TREE)?;
+    let log = Log::open(dir, &log::file_name(meta_u64(&tree, keys::LOG_GEN)?), meta_u64(&tree, keys::LOG_END)?)?;
+    let mut problems = Vec::new();
+    let (mut frames, mut intact) = (0u64, HashSet::new());
+    let mut at = 0;
+    while at < log.end() {
+        let Some(len) = log.claimed_len(at).filter(|len| at + FRAME_HEADER + len <= log.end()) else {
+            problems.push(Problem::UnreadableLog { serial: at });
+            break;
+        };
+        frames += 1;
+        match log.read(at) {
+            Ok(_) => {
+                intact.insert(at);
+            }
+            Err(e) => problems.push(Problem::CorruptFrame { serial: at, reason: e.to_string() }),
+        }
+        at += FRAME_HEADER + len;
+    }
+    // Stored events by id, and the versions at each address.
+    let (mut events, mut stored) = (0u64, HashSet::new());
+    let mut versions: HashMap<Vec<u8>, Vec<(Timestamp, EventId)>> = HashMap::new();
+    let mut address_tombstones: Vec<(Vec<u8>, Timestamp, EventId)> = Vec::new();
+    for item in tree.scan_prefix([keys::ID]) {
+        let (key, value) = item?;
+        events += 1;
+        let id = EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]));
+        let serial = decode_serial(&value)?;
+        // Read where the catalogue says, even past a point the walk could not get beyond.
+        let readable = if intact.contains(&serial) || at <= serial { log.read(serial).ok() } else { None };
+        let Some(bytes) = readable else {
+            problems.push(Problem::UnreadableRecord { id: id.to_hex(), serial });
+            continue;
+        };
+        let event = match record::decode(&bytes) {
+            Ok(event) => event,
+            Err(e) => {
+                problems.push(Problem::CorruptFrame { serial, reason: e.to_string() });
+                continue;
+            }
+        };
+        if event.id != id {
+            problems.push(Problem::WrongRecord { id: id.to_hex(), found: event.id.to_hex() });
+            continue;
+        }
+        stored.insert(id);
+        if let Some(address) = address_of(&event) {
+            versions.entry(address).or_default().push((event.created_at, id));
+        }
+        if let Some(tombstone) = address_tombstone_of(&event) {
+            address_tombstones.push((tombstone, event.created_at, id));
+        }
+    }
+    for (address, mut at_address) in versions {
+        // Newest first; ties: the lowest id wins (NIP-01).
+        at_address.sort_by_key(|(created_at, id)| (std::cmp::Reverse(*created_at), *id));
+        if at_address.len() > 1 {
+            problems.push(Problem::SeveralVersions { ids: at_address.iter().map(|(_, id)| id.to_hex()).collect() });
+        }
+        if let (Some((_, newest)), Some(named)) = (at_address.first(), tree.get(&address)?) {
+            let (names, _) = decode_address(&named)?;
+            if names != *newest {
+                problems.push(Problem::AddressNotNewest { names: names.to_hex(), newest: newest.to_hex() });
+            }
+        }
+    }
+    for item in tree.scan_prefix([keys::TOMBSTONE]) {
+        let (key, _) = item?;
+        let id = EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]));
+        if stored.contains(&id) {
+            problems.push(Problem::DeletedEventStored { id: id.to_hex() });
+        }
+    }
+    // An address deleted up to a time keeps out every version of it up to then.
+    for (tombstone, created_at, id) in address_tombstones {
+        if let Some(value) = tree.get(&tombstone)? {
+            let until: [u8; 8] = value.get(..8).and_then(|v| v.try_into().ok()).unwrap_or([0; 8]);
+            if created_at.0 <= u64::from_be_bytes(until) {
+                problems.push(Problem::DeletedEventStored { id: id.to_hex() });
+            }
+        }
+    }
+    Ok(Checked { events, frames, problems })
+}
