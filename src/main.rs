@@ -79,7 +79,12 @@ enum Command {
     /// Check the data directory without changing it: frames against their CRCs, the catalogue
     /// against the records, replaceable versions, tombstones. One JSON line per problem, then a
     /// summary; exit 0 when clean, 1 otherwise. The relay must not be running.
-    Check,
+    Check {
+        /// Mend what is found (drop damaged and inconsistent entries, compact), then check
+        /// again: exit 0 when the store is consistent afterwards.
+        #[arg(long)]
+        repair: bool,
+    },
     /// Print how many stored events match a filter (NIP-45).
     Count {
         #[arg(long)]
@@ -115,7 +120,7 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
             Err(code) => return code,
         },
-        offline @ (Command::Export { .. } | Command::Import { .. } | Command::Compact | Command::Check) => {
+        offline @ (Command::Export { .. } | Command::Import { .. } | Command::Compact | Command::Check { .. }) => {
             return match load_config(config) {
                 Ok(config) => self::offline(offline, config).await,
                 Err(code) => code,
@@ -162,15 +167,18 @@ async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
         }),
-        Command::Check => offline::check(config).await.map(|checked| {
-            for problem in &checked.problems {
+        Command::Check { repair } => offline::check(config, repair).await.map(|checked| {
+            for problem in &checked.found.problems {
                 println!("{}", serde_json::to_string(problem).unwrap_or_default());
             }
-            let summary = serde_json::json!({
-                "events": checked.events, "frames": checked.frames, "problems": checked.problems.len()
-            });
+            let found = &checked.found;
+            let mut summary =
+                serde_json::json!({"events": found.events, "frames": found.frames, "problems": found.problems.len()});
+            if repair {
+                summary["remaining"] = checked.after.problems.len().into();
+            }
             println!("{summary}");
-            if checked.problems.is_empty() { offline::OK } else { offline::FAILED }
+            if checked.after.problems.is_empty() { offline::OK } else { offline::FAILED }
         }),
         _ => Ok(offline::OK),
     };

@@ -77,17 +77,21 @@ pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineE
     Ok(crate::store::compact(dir, config.storage.cache_capacity_mb).await?)
 }
 
-/// Audits the configured data directory without changing it ([`crate::store::check`]).
-pub async fn check(config: Config) -> Result<crate::store::Checked, OfflineError> {
+/// Audits the configured data directory ([`crate::store::check`]); with `repair`, mends what it
+/// found and checks again ([`crate::store::repair`]).
+pub async fn check(config: Config, repair: bool) -> Result<crate::store::Repaired, OfflineError> {
     let dir = config.storage.data_dir.clone();
     if !dir.is_dir() {
         return Err(OfflineError::Missing(dir));
     }
     let cache = config.storage.cache_capacity_mb;
-    tokio::task::spawn_blocking(move || crate::store::check(&dir, cache))
+    if repair {
+        return Ok(crate::store::repair(&dir, cache).await?);
+    }
+    let found = tokio::task::spawn_blocking(move || crate::store::check(&dir, cache))
         .await
-        .map_err(|e| OfflineError::Store(StoreError::Task(e.to_string())))?
-        .map_err(OfflineError::Store)
+        .map_err(|e| OfflineError::Store(StoreError::Task(e.to_string())))??;
+    Ok(crate::store::Repaired { after: found.clone(), found })
 }
 
 /// The relay's shared state over the configured data directory, for an offline command: the

@@ -4,7 +4,11 @@
 //! end against its CRC; every catalogue (`i`) entry against the record it points to; every
 //! replaceable or addressable address holding exactly its newest version; and every tombstone
 //! honoured. The in-memory indexes are rebuilt from the catalogue and the records at every start,
-//! so they have no copy on disk that could disagree. Repair is not built yet.
+//! so they have no copy on disk that could disagree.
+//!
+//! `hearth check --repair` mends what it found: catalogue entries of unreadable or wrong records,
+//! older versions beside the newest and deleted events are dropped, every address is pointed at
+//! its newest stored version, and a compaction then rewrites the log without the damaged frames.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -114,12 +118,9 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
             problems.push(Problem::UnreadableRecord { id: id.to_hex(), serial });
             continue;
         };
-        let event = match record::decode(&bytes) {
-            Ok(event) => event,
-            Err(e) => {
-                problems.push(Problem::CorruptFrame { serial, reason: e.to_string() });
-                continue;
-            }
+        let Ok(event) = record::decode(&bytes) else {
+            problems.push(Problem::UnreadableRecord { id: id.to_hex(), serial });
+            continue;
         };
         if event.id != id {
             problems.push(Problem::WrongRecord { id: id.to_hex(), found: event.id.to_hex() });
@@ -163,4 +164,87 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
         }
     }
     Ok(Checked { events, frames, problems })
+}
+
+/// What `check --repair` found, and what a check finds afterwards.
+#[derive(Clone, Debug)]
+pub struct Repaired {
+    /// Before the repair.
+    pub found: Checked,
+    /// After it (clean when the repair mended everything).
+    pub after: Checked,
+}
+
+/// Checks the store in `dir`, mends what it finds (see the module doc), and checks again.
+pub async fn repair(dir: &Path, cache_capacity_mb: u64) -> Result<Repaired, StoreError> {
+    let blocking = |work: fn(&Path, u64) -> Result<Checked, StoreError>| {
+        let dir = dir.to_path_buf();
+        async move {
+            tokio::task::spawn_blocking(move || work(&dir, cache_capacity_mb))
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))?
+        }
+    };
+    let found = blocking(check).await?;
+    if found.problems.is_empty() {
+        return Ok(Repaired { after: found.clone(), found });
+    }
+    blocking(drop_inconsistent).await?;
+    super::compact(dir, cache_capacity_mb).await?;
+    let after = blocking(check).await?;
+    Ok(Repaired { found, after })
+}
+
+/// Drops the catalogue entries `check` finds inconsistent and points every address at its newest
+/// stored version; returns the check it acted on.
+fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> {
+    let found = check(dir, cache_capacity_mb)?;
+    let db = open_db(dir, cache_capacity_mb)?;
+    let tree = db.open_tree(EVENTS_TREE)?;
+    let mut dropped = HashSet::new();
+    for problem in &found.problems {
+        match problem {
+            Problem::UnreadableRecord { id, .. }
+            | Problem::WrongRecord { id, .. }
+            | Problem::DeletedEventStored { id } => {
+                dropped.insert(id.clone());
+            }
+            // Newest first: every other version goes.
+            Problem::SeveralVersions { ids } => dropped.extend(ids.iter().skip(1).cloned()),
+            Problem::CorruptFrame { .. } | Problem::UnreadableLog { .. } | Problem::AddressNotNewest { .. } => {}
+        }
+    }
+    let mut batch = sled::Batch::default();
+    let mut newest: HashMap<Vec<u8>, (Timestamp, EventId)> = HashMap::new();
+    let log = Log::open(dir, &log::file_name(meta_u64(&tree, keys::LOG_GEN)?), meta_u64(&tree, keys::LOG_END)?)?;
+    for item in tree.scan_prefix([keys::ID]) {
+        let (key, value) = item?;
+        let id = EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]));
+        if dropped.contains(&id.to_hex()) {
+            tracing::warn!(id = %id.to_hex(), "repair: dropping an inconsistent event");
+            batch.remove(key);
+            continue;
+        }
+        let Ok(event) =
+            log.read(decode_serial(&value)?).map_err(StoreError::from).and_then(|r| Ok(record::decode(&r)?))
+        else {
+            continue;
+        };
+        if let Some(address) = address_of(&event) {
+            let candidate = (event.created_at, id);
+            let entry = newest.entry(address).or_insert(candidate);
+            // Newest wins; ties: the lowest id (NIP-01).
+            if (std::cmp::Reverse(candidate.0), candidate.1) < (std::cmp::Reverse(entry.0), entry.1) {
+                *entry = candidate;
+            }
+        }
+    }
+    for (address, (created_at, id)) in newest {
+        let mut value = id.0.to_vec();
+        value.extend_from_slice(&created_at.0.to_be_bytes());
+        batch.insert(address, value);
+    }
+    tree.apply_batch(batch)?;
+    super::flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
+    Ok(found)
 }

@@ -25,7 +25,7 @@ mod query;
 pub mod record;
 mod writer;
 
-pub use check::{Checked, Problem, check};
+pub use check::{Checked, Problem, Repaired, check, repair};
 pub use compact::{Compacted, compact};
 pub use query::Export;
 

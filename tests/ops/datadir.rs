@@ -283,4 +283,18 @@ fn check_finds_a_flipped_byte_and_the_store_still_serves_every_other_event() {
     assert_eq!(damaged_id, victim.id.to_hex());
     let want: Vec<String> = notes.iter().filter(|n| n.id.to_hex() != damaged_id).map(line).collect();
     assert_eq!(exported.lines().collect::<Vec<_>>(), want.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // --repair drops the damaged record and compacts: the store is consistent again, with every
+    // other event, and takes the lost event anew.
+    let out = hearth(&data).arg("check").arg("--repair").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string();
+    assert_eq!(
+        serde_json::from_str::<Value>(&last).unwrap(),
+        json!({"events": 50, "frames": 50, "problems": 2, "remaining": 0})
+    );
+    let out = check();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"events\":49,\"frames\":49,\"problems\":0}\n");
+    assert_eq!(String::from_utf8(export(&data, None).stdout).unwrap(), exported);
+    assert_eq!(summary(&import(&data, line(victim).as_bytes()))["stored"], 1);
 }
