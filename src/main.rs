@@ -120,12 +120,10 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
             Err(code) => return code,
         },
-        offline @ (Command::Export { .. } | Command::Import { .. } | Command::Compact | Command::Check { .. }) => {
-            return match load_config(config) {
-                Ok(config) => self::offline(offline, config).await,
-                Err(code) => code,
-            };
-        }
+        Command::Export { filter } => return offline(Offline::Export { filter }, config).await,
+        Command::Import { file } => return offline(Offline::Import { file }, config).await,
+        Command::Compact => return offline(Offline::Compact, config).await,
+        Command::Check { repair } => return offline(Offline::Check { repair }, config).await,
     };
     ExitCode::from(code)
 }
@@ -139,21 +137,33 @@ fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config,
     })
 }
 
+/// The subcommands that work on the data directory of the configuration, not on a relay.
+enum Offline {
+    Export { filter: Option<String> },
+    Import { file: Option<PathBuf> },
+    Compact,
+    Check { repair: bool },
+}
+
 /// `export`, `import`, `compact` and `check` on the configured data directory.
-async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
+async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode {
     use hearth::offline;
+    let config = match load_config(config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
     let outcome = match command {
-        Command::Export { filter } => {
+        Offline::Export { filter } => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             offline::export(config, filter.as_deref(), &mut out).await.map(|_| offline::OK)
         }
-        Command::Import { file } => {
+        Offline::Import { file } => {
             let input: Box<dyn std::io::BufRead + Send> = match &file {
                 Some(path) => match std::fs::File::open(path) {
                     Ok(f) => Box::new(std::io::BufReader::new(f)),
                     Err(e) => {
                         eprintln!("hearth: {}: {e}", path.display());
-                        return ExitCode::from(offline::IN_USE);
+                        return ExitCode::from(offline::UNUSABLE);
                     }
                 },
                 None => Box::new(std::io::BufReader::new(std::io::stdin())),
@@ -163,11 +173,11 @@ async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
                 if summary.invalid == 0 { offline::OK } else { offline::INVALID }
             })
         }
-        Command::Compact => offline::compact(config).await.map(|done| {
+        Offline::Compact => offline::compact(config).await.map(|done| {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
         }),
-        Command::Check { repair } => offline::check(config, repair).await.map(|checked| {
+        Offline::Check { repair } => offline::check(config, repair).await.map(|checked| {
             for problem in &checked.found.problems {
                 println!("{}", serde_json::to_string(problem).unwrap_or_default());
             }
@@ -180,7 +190,6 @@ async fn offline(command: Command, config: hearth::config::Config) -> ExitCode {
             println!("{summary}");
             if checked.after.problems.is_empty() { offline::OK } else { offline::FAILED }
         }),
-        _ => Ok(offline::OK),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

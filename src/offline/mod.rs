@@ -22,8 +22,9 @@ use crate::{Relay, RunError};
 
 /// Exit code: done.
 pub const OK: u8 = 0;
-/// Exit code: the data directory is in use, or the configuration is unusable.
-pub const IN_USE: u8 = 2;
+/// Exit code: the data directory is in use by a relay or missing, or an argument, the input or
+/// the configuration is unusable.
+pub const UNUSABLE: u8 = 2;
 /// Exit code: some input lines were invalid (the rest was imported).
 pub const INVALID: u8 = 4;
 /// Exit code: the operation failed.
@@ -51,7 +52,7 @@ impl OfflineError {
     pub fn exit_code(&self) -> u8 {
         match self {
             OfflineError::Store(StoreError::InUse { .. }) | OfflineError::Missing(_) | OfflineError::Filter(_) => {
-                IN_USE
+                UNUSABLE
             }
             _ => FAILED,
         }
