@@ -28,11 +28,7 @@ pub async fn export(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Res
         Some(text) => serde_json::from_str(&text).map_err(|e| ApiError::BadRequest(format!("filter: {e}")))?,
         None => Filter::default(),
     };
-    let store = app.store.clone();
-    let snapshot = tokio::task::spawn_blocking(move || store.export(&filter, Timestamp::now()))
-        .await
-        .map_err(|_| ApiError::Internal)?
-        .map_err(internal)?;
+    let snapshot = app.store.export_async(filter, Timestamp::now()).await.map_err(internal)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {
         let mut chunk = Vec::with_capacity(CHUNK);

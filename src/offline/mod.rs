@@ -71,20 +71,14 @@ impl From<RunError> for OfflineError {
 /// Rewrites the configured data directory's event log without the space of replaced, deleted
 /// and expired events ([`crate::store::compact`]).
 pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineError> {
-    let dir = &config.storage.data_dir;
-    if !dir.is_dir() {
-        return Err(OfflineError::Missing(dir.clone()));
-    }
-    Ok(crate::store::compact(dir, config.storage.cache_capacity_mb).await?)
+    let dir = existing(&config)?;
+    Ok(crate::store::compact(&dir, config.storage.cache_capacity_mb).await?)
 }
 
 /// Audits the configured data directory ([`crate::store::check`]); with `repair`, mends what it
 /// found and checks again ([`crate::store::repair`]).
 pub async fn check(config: Config, repair: bool) -> Result<crate::store::Repaired, OfflineError> {
-    let dir = config.storage.data_dir.clone();
-    if !dir.is_dir() {
-        return Err(OfflineError::Missing(dir));
-    }
+    let dir = existing(&config)?;
     let cache = config.storage.cache_capacity_mb;
     if repair {
         return Ok(crate::store::repair(&dir, cache).await?);
@@ -98,9 +92,14 @@ pub async fn check(config: Config, repair: bool) -> Result<crate::store::Repaire
 /// The relay's shared state over the configured data directory, for an offline command: the
 /// store, and the moderation state saved in it.
 fn open(config: Config, create: bool) -> Result<Arc<AppState>, OfflineError> {
-    let dir = config.storage.data_dir.clone();
-    if !create && !dir.is_dir() {
-        return Err(OfflineError::Missing(dir));
+    if !create {
+        existing(&config)?;
     }
     Ok(Relay::open(config, Arc::new(SystemClock::default()))?.app())
+}
+
+/// The configured data directory, which must exist (nothing to read otherwise).
+fn existing(config: &Config) -> Result<std::path::PathBuf, OfflineError> {
+    let dir = &config.storage.data_dir;
+    if dir.is_dir() { Ok(dir.clone()) } else { Err(OfflineError::Missing(dir.clone())) }
 }

@@ -38,13 +38,13 @@ pub(super) fn decode_address(value: &[u8]) -> Result<(EventId, Timestamp), Store
     Ok((EventId(id), Timestamp(u64::from_be_bytes(at))))
 }
 
-fn encode_address(id: &EventId, at: Timestamp) -> Vec<u8> {
+pub(super) fn encode_address(id: &EventId, at: Timestamp) -> Vec<u8> {
     let mut v = id.0.to_vec();
     v.extend_from_slice(&at.0.to_be_bytes());
     v
 }
 
-fn read_u64(value: &IVec) -> u64 {
+pub(super) fn read_u64(value: &IVec) -> u64 {
     value.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 

@@ -15,10 +15,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::apply::{address_of, address_tombstone_of, decode_address};
+use super::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
 use super::index::Serial;
-use super::log::{self, FRAME_HEADER, Log};
-use super::{EVENTS_TREE, StoreError, decode_serial, keys, meta_u64, open_db, record};
+use super::log::FRAME_HEADER;
+use super::{EVENTS_TREE, StoreError, decode_serial, keys, open_db, open_log, record};
 use crate::protocol::{EventId, Timestamp};
 
 /// One inconsistency.
@@ -85,7 +85,7 @@ pub struct Checked {
 pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> {
     let db = open_db(dir, cache_capacity_mb)?;
     let tree = db.open_tree(EVENTS_TREE)?;
-    let log = Log::open(dir, &log::file_name(meta_u64(&tree, keys::LOG_GEN)?), meta_u64(&tree, keys::LOG_END)?)?;
+    let (log, _) = open_log(dir, &tree)?;
     let mut problems = Vec::new();
     let (mut frames, mut intact) = (0u64, HashSet::new());
     let mut at = 0;
@@ -110,7 +110,7 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
     for item in tree.scan_prefix([keys::ID]) {
         let (key, value) = item?;
         events += 1;
-        let id = EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]));
+        let id = id_of(&key);
         let serial = decode_serial(&value)?;
         // Read where the catalogue says, even past a point the walk could not get beyond.
         let readable = if intact.contains(&serial) || at <= serial { log.read(serial).ok() } else { None };
@@ -149,18 +149,17 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
     }
     for item in tree.scan_prefix([keys::TOMBSTONE]) {
         let (key, _) = item?;
-        let id = EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]));
+        let id = id_of(&key);
         if stored.contains(&id) {
             problems.push(Problem::DeletedEventStored { id: id.to_hex() });
         }
     }
     // An address deleted up to a time keeps out every version of it up to then.
     for (tombstone, created_at, id) in address_tombstones {
-        if let Some(value) = tree.get(&tombstone)? {
-            let until: [u8; 8] = value.get(..8).and_then(|v| v.try_into().ok()).unwrap_or([0; 8]);
-            if created_at.0 <= u64::from_be_bytes(until) {
-                problems.push(Problem::DeletedEventStored { id: id.to_hex() });
-            }
+        if let Some(value) = tree.get(&tombstone)?
+            && created_at.0 <= read_u64(&value)
+        {
+            problems.push(Problem::DeletedEventStored { id: id.to_hex() });
         }
     }
     Ok(Checked { events, frames, problems })
@@ -189,20 +188,22 @@ pub async fn repair(dir: &Path, cache_capacity_mb: u64) -> Result<Repaired, Stor
     if found.problems.is_empty() {
         return Ok(Repaired { after: found.clone(), found });
     }
-    blocking(drop_inconsistent).await?;
+    let (owned, problems) = (dir.to_path_buf(), found.problems.clone());
+    tokio::task::spawn_blocking(move || drop_inconsistent(&owned, cache_capacity_mb, &problems))
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))??;
     super::compact(dir, cache_capacity_mb).await?;
     let after = blocking(check).await?;
     Ok(Repaired { found, after })
 }
 
-/// Drops the catalogue entries `check` finds inconsistent and points every address at its newest
-/// stored version; returns the check it acted on.
-fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> {
-    let found = check(dir, cache_capacity_mb)?;
+/// Drops the catalogue entries of the events `problems` name and points every address at its
+/// newest stored version.
+fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -> Result<(), StoreError> {
     let db = open_db(dir, cache_capacity_mb)?;
     let tree = db.open_tree(EVENTS_TREE)?;
     let mut dropped = HashSet::new();
-    for problem in &found.problems {
+    for problem in problems {
         match problem {
             Problem::UnreadableRecord { id, .. }
             | Problem::WrongRecord { id, .. }
@@ -216,10 +217,10 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, Stor
     }
     let mut batch = sled::Batch::default();
     let mut newest: HashMap<Vec<u8>, (Timestamp, EventId)> = HashMap::new();
-    let log = Log::open(dir, &log::file_name(meta_u64(&tree, keys::LOG_GEN)?), meta_u64(&tree, keys::LOG_END)?)?;
+    let (log, _) = open_log(dir, &tree)?;
     for item in tree.scan_prefix([keys::ID]) {
         let (key, value) = item?;
-        let id = EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]));
+        let id = id_of(&key);
         if dropped.contains(&id.to_hex()) {
             tracing::warn!(id = %id.to_hex(), "repair: dropping an inconsistent event");
             batch.remove(key);
@@ -240,11 +241,14 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, Stor
         }
     }
     for (address, (created_at, id)) in newest {
-        let mut value = id.0.to_vec();
-        value.extend_from_slice(&created_at.0.to_be_bytes());
-        batch.insert(address, value);
+        batch.insert(address, encode_address(&id, created_at));
     }
     tree.apply_batch(batch)?;
     super::flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
-    Ok(found)
+    Ok(())
+}
+
+/// The event id of an `i` or `d` key (its prefix byte, then the id).
+fn id_of(key: &[u8]) -> EventId {
+    EventId(key.get(1..).and_then(|k| k.try_into().ok()).unwrap_or([0; 32]))
 }

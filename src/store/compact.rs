@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use super::durable::Durable;
 use super::index::Serial;
-use super::log::{self, Log};
-use super::{EVENTS_TREE, Store, StoreError, decode_serial, flush_durably, keys, meta_u64, open_db};
+use super::log;
+use super::{EVENTS_TREE, Store, StoreError, decode_serial, flush_durably, keys, open_db, open_log};
 
 /// The settings document that records the last compaction.
 pub const LAST_COMPACTION: &str = "last_compaction";
@@ -52,8 +52,7 @@ fn rewrite(dir: &Path, cache_capacity_mb: u64, started: Instant) -> Result<Compa
     let before_bytes = dir_bytes(dir)?;
     let db = open_db(dir, cache_capacity_mb)?;
     let tree = db.open_tree(EVENTS_TREE)?;
-    let generation = meta_u64(&tree, keys::LOG_GEN)?;
-    let old = Log::open(dir, &log::file_name(generation), meta_u64(&tree, keys::LOG_END)?)?;
+    let (old, generation) = open_log(dir, &tree)?;
     let mut live: Vec<(Serial, sled::IVec)> = Vec::new();
     for item in tree.scan_prefix([keys::ID]) {
         let (key, value) = item?;

@@ -328,6 +328,11 @@ impl Store {
         })
     }
 
+    /// [`Store::stats`] off the async reactor.
+    pub async fn stats_async(&self) -> Result<StoreStats, StoreError> {
+        self.off_reactor(|s| s.stats()).await
+    }
+
     /// Bytes the database and the event log occupy on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         let log = self.inner.log.size().map_err(log::LogError::Io)?;
@@ -361,6 +366,13 @@ fn open_db(dir: &Path, cache_capacity_mb: u64) -> Result<sled::Db, StoreError> {
             other => return Ok(other?),
         }
     }
+}
+
+/// The event log of an open catalogue: the file of its generation, at its committed end. Also
+/// returns the generation.
+fn open_log(dir: &Path, tree: &sled::Tree) -> Result<(Log, u64), StoreError> {
+    let generation = meta_u64(tree, keys::LOG_GEN)?;
+    Ok((Log::open(dir, &log::file_name(generation), meta_u64(tree, keys::LOG_END)?)?, generation))
 }
 
 /// A u64 of the `m` entries (0 when absent).

@@ -83,6 +83,11 @@ impl Store {
         Ok(Export { store: self.clone(), refs: refs.into_iter() })
     }
 
+    /// [`Store::export`] off the async reactor.
+    pub async fn export_async(&self, filter: Filter, now: Timestamp) -> Result<Export, StoreError> {
+        self.off_reactor(move |s| s.export(&filter, now)).await
+    }
+
     /// [`Store::query`] off the async reactor.
     pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
         self.off_reactor(move |s| s.query(&filters, now)).await
