@@ -12,7 +12,7 @@ use warp::http::{HeaderMap, StatusCode};
 use warp::{Filter, Reply};
 
 use crate::app::AppState;
-use crate::http::{NotHere, client_ip, recover, with_app};
+use crate::http::{NotHere, client_ip, first_of, recover, with_app};
 use crate::nip11::RelayInfo;
 use crate::ws::conn::{self, ConnInfo};
 
@@ -68,28 +68,36 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(with_app(app.clone()))
         .map(|app: Arc<AppState>| {
             let reply = warp::reply::json(&RelayInfo::new(&app.config, app.limiter.limits(), &app.moderation));
-            cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json"))
+            cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json")).into_response()
         });
     // OPTIONS / (CORS preflight for NIP-11)
     let preflight = warp::path::end()
         .and(warp::options())
-        .map(|| cors(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT)));
+        .map(|| cors(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT)).into_response());
     // GET / (anything else: a human-readable pointer)
     let home = warp::path::end()
         .and(warp::get())
-        .map(|| "hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n");
+        .map(|| "hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n".into_response());
     // GET /metrics
-    let metrics = warp::path("metrics")
-        .and(warp::path::end())
-        .and(warp::get())
-        .map(|| warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4"));
+    let metrics = warp::path("metrics").and(warp::path::end()).and(warp::get()).map(|| {
+        warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4").into_response()
+    });
     // The admin surface (and NIP-86) moves off this port when `admin.bind` is set.
     let on_this_port = app.config.admin.bind.is_none();
     let admin = warp::any()
         .and_then(move || async move { if on_this_port { Ok(()) } else { Err(warp::reject::not_found()) } })
         .untuple_one()
         .and(crate::admin::routes(app.clone()));
-    ws.or(nip11).or(preflight).or(home).or(metrics).or(admin).or(crate::rest::routes(app)).recover(recover)
+    first_of([
+        ws.boxed(),
+        nip11.boxed(),
+        preflight.boxed(),
+        home.boxed(),
+        metrics.boxed(),
+        admin.boxed(),
+        crate::rest::routes(app),
+    ])
+    .recover(recover)
 }
 
 /// Every (method, path) the relay's port answers; the OpenAPI document must describe exactly

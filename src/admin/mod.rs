@@ -16,12 +16,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use warp::Filter;
 use warp::http::StatusCode;
 use warp::reply::Response;
-use warp::{Filter, Rejection};
 
 use crate::app::AppState;
-use crate::http::{ApiError, RequestCtx, ctx, ctx_with_body, internal, json_response, with_app};
+use crate::http::{ApiError, RequestCtx, Route, ctx, ctx_with_body, first_of, internal, json_response, with_app};
 use crate::limiter::{Billed, LimitType};
 use crate::protocol::Timestamp;
 
@@ -122,7 +122,7 @@ fn ok_json(body: &impl Serialize) -> Result<Response, ApiError> {
 }
 
 /// Every `/admin/v1` route, and NIP-86 at `POST /`.
-pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = Rejection> + Clone {
+pub fn routes(app: Arc<AppState>) -> Route {
     let limit = app.config.limitation.max_message_length as u64;
     let base = warp::path("admin").and(warp::path("v1"));
     // GET /admin/v1/limits
@@ -225,31 +225,21 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
         .and(with_app(app))
         .and(ctx_with_body(limit))
         .and_then(|app, ctx| run(app, ctx, Accept::Nip98, nip86::handle));
-    get_limits
-        .or(patch_limits)
-        .unify()
-        .or(reset_all)
-        .unify()
-        .or(reset_one)
-        .unify()
-        .or(set_tier)
-        .unify()
-        .or(usage_ip)
-        .unify()
-        .or(usage_pubkey)
-        .unify()
-        .or(busiest)
-        .unify()
-        .or(audit_log)
-        .unify()
-        .or(export)
-        .unify()
-        .or(store_stats)
-        .unify()
-        .or(rpc)
-        .unify()
-        .or(nip86_root)
-        .unify()
+    first_of([
+        get_limits.boxed(),
+        patch_limits.boxed(),
+        reset_all.boxed(),
+        reset_one.boxed(),
+        set_tier.boxed(),
+        usage_ip.boxed(),
+        usage_pubkey.boxed(),
+        busiest.boxed(),
+        audit_log.boxed(),
+        export.boxed(),
+        store_stats.boxed(),
+        rpc.boxed(),
+        nip86_root.boxed(),
+    ])
 }
 
 #[derive(Serialize)]

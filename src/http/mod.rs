@@ -62,6 +62,20 @@ fn query_param(query: &str, key: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
 }
 
+/// One route of a port, boxed. Each `or` of unboxed filters nests every route's type inside the
+/// next, and the composed type (named in full in debug info) made each test binary near a
+/// gigabyte; boxing each route keeps the names short at the cost of one indirect call per route
+/// tried.
+pub type Route = warp::filters::BoxedFilter<(Response,)>;
+
+/// The first of `routes` that matches (in order), else the last route's rejection.
+pub fn first_of(routes: impl IntoIterator<Item = Route>) -> Route {
+    routes
+        .into_iter()
+        .reduce(|tried, next| tried.or(next).unify().boxed())
+        .unwrap_or_else(|| warp::any().and_then(|| async { Err(warp::reject::not_found()) }).boxed())
+}
+
 /// Hands the shared state to a route.
 pub fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
     warp::any().map(move || app.clone())

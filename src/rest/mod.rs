@@ -9,14 +9,14 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use warp::Filter;
 use warp::http::StatusCode;
 use warp::reply::Response;
-use warp::{Filter, Rejection};
 
 use crate::app::AppState;
 use crate::http::{
-    ApiError, RequestCtx, client_ip, ctx, ctx_with_body, internal, json_response, parse_body, require_json, respond,
-    with_app,
+    ApiError, RequestCtx, Route, client_ip, ctx, ctx_with_body, first_of, internal, json_response, parse_body,
+    require_json, respond, with_app,
 };
 use crate::ingest::{self, Outcome, Publisher};
 use crate::limiter::{Billed, LimitType, Principal};
@@ -58,7 +58,7 @@ async fn caller(app: &AppState, ctx: &RequestCtx) -> Result<Caller, ApiError> {
 }
 
 /// Every `/api/v1` route.
-pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = Rejection> + Clone {
+pub fn routes(app: Arc<AppState>) -> Route {
     let limit = app.config.limitation.max_message_length as u64;
     // POST /api/v1/events
     let publish = warp::path!("api" / "v1" / "events")
@@ -89,7 +89,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (Response,), Error = 
         .and(with_app(app))
         .and(ctx())
         .and_then(|app: Arc<AppState>, ctx: RequestCtx| async move { respond(openapi(&app, ctx).await) });
-    publish.or(get).unify().or(query).unify().or(count).unify().or(openapi).unify()
+    first_of([publish.boxed(), get.boxed(), query.boxed(), count.boxed(), openapi.boxed()])
 }
 
 #[derive(Serialize)]
