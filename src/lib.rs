@@ -119,6 +119,7 @@ impl Relay {
         let app = self.app;
         let addr = listener.local_addr()?;
         app.tasks.spawn(sweep_expired(app.clone()));
+        app.tasks.spawn(compact_when_due(app.clone()));
         // Both listeners keep sockets under the same caps and timeouts (each its own count).
         let limits = listener::Limits::of(&app.config);
         tracing::info!("listening on {addr}");
@@ -162,6 +163,22 @@ pub async fn run(
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
     };
     Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, admin_listener, shutdown).await
+}
+
+/// Compacts the event log whenever its dead share passes `storage.compact_dead_ratio` (and it
+/// is `storage.compact_min_mb` long), while serving.
+async fn compact_when_due(app: Arc<AppState>) {
+    app.store.set_compaction_policy(app.config.storage.compact_policy());
+    loop {
+        tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            _ = app.store.compaction_due() => {}
+        }
+        match app.store.compact().await {
+            Ok(_) | Err(store::StoreError::Compacting) => {}
+            Err(e) => tracing::error!(error = %e, "automatic compaction failed; the event log is unchanged"),
+        }
+    }
 }
 
 /// Deletes expired (NIP-40) events every `storage.expiration_sweep_secs`.

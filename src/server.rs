@@ -123,5 +123,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/audit"),
     ("GET", "/admin/v1/export"),
     ("GET", "/admin/v1/store"),
+    ("POST", "/admin/v1/store/compact"),
     ("POST", "/admin/v1/rpc"),
 ];

@@ -174,6 +174,13 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, store::stats));
+    // POST /admin/v1/store/compact
+    let store_compact = base
+        .and(warp::path!("store" / "compact"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, store::compact));
     // GET /admin/v1/export
     let export = base
         .and(warp::path("export"))
@@ -237,6 +244,7 @@ pub fn routes(app: Arc<AppState>) -> Route {
         audit_log.boxed(),
         export.boxed(),
         store_stats.boxed(),
+        store_compact.boxed(),
         rpc.boxed(),
         nip86_root.boxed(),
     ])

@@ -1,5 +1,5 @@
-//! `GET /admin/v1/store` (what the store holds) and `GET /admin/v1/export` (the stored events as
-//! JSON lines) from a running relay.
+//! `GET /admin/v1/store` (what the store holds), `POST /admin/v1/store/compact` (a compaction
+//! now) and `GET /admin/v1/export` (the stored events as JSON lines) on a running relay.
 
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use warp::http::StatusCode;
 use warp::http::header::{CONTENT_TYPE, HeaderValue};
 use warp::reply::Response;
 
-use super::Admin;
+use super::{Admin, audit};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, json_response};
 use crate::protocol::{Filter, Timestamp};
@@ -62,8 +62,17 @@ pub async fn export(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Res
 /// `GET /admin/v1/store`: events stored, the event log's live and dead bytes, the catalogue's
 /// bytes, and the last compaction.
 pub async fn stats(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    let store = app.store.clone();
-    let stats =
-        tokio::task::spawn_blocking(move || store.stats()).await.map_err(|_| ApiError::Internal)?.map_err(internal)?;
+    let stats = app.store.stats_async().await.map_err(internal)?;
     Ok(json_response(StatusCode::OK, &stats))
+}
+
+/// `POST /admin/v1/store/compact`: starts a compaction of the event log in the background (202);
+/// 409 while one runs. Its outcome is `last_compaction` of `GET /admin/v1/store` once
+/// `compacting` is false again.
+pub async fn compact(app: Arc<AppState>, _: RequestCtx, who: Admin) -> Result<Response, ApiError> {
+    if !app.store.start_compaction() {
+        return Err(ApiError::Conflict("a compaction is already running".into()));
+    }
+    audit(&app, &who, "store.compact", "events.log", serde_json::Value::Null, serde_json::json!("started")).await?;
+    Ok(json_response(StatusCode::ACCEPTED, &serde_json::json!({"compacting": true})))
 }

@@ -150,6 +150,9 @@ impl Config {
         if let Some(key) = LimitKey::all().find(|k| self.limits.get(*k) == 0) {
             return Err(invalid(&format!("limits.{key}"), "must be a positive number"));
         }
+        if !(0.0..=1.0).contains(&self.storage.compact_dead_ratio) {
+            return Err(invalid("storage.compact_dead_ratio", "must be between 0 (off) and 1"));
+        }
         if self.limits.ipv6_prefix_len > 128 {
             return Err(invalid("limits.ipv6_prefix_len", "must be at most 128"));
         }

@@ -133,11 +133,37 @@ pub struct StorageConfig {
     pub cache_capacity_mb: u64,
     /// Seconds between sweeps that delete expired (NIP-40) events.
     pub expiration_sweep_secs: u64,
+    /// Share of `events.log` that is dead (replaced, deleted, expired) at which the relay compacts
+    /// it in the background; 0 turns automatic compaction off.
+    pub compact_dead_ratio: f64,
+    /// Logs shorter than this (MiB) are not compacted automatically.
+    pub compact_min_mb: u64,
+    /// MiB per second a compaction's background copy writes at most; 0: no limit.
+    pub compact_max_mb_per_sec: u64,
+}
+
+impl StorageConfig {
+    /// When the store compacts on its own, and how fast.
+    pub fn compact_policy(&self) -> crate::store::CompactPolicy {
+        const MIB: u64 = 1024 * 1024;
+        crate::store::CompactPolicy {
+            dead_ratio: self.compact_dead_ratio,
+            min_bytes: self.compact_min_mb.saturating_mul(MIB),
+            max_bytes_per_sec: self.compact_max_mb_per_sec.saturating_mul(MIB),
+        }
+    }
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { data_dir: PathBuf::from("./data"), cache_capacity_mb: 64, expiration_sweep_secs: 60 }
+        StorageConfig {
+            data_dir: PathBuf::from("./data"),
+            cache_capacity_mb: 64,
+            expiration_sweep_secs: 60,
+            compact_dead_ratio: 0.5,
+            compact_min_mb: 64,
+            compact_max_mb_per_sec: 0,
+        }
     }
 }
 

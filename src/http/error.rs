@@ -35,6 +35,9 @@ pub enum ApiError {
     /// 404
     #[error("{0}")]
     NotFound(String),
+    /// 409: the request conflicts with what is in progress; the text says what.
+    #[error("{0}")]
+    Conflict(String),
     /// 415: the body is not `application/json`.
     #[error("content type must be application/json")]
     UnsupportedMediaType,
@@ -113,6 +116,7 @@ impl ApiError {
             ApiError::Unauthorized(_) | ApiError::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited(r) if r.limit_type == LimitType::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,

@@ -7,9 +7,10 @@
 
 use sled::IVec;
 
+use super::index::IndexOp;
 use super::index::{self, Serial};
 use super::keys;
-use super::pending::{IndexOp, Pending};
+use super::pending::Pending;
 use super::record;
 use super::{PutOutcome, StoreError};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp};
@@ -180,11 +181,8 @@ pub(super) fn sweep(p: &mut Pending, now: Timestamp) -> Result<usize, StoreError
 
 #[cfg(test)]
 mod tests {
-    use std::sync::RwLock;
-
     use super::*;
     use crate::protocol::Keys;
-    use crate::store::index::Index;
     use crate::store::log::Log;
 
     fn tag(name: &str, value: &str) -> Vec<String> {
@@ -200,7 +198,7 @@ mod tests {
         let mut p = Pending::new(tree, log);
         let out = with(&mut p);
         if !p.is_empty() {
-            p.apply(&RwLock::new(Index::default())).unwrap();
+            p.apply().unwrap();
         }
         out
     }

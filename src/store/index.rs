@@ -51,6 +51,14 @@ pub fn keys_of(header: &Header, tags: &[Vec<String>]) -> Vec<Key> {
     out
 }
 
+/// A change to the index, applied once the group that made it is in sled.
+pub enum IndexOp {
+    /// A stored event.
+    Insert(Serial, Header, Vec<Key>),
+    /// A removed one.
+    Remove(Serial, Vec<Key>),
+}
+
 /// The indexes of every stored event.
 #[derive(Default)]
 pub struct Index {
@@ -85,6 +93,46 @@ impl Index {
                 }
             }
         }
+    }
+
+    /// Applies a committed group's changes.
+    pub fn apply(&mut self, ops: Vec<IndexOp>) {
+        for op in ops {
+            match op {
+                IndexOp::Insert(serial, header, keys) => self.insert(serial, header, keys),
+                IndexOp::Remove(serial, keys) => self.remove(serial, &keys),
+            }
+        }
+    }
+
+    /// Every indexed event's serial and id, in log order.
+    pub fn serials(&self) -> Vec<(Serial, crate::protocol::EventId)> {
+        let mut out: Vec<_> = self.headers.iter().map(|(&serial, header)| (serial, header.id)).collect();
+        out.sort_unstable_by_key(|&(serial, _)| serial);
+        out
+    }
+
+    /// Moves every event to the serial a compaction gave it (`moved`: old → new, sorted by old
+    /// serial; the order of the events is kept, so each list stays in order). An event `moved`
+    /// does not name is dropped from the index rather than left pointing at another record.
+    pub fn remap(&mut self, moved: &[(Serial, Serial)]) {
+        let to = |serial: Serial| moved.binary_search_by_key(&serial, |&(old, _)| old).ok().map(|at| moved[at].1);
+        let headers = std::mem::take(&mut self.headers);
+        self.headers.reserve(headers.len());
+        for (serial, header) in headers {
+            match to(serial) {
+                Some(new) => {
+                    self.headers.insert(new, header);
+                }
+                None => {
+                    self.live_bytes = self.live_bytes.saturating_sub(super::log::FRAME_HEADER + u64::from(header.len))
+                }
+            }
+        }
+        for list in self.lists.values_mut() {
+            *list = std::mem::take(list).into_iter().filter_map(|(rev, serial)| Some((rev, to(serial)?))).collect();
+        }
+        self.lists.retain(|_, list| !list.is_empty());
     }
 
     /// The header of a stored event.

@@ -191,14 +191,19 @@ impl Log {
     /// Fails when the file at the log's path is no longer the one open (removed or replaced under
     /// the running store): writes to it would be acknowledged and then lost.
     pub fn write(&self, at: u64, frames: &[u8]) -> io::Result<()> {
+        self.put(at, frames)?;
+        self.sync()
+    }
+
+    /// [`Log::write`] without the sync: a compaction writes a whole new file, then syncs it once.
+    pub fn put(&self, at: u64, frames: &[u8]) -> io::Result<()> {
         match &self.backing {
             Backing::File { file, path, identity } => {
                 let named = std::fs::metadata(path);
                 if !named.is_ok_and(|named| (named.dev(), named.ino()) == *identity) {
                     return Err(io::Error::other(format!("{} was removed or replaced", path.display())));
                 }
-                file.write_all_at(frames, at)?;
-                file.sync_data()
+                file.write_all_at(frames, at)
             }
             Backing::Memory(bytes) => {
                 let mut bytes = bytes.write().unwrap_or_else(PoisonError::into_inner);
@@ -207,6 +212,14 @@ impl Log {
                 bytes.extend_from_slice(frames);
                 Ok(())
             }
+        }
+    }
+
+    /// Makes what was written durable (`fdatasync`, which also persists the file's new size).
+    pub fn sync(&self) -> io::Result<()> {
+        match &self.backing {
+            Backing::File { file, .. } => file.sync_data(),
+            Backing::Memory(_) => Ok(()),
         }
     }
 

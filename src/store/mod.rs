@@ -26,11 +26,11 @@ pub mod record;
 mod writer;
 
 pub use check::{Checked, Problem, Repaired, check, repair};
-pub use compact::{Compacted, compact};
+pub use compact::{CompactPolicy, Compacted, compact};
 pub use query::Export;
 
-use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -96,6 +96,9 @@ pub enum StoreError {
     /// A blocking read task panicked or was cancelled.
     #[error("storage: read task failed: {0}")]
     Task(String),
+    /// A compaction was asked for while one runs.
+    #[error("storage: a compaction is already running")]
+    Compacting,
 }
 
 /// What happened to an event given to [`Store::put`].
@@ -126,6 +129,8 @@ pub struct StoreStats {
     pub index_bytes: u64,
     /// The event log's generation (how many compactions it has been through).
     pub log_generation: u64,
+    /// True while a compaction runs.
+    pub compacting: bool,
     /// The last compaction, if any.
     pub last_compaction: Option<Compacted>,
 }
@@ -145,13 +150,23 @@ struct Inner {
     audit: sled::Tree,
     /// Syncs what sled flushed (`None` for a temporary store).
     durable: Option<Arc<Durable>>,
-    /// The event records.
-    log: Arc<Log>,
-    /// Which file holds them (see [`log::file_name`]).
-    log_generation: u64,
+    /// The data directory (`None` for a temporary store, whose log is in memory).
+    dir: Option<PathBuf>,
     tx: mpsc::Sender<writer::WriteOp>,
-    /// The secondary indexes; written by the writer thread only.
-    index: Arc<RwLock<Index>>,
+    /// The index and the log its serials point into; changed by the writer thread only.
+    view: Arc<RwLock<View>>,
+    /// Whether a compaction runs, and when one is due.
+    compaction: Arc<compact::Control>,
+}
+
+/// What a read sees together: the secondary indexes and the event log file their serials (and
+/// the catalogue's `i` entries) point into. A compaction replaces both at once, so a reader that
+/// holds a view, or a clone of its log, reads consistent records however long it takes.
+pub(super) struct View {
+    pub index: Index,
+    pub log: Arc<Log>,
+    /// Which file the log is (see [`log::file_name`]).
+    pub generation: u64,
 }
 
 impl Store {
@@ -159,15 +174,16 @@ impl Store {
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
         let db = open_db(dir, cache_capacity_mb)?;
         let durable = Durable::open(dir)?;
-        let store = Store::from_db(db, Some(Arc::new(durable)), |name, committed| Log::open(dir, name, committed))?;
-        log::remove_other_generations(dir, &log::file_name(store.inner.log_generation))?;
+        let store =
+            Store::from_db(db, Some(Arc::new(durable)), Some(dir), |name, committed| Log::open(dir, name, committed))?;
+        log::remove_other_generations(dir, &log::file_name(store.view().generation))?;
         Ok(store)
     }
 
     /// An in-memory store for unit tests.
     pub fn temporary() -> Result<Store, StoreError> {
         let db = sled::Config::new().temporary(true).flush_every_ms(None).open()?;
-        Store::from_db(db, None, |_, _| Ok(Log::memory()))
+        Store::from_db(db, None, None, |_, _| Ok(Log::memory()))
     }
 
     /// The store over an open database; `open_log` opens the event log file of its generation
@@ -175,6 +191,7 @@ impl Store {
     fn from_db(
         db: sled::Db,
         durable: Option<Arc<Durable>>,
+        dir: Option<&Path>,
         open_log: impl FnOnce(&str, u64) -> Result<Log, log::LogError>,
     ) -> Result<Store, StoreError> {
         let names = db.tree_names();
@@ -201,19 +218,23 @@ impl Store {
             flush_durably(&db, durable.as_deref())?;
             tracing::info!(frames, ms = started.elapsed().as_millis() as u64, "replayed the event log after a crash");
         }
-        let index = Arc::new(RwLock::new(rebuild_index(&tree, &log)?));
+        let index = rebuild_index(&tree, &log)?;
+        let view = Arc::new(RwLock::new(View { index, log, generation: log_generation }));
         let settings = db.open_tree(SETTINGS_TREE)?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+        let compaction = Arc::new(compact::Control::default());
+        let dir = dir.map(Path::to_path_buf);
         let w = writer::Writer {
             db: db.clone(),
             tree: tree.clone(),
-            index: index.clone(),
-            log: log.clone(),
+            view: view.clone(),
             durable: durable.clone(),
+            dir: dir.clone(),
+            compaction: compaction.clone(),
         };
         writer::spawn(w, rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, log, log_generation, tx, index }) })
+        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, dir, tx, view, compaction }) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -293,12 +314,12 @@ impl Store {
 
     /// How many events by `author` are stored.
     pub fn count_by_author(&self, author: &PubKey) -> usize {
-        self.index().len(&Key::Author(*author))
+        self.view().index.len(&Key::Author(*author))
     }
 
     /// How many events are stored.
     pub fn len(&self) -> usize {
-        self.index().events()
+        self.view().index.events()
     }
 
     /// True when no event is stored.
@@ -308,11 +329,10 @@ impl Store {
 
     /// What the store holds and how much of its log is dead space.
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
-        let (events, live_bytes) = {
-            let index = self.index();
-            (index.events() as u64, index.live_bytes())
+        let (events, live_bytes, log_bytes, log_generation) = {
+            let view = self.view();
+            (view.index.events() as u64, view.index.live_bytes(), view.log.end(), view.generation)
         };
-        let log_bytes = self.inner.log.end();
         let last_compaction = match self.load_setting(compact::LAST_COMPACTION)? {
             Some(bytes) => serde_json::from_slice(&bytes).ok(),
             None => None,
@@ -323,7 +343,8 @@ impl Store {
             dead_bytes: log_bytes.saturating_sub(live_bytes),
             log_bytes,
             index_bytes: self.inner.db.size_on_disk()?,
-            log_generation: self.inner.log_generation,
+            log_generation,
+            compacting: self.is_compacting(),
             last_compaction,
         })
     }
@@ -335,12 +356,12 @@ impl Store {
 
     /// Bytes the database and the event log occupy on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        let log = self.inner.log.size().map_err(log::LogError::Io)?;
+        let log = self.view().log.size().map_err(log::LogError::Io)?;
         Ok(self.inner.db.size_on_disk()? + log)
     }
 
-    fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
-        self.inner.index.read().unwrap_or_else(PoisonError::into_inner)
+    fn view(&self) -> RwLockReadGuard<'_, View> {
+        self.inner.view.read().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

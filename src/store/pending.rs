@@ -6,21 +6,13 @@
 //! end, then the in-memory index. The rules that decide what a write changes are `apply`'s.
 
 use std::collections::HashMap;
-use std::sync::{PoisonError, RwLock};
 
 use sled::{Batch, IVec, Tree};
 
 use super::StoreError;
-use super::index::{Index, Key, Serial};
+use super::index::{IndexOp, Serial};
 use super::keys;
 use super::log::{self, Log};
-use super::record::Header;
-
-/// A change to the in-memory index, applied once the group is in sled.
-pub(super) enum IndexOp {
-    Insert(Serial, Header, Vec<Key>),
-    Remove(Serial, Vec<Key>),
-}
 
 /// The writes of one group not yet in sled, read through by later writes of the same group.
 /// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway
@@ -121,9 +113,10 @@ impl<'t> Pending<'t> {
     }
 
     /// Writes the group's frames to the log and syncs them (the commit point), applies its sled
-    /// changes and the log's new end as one atomic batch, then changes the index. A group that
-    /// fails leaves no frames behind it in the log.
-    pub(super) fn apply(&mut self, index: &RwLock<Index>) -> Result<(), StoreError> {
+    /// changes and the log's new end as one atomic batch; returns the changes to the index that
+    /// follow ([`super::index::Index::apply`]). A group that fails leaves no frames behind it in
+    /// the log.
+    pub(super) fn apply(&mut self) -> Result<Vec<IndexOp>, StoreError> {
         let frames = std::mem::take(&mut self.group_frames);
         let end = self.start + frames.len() as u64;
         let ops = std::mem::take(&mut self.group_index);
@@ -152,13 +145,6 @@ impl<'t> Pending<'t> {
             return Err(e.into());
         }
         self.start = end;
-        let mut index = index.write().unwrap_or_else(PoisonError::into_inner);
-        for op in ops {
-            match op {
-                IndexOp::Insert(serial, header, keys) => index.insert(serial, header, keys),
-                IndexOp::Remove(serial, keys) => index.remove(serial, &keys),
-            }
-        }
-        Ok(())
+        Ok(ops)
     }
 }

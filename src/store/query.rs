@@ -6,16 +6,20 @@
 //! async callers use the `*_async` forms, which run on the blocking pool.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use super::index::{Key, Serial};
-use super::{MAX_PAIRS, Store, StoreError, decode_serial, keys, record, render};
+use super::log::Log;
+use super::{MAX_PAIRS, Store, StoreError, View, decode_serial, keys, record, render};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 
 impl Store {
     /// The record of a stored event by id.
     fn record_by_id(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        // The `i` entry and the log are read under one view: a compaction changes both at once.
+        let view = self.view();
         match self.inner.tree.get(keys::id(id))? {
-            Some(serial) => Ok(Some(self.inner.log.read(decode_serial(&serial)?)?)),
+            Some(serial) => Ok(Some(view.log.read(decode_serial(&serial)?)?)),
             None => Ok(None),
         }
     }
@@ -32,18 +36,24 @@ impl Store {
     /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
     pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-        let hits: Vec<Hit> = match filters {
-            // One filter's scan is already in order and without repeats.
-            [filter] => self.scan(filter, limit_of(filter), now)?,
-            _ => {
-                let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
-                for filter in filters {
-                    for hit in self.scan(filter, limit_of(filter), now)? {
-                        all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
+        // The scans see one view; the records are read from its log after the view is let go (a
+        // compaction meanwhile replaces the view, and the old log stays open for this read).
+        let (hits, log): (Vec<Hit>, _) = {
+            let view = self.view();
+            let hits = match filters {
+                // One filter's scan is already in order and without repeats.
+                [filter] => self.scan(&view, filter, limit_of(filter), now)?,
+                _ => {
+                    let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
+                    for filter in filters {
+                        for hit in self.scan(&view, filter, limit_of(filter), now)? {
+                            all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
+                        }
                     }
+                    all.into_values().collect()
                 }
-                all.into_values().collect()
-            }
+            };
+            (hits, view.log.clone())
         };
         let mut out = Vec::with_capacity(hits.len());
         for hit in hits {
@@ -51,7 +61,7 @@ impl Store {
             // scan saw it (its frame stays in the log).
             let stored = match hit.record {
                 Some(stored) => stored,
-                None => self.inner.log.read_sized(hit.serial, hit.len)?,
+                None => log.read_sized(hit.serial, hit.len)?,
             };
             out.push(render(&stored)?);
         }
@@ -61,8 +71,9 @@ impl Store {
     /// How many stored events match any filter (NIP-45); `limit` is ignored.
     pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
         let mut ids = HashSet::new();
+        let view = self.view();
         for filter in filters {
-            for hit in self.scan(filter, usize::MAX, now)? {
+            for hit in self.scan(&view, filter, usize::MAX, now)? {
                 ids.insert(hit.id);
             }
         }
@@ -75,12 +86,17 @@ impl Store {
     /// export is the store as it was when it started, while writes go on.
     pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
         let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        // The export keeps this log open: a compaction meanwhile does not move its records.
+        let (hits, log) = {
+            let view = self.view();
+            (self.scan(&view, filter, limit, now)?, view.log.clone())
+        };
         let mut refs: Vec<(Timestamp, Serial, u32)> =
-            self.scan(filter, limit, now)?.into_iter().map(|h| (h.created_at, h.serial, h.len)).collect();
+            hits.into_iter().map(|h| (h.created_at, h.serial, h.len)).collect();
         // Ties in the order they were stored: an import of the export stores them in that order,
         // so exporting the import gives the same lines.
         refs.sort_unstable();
-        Ok(Export { store: self.clone(), refs: refs.into_iter() })
+        Ok(Export { log, refs: refs.into_iter() })
     }
 
     /// [`Store::export`] off the async reactor.
@@ -103,12 +119,13 @@ impl Store {
         self.off_reactor(move |s| s.get(&id, now)).await
     }
 
-    /// The newest `limit` events of one filter, in order (ties: lowest id first).
-    fn scan(&self, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<Hit>, StoreError> {
+    /// The newest `limit` events of one filter in `view`, in order (ties: lowest id first).
+    fn scan(&self, view: &View, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<Hit>, StoreError> {
         if limit == 0 || filter.is_empty_set() {
             return Ok(Vec::new());
         }
         let mut hits = Vec::new();
+        let (index, log) = (&view.index, &view.log);
         match Plan::of(filter) {
             Plan::Ids(ids) => {
                 let check_tags = !filter.tags.is_empty();
@@ -116,12 +133,11 @@ impl Store {
                     let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
                     let serial = decode_serial(&serial)?;
                     // Not yet in the index: a write still in flight, not acknowledged yet.
-                    let Some(header) = self.index().header(serial).copied() else { continue };
-                    hits.extend(self.hit(filter, serial, &header, check_tags, now)?);
+                    let Some(header) = index.header(serial).copied() else { continue };
+                    hits.extend(hit(filter, serial, &header, check_tags, now, log)?);
                 }
             }
             Plan::Scan { keys, check_tags } => {
-                let index = self.index();
                 for key in &keys {
                     let mut taken = 0;
                     let mut last = None;
@@ -131,7 +147,7 @@ impl Store {
                             break;
                         }
                         let Some(header) = index.header(serial) else { continue };
-                        let Some(hit) = self.hit(filter, serial, header, check_tags, now)? else { continue };
+                        let Some(hit) = hit(filter, serial, header, check_tags, now, log)? else { continue };
                         hits.push(hit);
                         taken += 1;
                         last = Some(at);
@@ -144,37 +160,36 @@ impl Store {
         hits.truncate(limit);
         Ok(hits)
     }
+}
 
-    /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its
-    /// index header is checked first, and its record is read and decoded only when the filter's
-    /// tag conditions must be checked.
-    fn hit(
-        &self,
-        filter: &Filter,
-        serial: Serial,
-        header: &record::Header,
-        check_tags: bool,
-        now: Timestamp,
-    ) -> Result<Option<Hit>, StoreError> {
-        if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at)
-        {
+/// The stored event at `serial` as a hit of `filter`, or None when it does not match: its index
+/// header is checked first, and its record is read from `log` and decoded only when the filter's
+/// tag conditions must be checked.
+fn hit(
+    filter: &Filter,
+    serial: Serial,
+    header: &record::Header,
+    check_tags: bool,
+    now: Timestamp,
+    log: &Log,
+) -> Result<Option<Hit>, StoreError> {
+    if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at) {
+        return Ok(None);
+    }
+    let mut record = None;
+    if check_tags {
+        let stored = log.read_sized(serial, header.len)?;
+        if !filter.matches(&record::decode(&stored)?) {
             return Ok(None);
         }
-        let mut record = None;
-        if check_tags {
-            let stored = self.inner.log.read_sized(serial, header.len)?;
-            if !filter.matches(&record::decode(&stored)?) {
-                return Ok(None);
-            }
-            record = Some(stored);
-        }
-        Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
+        record = Some(stored);
     }
+    Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
 }
 
 /// A snapshot of stored events being read out in order ([`Store::export`]).
 pub struct Export {
-    store: Store,
+    log: Arc<Log>,
     refs: std::vec::IntoIter<(Timestamp, Serial, u32)>,
 }
 
@@ -190,7 +205,7 @@ impl Iterator for Export {
 
     fn next(&mut self) -> Option<Self::Item> {
         let (_, serial, len) = self.refs.next()?;
-        Some(self.store.inner.log.read_sized(serial, len).map_err(StoreError::from).and_then(|r| render(&r)))
+        Some(self.log.read_sized(serial, len).map_err(StoreError::from).and_then(|r| render(&r)))
     }
 }
 

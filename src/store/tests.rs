@@ -317,3 +317,106 @@ async fn a_replayed_sweep_runs_where_it_ran_the_first_time() {
     assert_eq!(ids(&store, "{}"), vec![deletion.id, older.id]);
     assert!(matches!(store.put(note.clone()).await.unwrap(), PutOutcome::Deleted));
 }
+
+fn signed_text(k: &Keys, at: u64, kind: u16, tags: &[&[&str]], content: &str) -> VerifiedEvent {
+    let tags = tags.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
+    verify(k.sign(Timestamp(at), Kind(kind), tags, content)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    let (alice, bob, carol) = (keys(1), keys(2), keys(3));
+    let pad = "x".repeat(1000);
+    // 200 dead versions of a profile, and 1,200 live notes of about 1.2 KB: enough that the copy,
+    // held to 1 MiB/s, is still running while the writes below arrive.
+    for i in 0..200 {
+        store.put(signed_text(&alice, 1000 + i, 0, &[], &pad)).await.unwrap();
+    }
+    let notes: Vec<_> = (0..1200).map(|i| signed_text(&bob, 2000 + i, 1, &[&["t", "n"]], &pad)).collect();
+    for note in &notes {
+        store.put(note.clone()).await.unwrap();
+    }
+    let before = store.stats().unwrap();
+    assert!(before.dead_bytes > 200_000, "{before:?}");
+    // An export started before the compaction reads every one of its events after it.
+    let export = store.export(&Filter::default(), Timestamp(2_000_000_000)).unwrap();
+    store.set_compaction_policy(CompactPolicy { max_bytes_per_sec: 1 << 20, ..CompactPolicy::default() });
+
+    let running = tokio::spawn({
+        let store = store.clone();
+        async move { store.compact().await }
+    });
+    while !store.is_compacting() {
+        tokio::task::yield_now().await;
+    }
+    assert!(matches!(store.compact().await, Err(StoreError::Compacting)));
+    // Meanwhile: new notes, a new profile version, deletions of old notes, a moderation removal.
+    let later: Vec<_> = (0..30).map(|i| signed_text(&carol, 5000 + i, 1, &[&["t", "n"]], "later")).collect();
+    for e in &later {
+        assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored));
+    }
+    let profile = signed_text(&alice, 9000, 0, &[], "newest");
+    store.put(profile.clone()).await.unwrap();
+    let deletion = signed_text(&bob, 9001, 5, &[&["e", &notes[0].id.to_hex()], &["e", &notes[1].id.to_hex()]], "");
+    store.put(deletion.clone()).await.unwrap();
+    assert!(store.remove(notes[2].id).await.unwrap());
+    assert!(store.is_compacting(), "the copy was still running: the writes above went on beside it");
+    let done = running.await.unwrap().unwrap();
+    assert!(done.after_bytes < done.before_bytes, "{done:?}");
+    assert!(done.writes_paused_ms >= done.reads_paused_ms, "{done:?}");
+
+    let mut want: Vec<EventId> = vec![profile.id, deletion.id];
+    want.extend(later.iter().map(|e| e.id));
+    want.extend(notes[3..].iter().map(|e| e.id));
+    let mut got = ids(&store, "{}");
+    assert_eq!(got.len(), want.len());
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(ids(&store, r#"{"kinds":[0]}"#), vec![profile.id]);
+    let got = store.get(&notes[500].id, Timestamp(2_000_000_000)).unwrap().unwrap();
+    assert_eq!(Event::from_json(got.as_str()).unwrap().id, notes[500].id);
+    assert!(store.get(&notes[1].id, Timestamp(2_000_000_000)).unwrap().is_none());
+    let after = store.stats().unwrap();
+    assert_eq!((after.log_generation, after.events), (1, want.len() as u64), "{after:?}");
+    // Only what died during the compaction is dead in the new log: the last profile version copied.
+    assert!(after.dead_bytes < 10_000, "{after:?}");
+    assert_eq!(export.count(), 1 + 1200, "the export's snapshot, read from the old log");
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(files.iter().any(|f| f == "events.1.log") && !files.iter().any(|f| f == "events.log"), "{files:?}");
+
+    // Written after it, and the whole store again after a reopen.
+    let last = signed_text(&carol, 9500, 1, &[], "after");
+    store.put(last.clone()).await.unwrap();
+    store.shutdown().await.unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), 8).unwrap();
+    want.push(last.id);
+    want.sort();
+    let mut got = ids(&store, "{}");
+    got.sort();
+    assert_eq!(got, want);
+    assert!(matches!(store.put(notes[700].clone()).await.unwrap(), PutOutcome::Duplicate));
+    assert!(
+        matches!(store.put(notes[2].clone()).await.unwrap(), PutOutcome::Stored),
+        "removed by moderation, not deleted"
+    );
+}
+
+#[tokio::test]
+async fn a_temporary_store_compacts_in_memory() {
+    let store = Store::temporary().unwrap();
+    let k = keys(4);
+    for i in 0..10 {
+        store.put(signed(&k, 100 + i, 0, &[])).await.unwrap();
+    }
+    let newest = signed(&k, 200, 0, &[]);
+    store.put(newest.clone()).await.unwrap();
+    assert!(store.stats().unwrap().dead_bytes > 0);
+    store.compact().await.unwrap();
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.dead_bytes, stats.events, stats.log_generation), (0, 1, 1), "{stats:?}");
+    assert_eq!(ids(&store, "{}"), vec![newest.id]);
+}

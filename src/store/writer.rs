@@ -16,18 +16,20 @@
 //! (not one batch per event, nor three syncs per ack) are what the ingest figures in README rest
 //! on.
 
-use std::sync::{Arc, RwLock};
+use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use sled::Tree;
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{put, remove_into, sweep};
-use super::index::{Index, Serial};
+use super::compact::{self, Compacted, Control, Prepared};
+use super::index::Serial;
 use super::log::{self, Log};
 use super::pending::Pending;
 use super::record;
-use super::{PutOutcome, StoreError};
+use super::{PutOutcome, StoreError, View};
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
 
 /// Writes handled in one group at most.
@@ -43,10 +45,26 @@ const SWEEP_FRAME: u8 = 0x81;
 
 /// A request to the writer.
 pub(super) enum WriteOp {
-    Put { event: Arc<VerifiedEvent>, reply: oneshot::Sender<Result<PutOutcome, StoreError>> },
-    Sweep { now: Timestamp, reply: oneshot::Sender<Result<usize, StoreError>> },
-    Remove { id: EventId, reply: oneshot::Sender<Result<bool, StoreError>> },
-    Shutdown { reply: oneshot::Sender<()> },
+    Put {
+        event: Arc<VerifiedEvent>,
+        reply: oneshot::Sender<Result<PutOutcome, StoreError>>,
+    },
+    Sweep {
+        now: Timestamp,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    Remove {
+        id: EventId,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    /// The last step of a compaction, whose copy of the log is `prepared`.
+    Compact {
+        prepared: Box<Prepared>,
+        reply: oneshot::Sender<Result<Compacted, StoreError>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 enum Reply {
@@ -77,17 +95,37 @@ impl Reply {
 pub(super) struct Writer {
     pub db: sled::Db,
     pub tree: Tree,
-    pub index: Arc<RwLock<Index>>,
-    /// Where the records go.
-    pub log: Arc<Log>,
+    /// The index and the log the records go to.
+    pub view: Arc<RwLock<View>>,
     /// Syncs what sled flushed (`None` for a temporary store).
     pub durable: Option<Arc<super::durable::Durable>>,
+    /// The data directory (`None` for a temporary store).
+    pub dir: Option<PathBuf>,
+    /// When a compaction is due.
+    pub compaction: Arc<Control>,
 }
 
 impl Writer {
     /// sled's flush, then the data sync that makes it durable.
-    fn flush(&self) -> Result<(), StoreError> {
+    pub(super) fn flush(&self) -> Result<(), StoreError> {
         super::flush_durably(&self.db, self.durable.as_deref())
+    }
+
+    /// The log the next group's frames go to.
+    pub(super) fn log(&self) -> Arc<Log> {
+        self.view.read().unwrap_or_else(PoisonError::into_inner).log.clone()
+    }
+
+    /// The view, for the writer's changes; readers wait meanwhile.
+    pub(super) fn view_mut(&self) -> RwLockWriteGuard<'_, View> {
+        self.view.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Commits a group: its frames and sled batch, then its changes to the index.
+    fn commit(&self, pending: &mut Pending) -> Result<(), StoreError> {
+        let ops = pending.apply()?;
+        self.view_mut().index.apply(ops);
+        Ok(())
     }
 }
 
@@ -102,7 +140,9 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else { break };
         let mut replies = Vec::new();
-        let mut pending = Pending::new(&w.tree, &w.log);
+        let log = w.log();
+        let mut pending = Pending::new(&w.tree, &log);
+        let mut compaction = None;
         let mut applied: Result<(), Arc<StoreError>> = Ok(());
         let mut next = Some(first);
         while let Some(op) = next.take() {
@@ -114,7 +154,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
                 WriteOp::Sweep { now, reply } => {
                     // The sweep scans the tree, so the group so far goes in first.
                     if !pending.is_empty() && applied.is_ok() {
-                        applied = pending.apply(&w.index).map_err(Arc::new);
+                        applied = w.commit(&mut pending).map_err(Arc::new);
                     }
                     let outcome = sweep(&mut pending, now).inspect(|&removed| {
                         if removed > 0 {
@@ -131,6 +171,11 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
                     });
                     replies.push(Reply::Remove(reply, pending.finish(outcome)));
                 }
+                WriteOp::Compact { prepared, reply } => {
+                    // Finished after this group, on the log it leaves.
+                    compaction = Some((prepared, reply));
+                    break;
+                }
                 WriteOp::Shutdown { reply } => {
                     shutdown = Some(reply);
                     break;
@@ -141,7 +186,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             }
         }
         if applied.is_ok() && !pending.is_empty() {
-            applied = pending.apply(&w.index).map_err(Arc::new);
+            applied = w.commit(&mut pending).map_err(Arc::new);
         }
         // The group's frames are synced (or it failed): nothing is acknowledged before that.
         if let Err(e) = &applied {
@@ -150,6 +195,12 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
         for reply in replies {
             reply.send(&applied);
         }
+        drop(pending);
+        if let Some((prepared, reply)) = compaction {
+            let _ = reply.send(compact::finish(&w, *prepared));
+            flushed = Instant::now();
+        }
+        w.compaction.check_due(&w.view.read().unwrap_or_else(PoisonError::into_inner));
         if flushed.elapsed() >= SLED_FLUSH_EVERY {
             // Behind the acknowledgements: a failure here only means a longer replay.
             if let Err(e) = w.flush() {
@@ -188,8 +239,7 @@ pub(super) fn sweep_frame(now: Timestamp) -> Vec<u8> {
 /// as the first time against the same state, so they decide the same way. Returns how many frames
 /// were replayed; the caller flushes.
 pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize, StoreError> {
-    // The index is rebuilt from sled afterwards; the replayed changes to it are not needed.
-    let index = RwLock::new(Index::default());
+    // The index is rebuilt from sled afterwards: the replayed changes to it are not needed.
     let mut p = Pending::new(tree, log);
     for &serial in serials {
         let frame = log.read(serial)?;
@@ -204,7 +254,7 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize
             Some((&SWEEP_FRAME, now)) => {
                 let now = now.try_into().map_err(|_| StoreError::Corrupt(format!("sweep frame at {serial}")))?;
                 if !p.is_empty() {
-                    p.apply(&index)?;
+                    p.apply()?;
                 }
                 sweep(&mut p, Timestamp(u64::from_be_bytes(now))).map(drop)
             }
@@ -220,7 +270,7 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize
         p.start = serial + log::FRAME_HEADER + frame.len() as u64;
     }
     if !p.is_empty() {
-        p.apply(&index)?;
+        p.apply()?;
     }
     Ok(serials.len())
 }

@@ -532,3 +532,66 @@ async fn store_stats_count_live_and_dead_bytes() {
     let (status, _) = api.call(Method::GET, "/admin/v1/store", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// Polls `GET /admin/v1/store` until the log reaches `generation` with no compaction running.
+async fn store_at_generation(api: &AdminApi, generation: u64) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, stats) = api.token(Method::GET, "/admin/v1/store", None).await;
+        if stats["log_generation"] == generation && stats["compacting"] == false {
+            return stats;
+        }
+        assert!(std::time::Instant::now() < deadline, "no compaction to generation {generation}: {stats}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_relay_compacts_on_its_own_once_half_its_log_is_dead_and_when_asked() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        generous(c);
+        c.storage.compact_min_mb = 0;
+        c.storage.compact_dead_ratio = 0.5;
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let mut client = relay.connect().await;
+    let author = keys(9);
+    let notes: Vec<_> = (0..3).map(|i| sign(&author, now() - 100 + i, 1, &[], &format!("note {i}"))).collect();
+    for note in &notes {
+        assert_ok(&client.publish(note).await, &note.id.to_hex(), true, "");
+    }
+    let old = sign(&author, now() - 10, 0, &[], &"o".repeat(3000));
+    assert_ok(&client.publish(&old).await, &old.id.to_hex(), true, "");
+    let (_, before) = api.token(Method::GET, "/admin/v1/store", None).await;
+    assert_eq!((&before["log_generation"], &before["dead_bytes"]), (&json!(0), &json!(0)), "{before}");
+    // The new version makes most of the log dead: a compaction follows by itself.
+    let new = sign(&author, now(), 0, &[], "short");
+    assert_ok(&client.publish(&new).await, &new.id.to_hex(), true, "");
+    let after = store_at_generation(&api, 1).await;
+    assert_eq!((&after["events"], &after["dead_bytes"]), (&json!(4), &json!(0)), "{after}");
+    assert_eq!(after["live_bytes"], after["log_bytes"], "{after}");
+    let done = &after["last_compaction"];
+    assert!(done["after_bytes"].as_u64().unwrap() < done["before_bytes"].as_u64().unwrap(), "{after}");
+    let mut want: Vec<String> = notes.iter().chain([&new]).map(|e| e.id.to_hex()).collect();
+    want.sort();
+    let mut got = client.req_ids("all", vec![json!({})]).await;
+    got.sort();
+    assert_eq!(got, want);
+
+    // Asked for: 202, then the log's next generation; the request is audited.
+    let (status, _) = api.call(Method::POST, "/admin/v1/store/compact", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = api.token(Method::POST, "/admin/v1/store/compact", None).await;
+    assert_eq!((status, body), (StatusCode::ACCEPTED, json!({"compacting": true})));
+    let again = store_at_generation(&api, 2).await;
+    assert_eq!(again["events"], 4, "{again}");
+    let (_, audit) = api.token(Method::GET, "/admin/v1/audit", None).await;
+    assert_eq!(audit["entries"][0]["action"], "store.compact", "{audit}");
+    // Writes go on after it.
+    let later = sign(&author, now(), 1, &[], "later");
+    assert_ok(&client.publish(&later).await, &later.id.to_hex(), true, "");
+    let mut reader = relay.connect().await;
+    assert_eq!(reader.req_ids("one", vec![json!({"ids": [later.id.to_hex()]})]).await, vec![later.id.to_hex()]);
+}

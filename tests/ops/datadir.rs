@@ -151,6 +151,36 @@ fn offline_commands_refuse_a_data_directory_a_relay_holds() {
     assert_eq!(export(&data, None).status.code(), Some(0));
 }
 
+/// A relay on `data` (admin token `t`, `env` besides) and the address it listens on.
+fn spawn_relay(data: &Path, env: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut cmd = hearth(data);
+    cmd.env("HEARTH_ADMIN__TOKEN", "t").stderr(Stdio::piped());
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let mut relay = cmd.spawn().unwrap();
+    let mut log = std::io::BufRead::lines(std::io::BufReader::new(relay.stderr.take().unwrap()));
+    let addr = loop {
+        let l = log.next().unwrap().unwrap();
+        if let Some(i) = l.find("listening on ") {
+            break l[i + "listening on ".len()..].trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in log {});
+    (relay, addr)
+}
+
+async fn store_stats(addr: &str) -> Value {
+    let resp = reqwest::Client::new().get(format!("http://{addr}/admin/v1/store")).bearer_auth("t").send().await;
+    resp.unwrap().json().await.unwrap()
+}
+
+async fn start_compaction(addr: &str) -> (u16, Value) {
+    let url = format!("http://{addr}/admin/v1/store/compact");
+    let resp = reqwest::Client::new().post(url).bearer_auth("t").send().await.unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
 fn compact(data: &Path) -> Output {
     hearth(data).arg("compact").output().unwrap()
 }
@@ -215,19 +245,8 @@ fn compaction_gives_back_dead_space_keeps_every_live_event_and_survives_kill_9()
     assert!(after[0].1 * 10 < before[0].1, "{before:?} -> {after:?}");
     assert_eq!(export(&data, None).stdout, live);
     // A relay on the compacted directory reports it.
-    let mut relay = hearth(&data).env("HEARTH_ADMIN__TOKEN", "t").stderr(Stdio::piped()).spawn().unwrap();
-    let mut log = std::io::BufRead::lines(std::io::BufReader::new(relay.stderr.take().unwrap()));
-    let addr = loop {
-        let l = log.next().unwrap().unwrap();
-        if let Some(i) = l.find("listening on ") {
-            break l[i + "listening on ".len()..].trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in log {});
-    let stats: Value = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let resp = reqwest::Client::new().get(format!("http://{addr}/admin/v1/store")).bearer_auth("t").send().await;
-        resp.unwrap().json().await.unwrap()
-    });
+    let (mut relay, addr) = spawn_relay(&data, &[]);
+    let stats: Value = tokio::runtime::Runtime::new().unwrap().block_on(store_stats(&addr));
     let _ = relay.kill();
     let _ = relay.wait();
     let generation = after[0].0.trim_start_matches("events.").trim_end_matches(".log").parse::<u64>().unwrap();
@@ -297,4 +316,75 @@ fn check_finds_a_flipped_byte_and_the_store_still_serves_every_other_event() {
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"events\":49,\"frames\":49,\"problems\":0}\n");
     assert_eq!(String::from_utf8(export(&data, None).stdout).unwrap(), exported);
     assert_eq!(summary(&import(&data, line(victim).as_bytes()))["stored"], 1);
+}
+
+#[test]
+fn a_relay_killed_at_any_moment_of_an_online_compaction_keeps_every_acknowledged_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (alice, bob, carol) = (keys(1), keys(2), keys(3));
+    let start = now() - 100_000;
+    let pad = "p".repeat(1100);
+    // 300 dead versions of a profile and 2,000 live notes of about 1.3 KB: at 1 MiB/s the copy
+    // takes a couple of seconds, so the kills below land in it, in its last step and after it.
+    let mut input: Vec<String> =
+        (0..300).map(|i| line(&sign(&alice, start + i, 0, &[], &format!("{{\"v\":\"{i} {pad}\"}}")))).collect();
+    input.extend((0..2000).map(|i| line(&sign(&bob, start + 1000 + i, 1, &[], &format!("{i} {pad}")))));
+    let out = import(&data, input.join("\n").as_bytes());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut want: Vec<String> =
+        String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
+    assert_eq!(want.len(), 2001);
+    let throttle = [("HEARTH_STORAGE__COMPACT_MAX_MB_PER_SEC", "1")];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut n = 0;
+    for delay_ms in [0, 400, 1200, 2000, 2400, 2800, 3500] {
+        let (mut relay, addr) = spawn_relay(&data, &throttle);
+        rt.block_on(async {
+            assert_eq!(start_compaction(&addr).await, (202, json!({"compacting": true})));
+            let (status, body) = start_compaction(&addr).await;
+            assert_eq!((status, &body["error"]), (409, &json!("a compaction is already running")), "{body}");
+            // Events acknowledged while it runs.
+            let mut client = Client::connect(&format!("ws://{addr}")).await;
+            let begin = Instant::now();
+            loop {
+                n += 1;
+                let e = sign(&carol, start + 10_000 + n, 1, &[], &format!("during {n}"));
+                assert_ok(&client.publish(&e).await, &e.id.to_hex(), true, "");
+                want.push(line(&e));
+                if begin.elapsed() >= Duration::from_millis(delay_ms) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        relay.kill().unwrap();
+        relay.wait().unwrap();
+        let got: Vec<String> =
+            String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
+        assert!(got == want, "after a kill {delay_ms} ms into a compaction: {} events, want {}", got.len(), want.len());
+        assert_eq!(log_files(&data).len(), 1, "{:?}", log_files(&data));
+    }
+
+    // One left to finish: the log holds the live events only, and the relay says so.
+    let (mut relay, addr) = spawn_relay(&data, &[]);
+    let stats = rt.block_on(async {
+        let generation = store_stats(&addr).await["log_generation"].as_u64().unwrap();
+        assert_eq!(start_compaction(&addr).await.0, 202);
+        loop {
+            let stats = store_stats(&addr).await;
+            if stats["compacting"] == false && stats["log_generation"] == generation + 1 {
+                break stats;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    relay.kill().unwrap();
+    relay.wait().unwrap();
+    assert_eq!((&stats["events"], &stats["dead_bytes"]), (&json!(want.len()), &json!(0)), "{stats}");
+    let done = &stats["last_compaction"];
+    assert!(done["after_bytes"].as_u64() <= done["before_bytes"].as_u64(), "{stats}");
+    assert!(done["writes_paused_ms"].as_f64().unwrap() >= done["reads_paused_ms"].as_f64().unwrap(), "{stats}");
+    let got: Vec<String> = String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
+    assert!(got == want);
 }
