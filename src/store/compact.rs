@@ -7,11 +7,12 @@
 //!
 //! 1. **Copy**, on a thread of its own while reads and writes go on: every event indexed when it
 //!    starts is copied, in log order, to the next generation's file, which is then synced.
-//! 2. **Finish**, on the writer thread between two groups (writes wait; reads go on until the
-//!    swap): the events stored since are copied too, and the file synced; then, holding the view
-//!    (reads wait), one sled batch moves every `i` entry to its new serial and sets `log_gen` and
-//!    `log_end`, and the index is moved to the new serials; sled is flushed and synced before
-//!    the writer takes the next write; then the old file is removed.
+//! 2. **Finish**, on the writer thread between two groups (writes wait): the events stored since
+//!    are copied too, and the file synced; the index is rebuilt at the new serials beside the
+//!    one readers use; one sled batch moves every `i` entry to its new serial and sets `log_gen`
+//!    and `log_end` (lookups by id wait from here), and the view swaps to the new index and log
+//!    at once; sled is flushed and synced before the writer takes the next write; then the old
+//!    file is removed.
 //!
 //! A crash before the batch is durable leaves the old generation in charge (the next open
 //! removes the new file), a crash after it the new one (the next open removes the old file);
@@ -53,7 +54,7 @@ pub struct Compacted {
     /// How long writes waited for its last step (milliseconds).
     #[serde(default)]
     pub writes_paused_ms: f64,
-    /// How long reads waited for the swap within it (milliseconds).
+    /// How long lookups by id waited for its swap (milliseconds); other reads never wait.
     #[serde(default)]
     pub reads_paused_ms: f64,
 }
@@ -326,7 +327,8 @@ pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> Result<Compacted, St
 
 /// Copies what was stored since the first step, then points the catalogue and the index at the
 /// new log, in one sled batch and one change of the view. Fails only before the batch is
-/// applied. Returns how long readers waited.
+/// applied (or when the index cannot be rebuilt after it). Returns the longest any reader waited: lookups by id, from the batch to the swap
+/// (scans by author, kind, tag or time never wait).
 fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
     // Only this thread changes the view, so what it reads now holds until it changes it.
     let (old, live) = {
@@ -348,14 +350,37 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
     }
     batch.insert(keys::meta(keys::LOG_END), &p.end.to_be_bytes());
     batch.insert(keys::meta(keys::LOG_GEN), &p.generation.to_be_bytes());
-    let locked = Instant::now();
+    // Readers that find an event through its `i` entry wait from here until the swap: an entry
+    // may point into the new log before their view does (`Store::read_view`). Set before the
+    // batch, so that whoever sees a moved entry sees this too.
+    w.catalogue.store(p.generation, Ordering::Release);
+    let waiting = Instant::now();
+    let moved = &p.moved;
+    let (index, applied) = std::thread::scope(|scope| {
+        // The index at the new serials is built beside the one readers use (only this thread
+        // changes that one), on another core while sled applies the batch.
+        let index = scope.spawn(|| w.view.read().unwrap_or_else(PoisonError::into_inner).index.remapped(moved));
+        let applied = w.tree.apply_batch(batch);
+        (index.join(), applied)
+    });
+    let index = match (index, applied) {
+        (Ok(index), Ok(())) => index,
+        (_, Err(e)) => {
+            w.catalogue.store(p.generation - 1, Ordering::Release);
+            return Err(e.into());
+        }
+        (Err(_), Ok(())) => {
+            // The catalogue points into the new log; the view must follow it.
+            tracing::error!("rebuilding the index at the new serials panicked; rebuilding it from the log");
+            super::rebuild_index(&w.tree, &p.log)?
+        }
+    };
     let mut view = w.view_mut();
-    w.tree.apply_batch(batch)?;
-    view.index.remap(&p.moved);
+    view.index = index;
     view.log = p.log.clone();
     view.generation = p.generation;
     drop(view);
-    Ok(locked.elapsed())
+    Ok(waiting.elapsed())
 }
 
 /// Compacts the store in `dir`, which no relay may hold (`hearth compact`): opened as a relay

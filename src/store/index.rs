@@ -112,27 +112,26 @@ impl Index {
         out
     }
 
-    /// Moves every event to the serial a compaction gave it (`moved`: old → new, sorted by old
-    /// serial; the order of the events is kept, so each list stays in order). An event `moved`
-    /// does not name is dropped from the index rather than left pointing at another record.
-    pub fn remap(&mut self, moved: &[(Serial, Serial)]) {
+    /// This index with every event at the serial a compaction gave it (`moved`: old → new,
+    /// sorted by old serial; the order of the events is kept, so each list stays in order). Built
+    /// beside this one, so that readers go on using this one meanwhile. An event `moved` does not
+    /// name is left out rather than left pointing at another record.
+    pub fn remapped(&self, moved: &[(Serial, Serial)]) -> Index {
         let to = |serial: Serial| moved.binary_search_by_key(&serial, |&(old, _)| old).ok().map(|at| moved[at].1);
-        let headers = std::mem::take(&mut self.headers);
-        self.headers.reserve(headers.len());
-        for (serial, header) in headers {
-            match to(serial) {
-                Some(new) => {
-                    self.headers.insert(new, header);
-                }
-                None => {
-                    self.live_bytes = self.live_bytes.saturating_sub(super::log::FRAME_HEADER + u64::from(header.len))
-                }
+        let mut out = Index { headers: HashMap::with_capacity(self.headers.len()), ..Index::default() };
+        for (&serial, header) in &self.headers {
+            if let Some(new) = to(serial) {
+                out.headers.insert(new, *header);
+                out.live_bytes += super::log::FRAME_HEADER + u64::from(header.len);
             }
         }
-        for list in self.lists.values_mut() {
-            *list = std::mem::take(list).into_iter().filter_map(|(rev, serial)| Some((rev, to(serial)?))).collect();
+        for (key, list) in &self.lists {
+            let list: BTreeSet<Posting> = list.iter().filter_map(|&(rev, serial)| Some((rev, to(serial)?))).collect();
+            if !list.is_empty() {
+                out.lists.insert(key.clone(), list);
+            }
         }
-        self.lists.retain(|_, list| !list.is_empty());
+        out
     }
 
     /// The header of a stored event.

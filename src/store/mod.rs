@@ -30,6 +30,7 @@ pub use compact::{CompactPolicy, Compacted, compact};
 pub use query::Export;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
@@ -157,6 +158,9 @@ struct Inner {
     view: Arc<RwLock<View>>,
     /// Whether a compaction runs, and when one is due.
     compaction: Arc<compact::Control>,
+    /// The log generation the catalogue's `i` entries point into: one ahead of the view's from
+    /// just before a compaction's sled batch until its swap.
+    catalogue: Arc<AtomicU64>,
 }
 
 /// What a read sees together: the secondary indexes and the event log file their serials (and
@@ -224,6 +228,7 @@ impl Store {
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let compaction = Arc::new(compact::Control::default());
+        let catalogue = Arc::new(AtomicU64::new(log_generation));
         let dir = dir.map(Path::to_path_buf);
         let w = writer::Writer {
             db: db.clone(),
@@ -232,9 +237,11 @@ impl Store {
             durable: durable.clone(),
             dir: dir.clone(),
             compaction: compaction.clone(),
+            catalogue: catalogue.clone(),
         };
         writer::spawn(w, rx)?;
-        Ok(Store { inner: Arc::new(Inner { db, tree, settings, audit, durable, dir, tx, view, compaction }) })
+        let inner = Inner { db, tree, settings, audit, durable, dir, tx, view, compaction, catalogue };
+        Ok(Store { inner: Arc::new(inner) })
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
@@ -362,6 +369,22 @@ impl Store {
 
     fn view(&self) -> RwLockReadGuard<'_, View> {
         self.inner.view.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `read` on the current view. With `by_id` (it finds events through their `i` entries),
+    /// runs it again on a fresh view while the catalogue is ahead of the one it had: between a
+    /// compaction's sled batch and its swap an `i` entry may point into a log the view does not
+    /// have yet, and what was read through it is thrown away, error or not.
+    fn read_view<T>(&self, by_id: bool, read: impl Fn(&View) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        loop {
+            let view = self.view();
+            let out = read(&view);
+            if !by_id || self.inner.catalogue.load(Ordering::Acquire) == view.generation {
+                return out;
+            }
+            drop(view);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 

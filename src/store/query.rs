@@ -16,12 +16,10 @@ use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 impl Store {
     /// The record of a stored event by id.
     fn record_by_id(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
-        // The `i` entry and the log are read under one view: a compaction changes both at once.
-        let view = self.view();
-        match self.inner.tree.get(keys::id(id))? {
+        self.read_view(true, |view| match self.inner.tree.get(keys::id(id))? {
             Some(serial) => Ok(Some(view.log.read(decode_serial(&serial)?)?)),
             None => Ok(None),
-        }
+        })
     }
 
     /// One stored event by id (expired events are not served).
@@ -38,23 +36,22 @@ impl Store {
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
         // compaction meanwhile replaces the view, and the old log stays open for this read).
-        let (hits, log): (Vec<Hit>, _) = {
-            let view = self.view();
+        let (hits, log): (Vec<Hit>, _) = self.read_view(by_id(filters), |view| {
             let hits = match filters {
                 // One filter's scan is already in order and without repeats.
-                [filter] => self.scan(&view, filter, limit_of(filter), now)?,
+                [filter] => self.scan(view, filter, limit_of(filter), now)?,
                 _ => {
                     let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
                     for filter in filters {
-                        for hit in self.scan(&view, filter, limit_of(filter), now)? {
+                        for hit in self.scan(view, filter, limit_of(filter), now)? {
                             all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
                         }
                     }
                     all.into_values().collect()
                 }
             };
-            (hits, view.log.clone())
-        };
+            Ok((hits, view.log.clone()))
+        })?;
         let mut out = Vec::with_capacity(hits.len());
         for hit in hits {
             // An event removed since the scan is still served: the answer is the store as the
@@ -70,14 +67,15 @@ impl Store {
 
     /// How many stored events match any filter (NIP-45); `limit` is ignored.
     pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
-        let mut ids = HashSet::new();
-        let view = self.view();
-        for filter in filters {
-            for hit in self.scan(&view, filter, usize::MAX, now)? {
-                ids.insert(hit.id);
+        self.read_view(by_id(filters), |view| {
+            let mut ids = HashSet::new();
+            for filter in filters {
+                for hit in self.scan(view, filter, usize::MAX, now)? {
+                    ids.insert(hit.id);
+                }
             }
-        }
-        Ok(ids.len() as u64)
+            Ok(ids.len() as u64)
+        })
     }
 
     /// Every stored event matching `filter` (its `limit` keeps the newest that many), oldest
@@ -87,10 +85,9 @@ impl Store {
     pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
         let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The export keeps this log open: a compaction meanwhile does not move its records.
-        let (hits, log) = {
-            let view = self.view();
-            (self.scan(&view, filter, limit, now)?, view.log.clone())
-        };
+        let (hits, log) = self.read_view(by_id(std::slice::from_ref(filter)), |view| {
+            Ok((self.scan(view, filter, limit, now)?, view.log.clone()))
+        })?;
         let mut refs: Vec<(Timestamp, Serial, u32)> =
             hits.into_iter().map(|h| (h.created_at, h.serial, h.len)).collect();
         // Ties in the order they were stored: an import of the export stores them in that order,
@@ -160,6 +157,11 @@ impl Store {
         hits.truncate(limit);
         Ok(hits)
     }
+}
+
+/// True when a read of `filters` finds events through their `i` entries.
+fn by_id(filters: &[Filter]) -> bool {
+    filters.iter().any(|f| f.ids.is_some())
 }
 
 /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its index

@@ -348,6 +348,21 @@ async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
         let store = store.clone();
         async move { store.compact().await }
     });
+    // Lookups by id, through the catalogue, all the way through: each finds its event (never
+    // another record at the same offset of the other file), before, during and after the swap.
+    let reader = std::thread::spawn({
+        let (store, want) = (store.clone(), notes[700].id);
+        move || {
+            let mut reads = 0;
+            while store.is_compacting() || reads == 0 {
+                let got = store.get(&want, Timestamp(2_000_000_000)).unwrap().unwrap();
+                assert_eq!(Event::from_json(got.as_str()).unwrap().id, want);
+                assert_eq!(ids(&store, &format!(r#"{{"ids":["{}"]}}"#, want.to_hex())), vec![want]);
+                reads += 1;
+            }
+            reads
+        }
+    });
     while !store.is_compacting() {
         tokio::task::yield_now().await;
     }
@@ -364,6 +379,7 @@ async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
     assert!(store.remove(notes[2].id).await.unwrap());
     assert!(store.is_compacting(), "the copy was still running: the writes above went on beside it");
     let done = running.await.unwrap().unwrap();
+    assert!(reader.join().unwrap() > 0);
     assert!(done.after_bytes < done.before_bytes, "{done:?}");
     assert!(done.writes_paused_ms >= done.reads_paused_ms, "{done:?}");
 

@@ -103,6 +103,8 @@ pub(super) struct Writer {
     pub dir: Option<PathBuf>,
     /// When a compaction is due.
     pub compaction: Arc<Control>,
+    /// The generation the catalogue points into (see `Store::read_view`).
+    pub catalogue: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Writer {
