@@ -80,6 +80,11 @@ impl Relay {
     pub fn open(config: Config, clock: Arc<dyn Clock>) -> Result<Relay, RunError> {
         std::fs::create_dir_all(&config.storage.data_dir)?;
         let store = Store::open(&config.storage.data_dir, config.storage.cache_capacity_mb)?;
+        Relay::with_store(config, clock, store)
+    }
+
+    /// The relay over a store already open.
+    pub(crate) fn with_store(config: Config, clock: Arc<dyn Clock>, store: Store) -> Result<Relay, RunError> {
         metrics::install();
         let moderation = Moderation::load(&store, &config)?;
         let limiter = Limiter::new(&config.limits, clock);

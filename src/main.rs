@@ -85,6 +85,11 @@ enum Command {
         #[arg(long)]
         repair: bool,
     },
+    /// Carry a data directory of an older layout over to today's: its events are written out
+    /// (migration.jsonl in the data directory) and imported by today's rules; prints
+    /// {"from","to","carried","import"}. Run it again if it was cut off. Back the directory up
+    /// first: an older hearth cannot read it afterwards. The relay must not be running.
+    Migrate,
     /// Print how many stored events match a filter (NIP-45).
     Count {
         #[arg(long)]
@@ -123,6 +128,7 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
         Command::Export { filter } => return offline(Offline::Export { filter }, config).await,
         Command::Import { file } => return offline(Offline::Import { file }, config).await,
         Command::Compact => return offline(Offline::Compact, config).await,
+        Command::Migrate => return offline(Offline::Migrate, config).await,
         Command::Check { repair } => return offline(Offline::Check { repair }, config).await,
     };
     ExitCode::from(code)
@@ -143,9 +149,10 @@ enum Offline {
     Import { file: Option<PathBuf> },
     Compact,
     Check { repair: bool },
+    Migrate,
 }
 
-/// `export`, `import`, `compact` and `check` on the configured data directory.
+/// `export`, `import`, `compact`, `check` and `migrate` on the configured data directory.
 async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode {
     use hearth::offline;
     let config = match load_config(config) {
@@ -173,6 +180,13 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
                 if summary.invalid == 0 { offline::OK } else { offline::INVALID }
             })
         }
+        Offline::Migrate => offline::migrate(config).await.map(|done| {
+            println!("{}", serde_json::to_string(&done).unwrap_or_default());
+            match &done.import {
+                Some(summary) if summary.invalid > 0 => offline::INVALID,
+                _ => offline::OK,
+            }
+        }),
         Offline::Compact => offline::compact(config).await.map(|done| {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK

@@ -7,12 +7,14 @@
 //! goes on.
 
 use std::io::{BufRead, IsTerminal};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde::Serialize;
 
 use super::{OfflineError, open};
+use crate::app::AppState;
 use crate::config::Config;
 use crate::ingest::{Settled, settle};
 use crate::protocol::verify::verify;
@@ -51,7 +53,14 @@ type Checked = (u64, Result<VerifiedEvent, String>);
 /// Imports the JSON lines of `input` into the configured data directory; bad lines are
 /// reported on stderr.
 pub async fn import(config: Config, input: Box<dyn BufRead + Send>) -> Result<ImportSummary, OfflineError> {
-    let app = open(config, true)?;
+    import_into(open(config, true)?, input).await
+}
+
+/// [`import`] into an open relay state.
+pub(super) async fn import_into(
+    app: Arc<AppState>,
+    input: Box<dyn BufRead + Send>,
+) -> Result<ImportSummary, OfflineError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Checked>>(2);
     let reader = std::thread::Builder::new().name("hearth-import".into()).spawn(move || read_and_verify(input, tx))?;
     let mut summary = ImportSummary::default();

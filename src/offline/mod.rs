@@ -1,5 +1,5 @@
 //! Operations on a data directory while no relay runs: `hearth export`, `hearth import`,
-//! `hearth compact` and `hearth check`.
+//! `hearth compact`, `hearth check` and `hearth migrate`.
 //!
 //! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
 //! running relay holds it, without waiting for ever) and each command's output and exit code.
@@ -8,9 +8,11 @@
 
 mod export;
 mod import;
+mod migrate;
 
 pub use export::export;
 pub use import::{ImportSummary, import};
+pub use migrate::{Migrated, migrate};
 
 use std::sync::Arc;
 

@@ -20,6 +20,7 @@ mod durable;
 pub mod index;
 pub mod keys;
 pub mod log;
+pub mod migrate;
 mod pending;
 mod query;
 pub mod record;
@@ -42,7 +43,7 @@ use index::{Index, Key, Serial};
 use log::Log;
 
 /// Current on-disk layout version.
-const SCHEMA_VERSION: u8 = 3;
+pub const SCHEMA_VERSION: u8 = 3;
 /// The tree of this layout; older layouts lived in other trees.
 const EVENTS_TREE: &str = "events_v3";
 /// Small named JSON documents (admin overrides, moderation state, the last compaction).
@@ -71,7 +72,9 @@ pub enum StoreError {
         path: std::path::PathBuf,
     },
     /// The data directory holds another layout version.
-    #[error("storage: data directory has schema version {found}, this hearth reads {SCHEMA_VERSION}")]
+    #[error(
+        "storage: data directory has schema version {found}, this hearth reads {SCHEMA_VERSION}: run `hearth migrate` to carry its events over"
+    )]
     Schema {
         /// The version found on disk.
         found: u8,
@@ -97,6 +100,12 @@ pub enum StoreError {
     /// A blocking read task panicked or was cancelled.
     #[error("storage: read task failed: {0}")]
     Task(String),
+    /// A migration wrote the old layout's events out and has not imported them yet.
+    #[error("storage: a migration of {} is unfinished: run `hearth migrate` again", path.display())]
+    Migrating {
+        /// The data directory.
+        path: PathBuf,
+    },
     /// A compaction was asked for while one runs.
     #[error("storage: a compaction is already running")]
     Compacting,
@@ -176,6 +185,15 @@ pub(super) struct View {
 impl Store {
     /// Opens (or creates) the database in `dir` and starts the writer thread.
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
+        if dir.join(migrate::PENDING).exists() {
+            return Err(StoreError::Migrating { path: dir.to_path_buf() });
+        }
+        Store::open_migrating(dir, cache_capacity_mb)
+    }
+
+    /// [`Store::open`] of a directory whose migration is unfinished: for the import that
+    /// finishes it.
+    pub(crate) fn open_migrating(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
         let db = open_db(dir, cache_capacity_mb)?;
         let durable = Durable::open(dir)?;
         let store =
@@ -198,10 +216,8 @@ impl Store {
         dir: Option<&Path>,
         open_log: impl FnOnce(&str, u64) -> Result<Log, log::LogError>,
     ) -> Result<Store, StoreError> {
-        let names = db.tree_names();
-        if let Some((_, found)) = OLD_TREES.iter().find(|(tree, _)| names.iter().any(|n| n.as_ref() == tree.as_bytes()))
-        {
-            return Err(StoreError::Schema { found: *found });
+        if let Some((_, found)) = migrate::found(&db) {
+            return Err(StoreError::Schema { found });
         }
         let tree = db.open_tree(EVENTS_TREE)?;
         match tree.get(keys::meta("schema"))? {

@@ -215,7 +215,9 @@ fn data_directories_of_older_layouts_are_refused() {
         match Store::open(dir.path(), 8) {
             Err(e) => assert_eq!(
                 e.to_string(),
-                format!("storage: data directory has schema version {version}, this hearth reads 3")
+                format!(
+                    "storage: data directory has schema version {version}, this hearth reads 3: run `hearth migrate` to carry its events over"
+                )
             ),
             Ok(_) => panic!("a v{version} directory was opened"),
         }

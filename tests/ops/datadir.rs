@@ -388,3 +388,78 @@ fn a_relay_killed_at_any_moment_of_an_online_compaction_keeps_every_acknowledged
     let got: Vec<String> = String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
     assert!(got == want);
 }
+
+/// A data directory of layout `layout` (1 or 2) holding `events`, written the way those layouts
+/// stored them (`src/store/migrate.rs` names them; the record is today's format 1, unchanged).
+fn old_layout_dir(data: &Path, layout: u8, events: &[hearth::protocol::Event]) {
+    let db = sled::open(data).unwrap();
+    let tree = db.open_tree(format!("events_v{layout}")).unwrap();
+    tree.insert(b"mschema", &[layout]).unwrap();
+    for (serial, e) in events.iter().enumerate() {
+        match layout {
+            1 => {
+                let mut value = 0u64.to_be_bytes().to_vec();
+                value.extend_from_slice(line(e).as_bytes());
+                tree.insert([&b"e"[..], &e.id.0].concat(), value).unwrap();
+            }
+            _ => {
+                let key = [&b"e"[..], &(serial as u64).to_be_bytes()].concat();
+                tree.insert(key, hearth::store::record::encode(e)).unwrap();
+                tree.insert([&b"i"[..], &e.id.0].concat(), &(serial as u64).to_be_bytes()).unwrap();
+            }
+        }
+    }
+    db.flush().unwrap();
+}
+
+#[test]
+fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
+    let (alice, bob) = (keys(1), keys(2));
+    let start = now() - 10_000;
+    let mut events: Vec<_> =
+        (0..5).map(|i| sign(&alice, start + i, 1, &[&["t", "x"]], &format!("note {i} \"quoted\""))).collect();
+    events.push(sign(&bob, start + 10, 0, &[], "{\"name\":\"bob\"}"));
+    events.push(sign(&bob, start + 20, 30023, &[&["d", "post"]], "long form"));
+    let want: Vec<String> = events.iter().map(line).collect();
+    for layout in [1u8, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        old_layout_dir(&data, layout, &events);
+        // Refused, by name of the command that carries it over.
+        let refused = export(&data, None);
+        assert_eq!(refused.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "data directory has schema version {layout}, this hearth reads 3: run `hearth migrate`"
+            )),
+            "{stderr}"
+        );
+        let out = hearth(&data).arg("migrate").output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let done = summary(&out);
+        assert_eq!((&done["from"], &done["to"], &done["carried"]), (&json!(layout), &json!(3), &json!(7)), "{done}");
+        assert_eq!((&done["import"]["stored"], &done["import"]["invalid"]), (&json!(7), &json!(0)), "{done}");
+        let got: Vec<String> =
+            String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
+        assert_eq!(got, want, "layout {layout}: every event, oldest first, its JSON unchanged");
+        assert!(!data.join("migration.jsonl").exists());
+        // Today's layout: nothing to do.
+        let again = summary(&hearth(&data).arg("migrate").output().unwrap());
+        assert_eq!(again, json!({"from": null, "to": 3, "carried": null, "import": null}));
+    }
+
+    // Cut off after the old events were written out: the directory is refused until a second
+    // run imports them.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert_eq!(summary(&import(&data, want[0].as_bytes()))["stored"], 1);
+    std::fs::write(data.join("migration.jsonl"), want[1..].join("\n")).unwrap();
+    let refused = export(&data, None);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is unfinished: run `hearth migrate` again"));
+    let done = summary(&hearth(&data).arg("migrate").output().unwrap());
+    assert_eq!((&done["from"], &done["import"]["stored"]), (&Value::Null, &json!(6)), "{done}");
+    let got: Vec<String> = String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
+    assert_eq!(got, want);
+}

@@ -1,0 +1,57 @@
+//! `hearth migrate`: a data directory of an older layout carried over to today's.
+//!
+//! Owns the order of the steps, each durable before the next, so that a migration cut off at any
+//! point is finished by running it again: the old layout's events are written out as JSON lines
+//! (`migration.jsonl` in the data directory) and the old tree removed
+//! ([`crate::store::migrate::carry_out`]); the lines are imported under today's rules (verified,
+//! deduplicated, replaceable and deletion rules, moderation), exactly as `hearth import` would;
+//! then the file is removed. While it exists, a relay refuses the directory.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::import::{ImportSummary, import_into};
+use super::{OfflineError, existing};
+use crate::config::Config;
+use crate::limiter::SystemClock;
+use crate::store::{SCHEMA_VERSION, Store, StoreError, migrate};
+
+/// What `hearth migrate` prints.
+#[derive(Debug, Serialize)]
+pub struct Migrated {
+    /// The layout the directory had (null when it had today's already).
+    pub from: Option<u8>,
+    /// Today's layout.
+    pub to: u8,
+    /// Events read out of the old layout (null when this run found them written out already).
+    pub carried: Option<u64>,
+    /// The import of those events, when there was one.
+    pub import: Option<ImportSummary>,
+}
+
+/// Migrates the configured data directory to today's layout.
+pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
+    let dir = existing(&config)?;
+    let cache = config.storage.cache_capacity_mb;
+    let owned = dir.clone();
+    let carried = tokio::task::spawn_blocking(move || migrate::carry_out(&owned, cache))
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))??;
+    let pending = dir.join(migrate::PENDING);
+    if !pending.exists() {
+        return Ok(Migrated { from: None, to: SCHEMA_VERSION, carried: None, import: None });
+    }
+    let input = std::io::BufReader::new(std::fs::File::open(&pending)?);
+    let store = Store::open_migrating(&dir, cache)?;
+    let app = crate::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
+    let import = import_into(app, Box::new(input)).await?;
+    std::fs::remove_file(&pending)?;
+    std::fs::File::open(&dir)?.sync_all()?;
+    Ok(Migrated {
+        from: carried.map(|(layout, _)| layout),
+        to: SCHEMA_VERSION,
+        carried: carried.map(|(_, events)| events),
+        import: Some(import),
+    })
+}
