@@ -3,7 +3,9 @@
 //! Subcommands print one JSON line of results (stdout) and a readable summary (stderr):
 //! `gen` pre-signs events to a file (signing is never timed), `ingest`, `rtt`, `query` and
 //! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process
-//! (validation rate, one fsync), `idle` holds thousands of idle sockets on a release relay, `suite` starts the release `hearth` binary and runs everything,
+//! (validation rate, one fsync), `idle` holds thousands of idle sockets on a release relay,
+//! `scale` measures one store size (memory, start-up, queries), `suite` starts the release
+//! `hearth` binary and runs everything,
 //! and `smoke` runs everything in seconds against an in-process relay (CI, so the bench never
 //! rots).
 
@@ -87,6 +89,15 @@ enum Cmd {
         #[arg(long, default_value_t = 10_000)]
         conns: usize,
     },
+    /// One store size, on the release `hearth`: ingest (rate beside one core's validation rate,
+    /// peak RSS), start-up after a clean stop and after kill -9, the query mix and the RSS after
+    /// it. Generates --file with --events events when it does not exist.
+    Scale {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: usize,
+        #[arg(long, default_value = "scale-events.jsonl")]
+        file: PathBuf,
+    },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {
         #[arg(long, default_value_t = 200_000)]
@@ -112,6 +123,7 @@ async fn main() -> ExitCode {
         Cmd::Bound { file, dir } => drive::bound(&file, &dir).map(|r| vec![r]),
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
         Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
+        Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,
     };

@@ -66,8 +66,12 @@ pub(super) struct Spawned {
 impl Spawned {
     /// Starts the `hearth` beside this binary with generous quotas and `env` on top.
     pub(super) fn start(name: &str, env: &[(&str, &str)]) -> Res<Spawned> {
+        Spawned::start_on(scratch_dir(name)?, env)
+    }
+
+    /// [`Spawned::start`] on the scratch directory `data` (its data directory is `data/data`).
+    pub(super) fn start_on(data: PathBuf, env: &[(&str, &str)]) -> Res<Spawned> {
         let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
-        let data = scratch_dir(name)?;
         let mut child = std::process::Command::new(&exe)
             .current_dir(&data)
             .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
@@ -100,9 +104,22 @@ impl Spawned {
     }
 
     /// SIGTERM, wait, remove the data.
-    pub(super) fn stop(mut self) {
+    pub(super) fn stop(self) {
+        let data = self.stop_keeping();
+        let _ = std::fs::remove_dir_all(&data);
+    }
+
+    /// SIGTERM and wait; the scratch directory stays, for the next start.
+    pub(super) fn stop_keeping(mut self) -> PathBuf {
         let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data);
+        self.data
+    }
+
+    /// SIGKILL and wait; the scratch directory stays.
+    pub(super) fn kill_keeping(mut self) -> PathBuf {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.data
     }
 }

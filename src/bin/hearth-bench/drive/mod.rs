@@ -2,10 +2,11 @@
 //!
 //! `generate` writes signed events, `workloads` drives one relay with one load each, `sockets`
 //! holds idle connections on one, `harness` starts release binaries and reads their memory,
-//! `suites` runs the workloads together.
+//! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts.
 
 mod generate;
 mod harness;
+mod scale;
 mod sockets;
 mod suites;
 mod workloads;
@@ -15,6 +16,7 @@ use generate::*;
 use harness::*;
 
 pub(crate) use generate::gen_file;
+pub(crate) use scale::scale;
 pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
 pub(crate) use workloads::{bound, fanout, ingest, limiter, query, rtt};
