@@ -167,6 +167,8 @@ struct Inner {
     view: Arc<RwLock<View>>,
     /// Whether a compaction runs, and when one is due.
     compaction: Arc<compact::Control>,
+    /// The damaged records serving has skipped.
+    damaged: Arc<query::Damaged>,
     /// The log generation the catalogue's `i` entries point into: one ahead of the view's from
     /// just before a compaction's sled batch until its swap.
     catalogue: Arc<AtomicU64>,
@@ -256,7 +258,8 @@ impl Store {
             catalogue: catalogue.clone(),
         };
         writer::spawn(w, rx)?;
-        let inner = Inner { db, tree, settings, audit, durable, dir, tx, view, compaction, catalogue };
+        let damaged = Arc::default();
+        let inner = Inner { db, tree, settings, audit, durable, dir, tx, view, compaction, damaged, catalogue };
         Ok(Store { inner: Arc::new(inner) })
     }
 

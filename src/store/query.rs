@@ -6,26 +6,35 @@
 //! async callers use the `*_async` forms, which run on the blocking pool.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::index::{Key, Serial};
-use super::log::Log;
+use super::log::{Log, LogError};
 use super::{MAX_PAIRS, Store, StoreError, View, decode_serial, keys, record, render};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 
 impl Store {
     /// The record of a stored event by id.
-    fn record_by_id(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+    fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
         self.read_view(true, |view| match self.inner.tree.get(keys::id(id))? {
-            Some(serial) => Ok(Some(view.log.read(decode_serial(&serial)?)?)),
+            Some(serial) => {
+                let serial = decode_serial(&serial)?;
+                Ok(self
+                    .inner
+                    .damaged
+                    .served(serial, view.log.read(serial).map_err(StoreError::from))?
+                    .map(|r| (serial, r)))
+            }
             None => Ok(None),
         })
     }
 
-    /// One stored event by id (expired events are not served).
+    /// One stored event by id (expired events are not served, nor a damaged record).
     pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
-        match self.record_by_id(id)? {
-            Some(stored) if !record::header(&stored)?.is_expired(now) => Ok(Some(render(&stored)?)),
+        let Some((serial, stored)) = self.record_by_id(id)? else { return Ok(None) };
+        let damaged = &self.inner.damaged;
+        match damaged.served(serial, record::header(&stored).map_err(StoreError::from))? {
+            Some(header) if !header.is_expired(now) => damaged.served(serial, render(&stored)),
             _ => Ok(None),
         }
     }
@@ -53,14 +62,17 @@ impl Store {
             Ok((hits, view.log.clone()))
         })?;
         let mut out = Vec::with_capacity(hits.len());
+        let damaged = &self.inner.damaged;
         for hit in hits {
             // An event removed since the scan is still served: the answer is the store as the
             // scan saw it (its frame stays in the log).
             let stored = match hit.record {
-                Some(stored) => stored,
-                None => log.read_sized(hit.serial, hit.len)?,
+                Some(stored) => Some(stored),
+                None => damaged.served(hit.serial, log.read_sized(hit.serial, hit.len).map_err(StoreError::from))?,
             };
-            out.push(render(&stored)?);
+            if let Some(json) = stored.map(|r| damaged.served(hit.serial, render(&r))).transpose()?.flatten() {
+                out.push(json);
+            }
         }
         Ok(out)
     }
@@ -93,7 +105,7 @@ impl Store {
         // Ties in the order they were stored: an import of the export stores them in that order,
         // so exporting the import gives the same lines.
         refs.sort_unstable();
-        Ok(Export { log, refs: refs.into_iter() })
+        Ok(Export { log, refs: refs.into_iter(), damaged: self.inner.damaged.clone() })
     }
 
     /// [`Store::export`] off the async reactor.
@@ -131,7 +143,7 @@ impl Store {
                     let serial = decode_serial(&serial)?;
                     // Not yet in the index: a write still in flight, not acknowledged yet.
                     let Some(header) = index.header(serial).copied() else { continue };
-                    hits.extend(hit(filter, serial, &header, check_tags, now, log)?);
+                    hits.extend(hit(filter, serial, &header, check_tags, now, log, &self.inner.damaged)?);
                 }
             }
             Plan::Scan { keys, check_tags } => {
@@ -144,7 +156,8 @@ impl Store {
                             break;
                         }
                         let Some(header) = index.header(serial) else { continue };
-                        let Some(hit) = hit(filter, serial, header, check_tags, now, log)? else { continue };
+                        let found = hit(filter, serial, header, check_tags, now, log, &self.inner.damaged)?;
+                        let Some(hit) = found else { continue };
                         hits.push(hit);
                         taken += 1;
                         last = Some(at);
@@ -156,6 +169,28 @@ impl Store {
         hits.dedup_by(|a, b| a.id == b.id);
         hits.truncate(limit);
         Ok(hits)
+    }
+}
+
+/// The damaged records serving has met: each is logged once and skipped, so a reader gets every
+/// other event and never garbage (`hearth check` names them, `--repair` drops them).
+#[derive(Default)]
+pub(super) struct Damaged(Mutex<HashSet<Serial>>);
+
+impl Damaged {
+    /// `read` of the record at `serial`, or None when the record is damaged (its frame fails its
+    /// CRC or it does not decode). I/O failures stay errors.
+    fn served<T>(&self, serial: Serial, read: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
+        match read {
+            Ok(value) => Ok(Some(value)),
+            Err(e @ (StoreError::Log(LogError::Corrupt { .. }) | StoreError::Record(_))) => {
+                if self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(serial) {
+                    tracing::error!(serial, error = %e, "a damaged record is skipped; run hearth check");
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -174,14 +209,20 @@ fn hit(
     check_tags: bool,
     now: Timestamp,
     log: &Log,
+    damaged: &Damaged,
 ) -> Result<Option<Hit>, StoreError> {
     if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at) {
         return Ok(None);
     }
     let mut record = None;
     if check_tags {
-        let stored = log.read_sized(serial, header.len)?;
-        if !filter.matches(&record::decode(&stored)?) {
+        let Some(stored) = damaged.served(serial, log.read_sized(serial, header.len).map_err(StoreError::from))? else {
+            return Ok(None);
+        };
+        let Some(event) = damaged.served(serial, record::decode(&stored).map_err(StoreError::from))? else {
+            return Ok(None);
+        };
+        if !filter.matches(&event) {
             return Ok(None);
         }
         record = Some(stored);
@@ -193,6 +234,7 @@ fn hit(
 pub struct Export {
     log: Arc<Log>,
     refs: std::vec::IntoIter<(Timestamp, Serial, u32)>,
+    damaged: Arc<Damaged>,
 }
 
 impl Export {
@@ -206,8 +248,15 @@ impl Iterator for Export {
     type Item = Result<EventJson, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (_, serial, len) = self.refs.next()?;
-        Some(self.log.read_sized(serial, len).map_err(StoreError::from).and_then(|r| render(&r)))
+        loop {
+            let (_, serial, len) = self.refs.next()?;
+            let read = self.log.read_sized(serial, len).map_err(StoreError::from).and_then(|r| render(&r));
+            // A damaged record is left out (logged once); the export goes on with the next.
+            match self.damaged.served(serial, read) {
+                Ok(None) => continue,
+                other => return other.transpose(),
+            }
+        }
     }
 }
 

@@ -302,3 +302,40 @@ async fn every_event_in_a_pipelined_burst_gets_exactly_one_ok() {
     assert!(seen.values().all(|n| *n == 1));
     c.assert_nothing_before_barrier("an EVENT got a second OK").await;
 }
+
+#[tokio::test]
+async fn a_record_damaged_on_disk_while_serving_is_skipped_and_every_other_event_served() {
+    let relay = TestRelay::start(generous).await;
+    let mut client = relay.connect().await;
+    let author = keys(30);
+    let events: Vec<_> = ["first", "DAMAGE-ME in the middle", "last"]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| sign(&author, now() - 10 + i as u64, 1, &[&["t", "d"]], c))
+        .collect();
+    for e in &events {
+        assert_ok(&client.publish(e).await, &e.id.to_hex(), true, "");
+    }
+    // One flipped byte inside the middle record, under the running relay.
+    let path = relay.data_dir().join("events.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(9).position(|w| w == b"DAMAGE-ME").unwrap();
+    bytes[at] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let want = vec![events[2].id.to_hex(), events[0].id.to_hex()];
+    for (sub, filter) in [
+        ("all", json!({})),
+        ("tag", json!({"#t": ["d"]})),
+        ("ids", json!({"ids": events.iter().map(|e| e.id.to_hex()).collect::<Vec<_>>()})),
+    ] {
+        assert_eq!(client.req_ids(sub, vec![filter.clone()]).await, want, "{sub}");
+        // Again: the relay logged it once and still serves.
+        assert_eq!(client.req_ids(&format!("{sub}2"), vec![filter]).await, want, "{sub}");
+    }
+    let http = reqwest::Client::new();
+    let get = |id: String| http.get(relay.http_url(&format!("/api/v1/events/{id}"))).send();
+    assert_eq!(get(events[1].id.to_hex()).await.unwrap().status(), 404);
+    let served: serde_json::Value = get(events[0].id.to_hex()).await.unwrap().json().await.unwrap();
+    assert_eq!(served["id"], events[0].id.to_hex(), "{served}");
+}
