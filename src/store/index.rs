@@ -95,6 +95,29 @@ impl Index {
         }
     }
 
+    /// An index of the stored events `events` yields (serial, header, lists), built at once:
+    /// each list is collected, sorted and built in one pass, which is several times quicker than
+    /// inserting events one by one when they come in log order and the lists are in time order.
+    pub fn build(events: impl Iterator<Item = (Serial, Header, Vec<Key>)>) -> Index {
+        let mut index = Index::default();
+        let mut lists: HashMap<Key, Vec<Posting>> = HashMap::new();
+        for (serial, header, keys) in events {
+            let posting = (u64::MAX - header.created_at.0, serial);
+            for key in keys {
+                lists.entry(key).or_default().push(posting);
+            }
+            if index.headers.insert(serial, header).is_none() {
+                index.live_bytes += super::log::FRAME_HEADER + u64::from(header.len);
+            }
+        }
+        index.lists.reserve(lists.len());
+        for (key, mut list) in lists {
+            list.sort_unstable();
+            index.lists.insert(key, list.into_iter().collect());
+        }
+        index
+    }
+
     /// Applies a committed group's changes.
     pub fn apply(&mut self, ops: Vec<IndexOp>) {
         for op in ops {

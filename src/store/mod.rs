@@ -56,6 +56,8 @@ const WRITE_QUEUE: usize = 4096;
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// How often it tries meanwhile.
 const LOCK_RETRY: Duration = Duration::from_millis(20);
+/// How often a long start-up step logs its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(3);
 /// More author × kind pairs than this are scanned by author only.
 const MAX_PAIRS: usize = 256;
 
@@ -235,6 +237,7 @@ impl Store {
         let log = Arc::new(open_log(&log::file_name(log_generation), committed)?);
         let tail = log.recover_tail()?;
         if !tail.is_empty() {
+            tracing::info!(frames = tail.len(), "replaying the event log after a crash");
             let started = std::time::Instant::now();
             let frames = writer::replay(&tree, &log, &tail)?;
             flush_durably(&db, durable.as_deref())?;
@@ -460,18 +463,25 @@ fn rebuild_index(tree: &sled::Tree, log: &Log) -> Result<Index, StoreError> {
         serials.push(decode_serial(&item?.1)?);
     }
     serials.sort_unstable();
-    let mut index = Index::default();
-    for serial in serials {
+    let total = serials.len();
+    tracing::info!(events = total, "rebuilding the index from the event log");
+    let mut said = std::time::Instant::now();
+    let events = serials.into_iter().enumerate().filter_map(|(done, serial)| {
+        // Start-up says how far it is: nothing is served until the index is built.
+        if said.elapsed() >= PROGRESS_EVERY {
+            tracing::info!(done, events = total, "rebuilding the index");
+            said = std::time::Instant::now();
+        }
         // A damaged record is left out of the index, so it is never served; the rest are.
         let indexed = log.read(serial).map_err(StoreError::from).and_then(|stored| {
             let header = record::header(&stored)?;
-            index.insert(serial, header, index::keys_of(&header, &record::tags(&stored)?));
-            Ok(())
+            Ok((serial, header, index::keys_of(&header, &record::tags(&stored)?)))
         });
-        if let Err(e) = indexed {
-            tracing::error!(serial, error = %e, "a damaged record is skipped; run hearth check");
-        }
-    }
+        indexed
+            .inspect_err(|e| tracing::error!(serial, error = %e, "a damaged record is skipped; run hearth check"))
+            .ok()
+    });
+    let index = Index::build(events);
     tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
     Ok(index)
 }
