@@ -468,7 +468,7 @@ fn rebuild_index(tree: &sled::Tree, log: &Log) -> Result<Index, StoreError> {
     let mut said = std::time::Instant::now();
     let events = serials.into_iter().enumerate().filter_map(|(done, serial)| {
         // Start-up says how far it is: nothing is served until the index is built.
-        if said.elapsed() >= PROGRESS_EVERY {
+        if done % 4096 == 0 && said.elapsed() >= PROGRESS_EVERY {
             tracing::info!(done, events = total, "rebuilding the index");
             said = std::time::Instant::now();
         }
