@@ -179,9 +179,15 @@ async fn compact_when_due(app: Arc<AppState>) {
             _ = app.shutdown.cancelled() => return,
             _ = app.store.compaction_due() => {}
         }
-        match app.store.compact().await {
+        // A stop does not wait for the copy: it is abandoned (the store's shutdown stops it), and
+        // the next start removes its file.
+        let compacted = tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            compacted = app.store.compact() => compacted,
+        };
+        match compacted {
             Ok(_) | Err(store::StoreError::Compacting) => {}
-            Err(e) => tracing::error!(error = %e, "automatic compaction failed; the event log is unchanged"),
+            Err(e) => tracing::error!(error = %e, "automatic compaction failed"),
         }
     }
 }

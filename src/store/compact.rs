@@ -37,6 +37,8 @@ use crate::protocol::Timestamp;
 pub const LAST_COMPACTION: &str = "last_compaction";
 /// Bytes of frames a compaction writes at once.
 const CHUNK: usize = 256 * 1024;
+/// The longest a throttled copy sleeps before it looks whether the store is stopping.
+const NAP: Duration = Duration::from_millis(50);
 /// After a compaction that failed (a full disk, say), no automatic one for this long.
 const RETRY_AFTER: Duration = Duration::from_secs(60);
 
@@ -93,6 +95,9 @@ pub(super) struct Control {
     policy: Mutex<CompactPolicy>,
     /// No automatic compaction before this (set when one failed).
     quiet_until: Mutex<Option<Instant>>,
+    /// Set when the store shuts down: a copy in progress stops, so that a stop does not wait for
+    /// a throttled compaction of a large log.
+    pub(super) stopping: AtomicBool,
 }
 
 impl Control {
@@ -190,7 +195,7 @@ impl Store {
         let store = self.clone();
         tokio::spawn(async move {
             if let Err(e) = store.compact_claimed(running).await {
-                tracing::error!(error = %e, "compaction failed; the event log is unchanged");
+                tracing::error!(error = %e, "compaction failed");
             }
         });
         true
@@ -229,8 +234,10 @@ impl Store {
         let new = Arc::new(new_log(self.inner.dir.as_deref(), generation)?);
         let mut moved = Vec::with_capacity(live.len());
         let rate = self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner).max_bytes_per_sec;
-        let copied = copy_frames(&old, &new, 0, live.iter().map(|&(serial, _)| serial), &mut moved, rate)
-            .and_then(|end| Ok((end, new.sync()?)));
+        let stopping = Some(&self.inner.compaction.stopping);
+        let serials = live.iter().map(|&(serial, _)| serial);
+        let copied =
+            copy_frames(&old, &new, 0, serials, &mut moved, rate, stopping).and_then(|end| Ok((end, new.sync()?)));
         match copied {
             Ok((end, ())) => Ok(Prepared { log: new, generation, end, moved, started, before_bytes }),
             Err(e) => {
@@ -263,7 +270,8 @@ fn discard(dir: Option<&Path>, current: u64) {
 }
 
 /// Copies the frames at `serials` (ascending) from `old` to `new` from `at` on, noting each move,
-/// at most `rate` bytes per second (0: no limit); returns where the next frame goes. Not synced.
+/// at most `rate` bytes per second (0: no limit), until `stopping` is set; returns where the next
+/// frame goes. Not synced.
 fn copy_frames(
     old: &Log,
     new: &Log,
@@ -271,6 +279,7 @@ fn copy_frames(
     serials: impl Iterator<Item = Serial>,
     moved: &mut Vec<(Serial, Serial)>,
     rate: u64,
+    stopping: Option<&AtomicBool>,
 ) -> Result<u64, StoreError> {
     let started = (Instant::now(), at);
     let mut chunk = Vec::with_capacity(CHUNK);
@@ -283,9 +292,20 @@ fn copy_frames(
             new.put(chunk_at, &chunk)?;
             chunk.clear();
             chunk_at = at;
-            if rate > 0 {
-                let due = Duration::from_secs_f64((at - started.1) as f64 / rate as f64);
-                std::thread::sleep(due.saturating_sub(started.0.elapsed()));
+            let due = match rate {
+                0 => Duration::ZERO,
+                rate => Duration::from_secs_f64((at - started.1) as f64 / rate as f64),
+            };
+            // Held back in short naps, so that a stop is noticed during a long wait too.
+            loop {
+                if stopping.is_some_and(|s| s.load(Ordering::Acquire)) {
+                    return Err(StoreError::Closed);
+                }
+                let wait = due.saturating_sub(started.0.elapsed());
+                if wait.is_zero() {
+                    break;
+                }
+                std::thread::sleep(wait.min(NAP));
             }
         }
     }
@@ -327,7 +347,7 @@ pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> Result<Compacted, St
 
 /// Copies what was stored since the first step, then points the catalogue and the index at the
 /// new log, in one sled batch and one change of the view. Fails only before the batch is
-/// applied (or when the index cannot be rebuilt after it). Returns the longest any reader waited: lookups by id, from the batch to the swap
+/// applied. Returns the longest any reader waited: lookups by id, from the batch to the swap
 /// (scans by author, kind, tag or time never wait).
 fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
     // Only this thread changes the view, so what it reads now holds until it changes it.
@@ -339,7 +359,7 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
     let since: Vec<Serial> = live.iter().map(|&(serial, _)| serial).filter(|s| copied(&p.moved, s).is_none()).collect();
     // Events stored since the copy began lie after every copied one in the old log, so they do in
     // the new one too: the order of serials, which the index's lists rely on, is kept.
-    p.end = copy_frames(&old, &p.log, p.end, since.into_iter(), &mut p.moved, 0)?;
+    p.end = copy_frames(&old, &p.log, p.end, since.into_iter(), &mut p.moved, 0, None)?;
     p.log.sync()?;
     p.log.commit(p.end);
     let mut batch = sled::Batch::default();
@@ -369,11 +389,10 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
             w.catalogue.store(p.generation - 1, Ordering::Release);
             return Err(e.into());
         }
-        (Err(_), Ok(())) => {
-            // The catalogue points into the new log; the view must follow it.
-            tracing::error!("rebuilding the index at the new serials panicked; rebuilding it from the log");
-            super::rebuild_index(&w.tree, &p.log)?
-        }
+        // The catalogue points into the new log now: the old file must not be removed, and a view
+        // of it must not go on. Only a bug panics there; the writer stops with it, and the next
+        // start builds the index from the catalogue.
+        (Err(panic), Ok(())) => std::panic::resume_unwind(panic),
     };
     let mut view = w.view_mut();
     view.index = index;

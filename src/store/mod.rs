@@ -319,6 +319,7 @@ impl Store {
 
     /// Finishes queued writes, flushes and stops the writer. Later `put`s fail with `Closed`.
     pub async fn shutdown(&self) -> Result<(), StoreError> {
+        self.inner.compaction.stopping.store(true, Ordering::Release);
         let (reply, rx) = oneshot::channel();
         if self.inner.tx.send(writer::WriteOp::Shutdown { reply }).await.is_err() {
             return Ok(());

@@ -438,3 +438,31 @@ async fn a_temporary_store_compacts_in_memory() {
     assert_eq!((stats.dead_bytes, stats.events, stats.log_generation), (0, 1, 1), "{stats:?}");
     assert_eq!(ids(&store, "{}"), vec![newest.id]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_abandons_a_compaction_copy_and_the_next_open_removes_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), 8).unwrap();
+    let k = keys(5);
+    let pad = "y".repeat(1000);
+    for i in 0..400 {
+        store.put(signed_text(&k, 100 + i, 1, &[], &pad)).await.unwrap();
+    }
+    // One byte a second: the copy would take days after its first chunk.
+    store.set_compaction_policy(CompactPolicy { max_bytes_per_sec: 1, ..CompactPolicy::default() });
+    let running = tokio::spawn({
+        let store = store.clone();
+        async move { store.compact().await }
+    });
+    while !dir.path().join("events.1.log").exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    store.shutdown().await.unwrap();
+    // A liveness bound, not a timing target: without the stop the copy would not end for days.
+    let abandoned = tokio::time::timeout(std::time::Duration::from_secs(60), running).await.unwrap().unwrap();
+    assert!(matches!(abandoned, Err(StoreError::Closed)), "{abandoned:?}");
+    drop(store);
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!((store.len(), store.stats().unwrap().log_generation), (400, 0));
+    assert!(!dir.path().join("events.1.log").exists());
+}

@@ -1,6 +1,7 @@
 //! The single writer thread: atomic groups, group commit, and the event log as its journal.
 //!
-//! Owns every mutation of the event tree, of the event log and of the in-memory index. One thread
+//! Owns every mutation of the event tree, of the event log and of the in-memory index (a
+//! compaction's last step, `compact::finish`, runs here too, between two groups). One thread
 //! applies writes in arrival order, so the read-check-write of deduplication, replacement and
 //! deletion needs no transaction. Every write that arrived while the previous group was written
 //! joins one group: its changes collect in an overlay (`pending`) that later writes of the same
