@@ -16,17 +16,19 @@ use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 impl Store {
     /// The record of a stored event by id.
     fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
-        self.read_view(true, |view| match self.inner.tree.get(keys::id(id))? {
+        let read = self.read_view(true, |view| match self.inner.tree.get(keys::id(id))? {
             Some(serial) => {
                 let serial = decode_serial(&serial)?;
-                Ok(self
-                    .inner
-                    .damaged
-                    .served(serial, view.log.read(serial).map_err(StoreError::from))?
-                    .map(|r| (serial, r)))
+                Ok(Some((serial, view.log.read(serial).map_err(StoreError::from))))
             }
             None => Ok(None),
-        })
+        })?;
+        // Judged damaged only once the read stands (a read that `read_view` threw away may have
+        // met another record's bytes).
+        match read {
+            Some((serial, stored)) => Ok(self.inner.damaged.served(serial, stored)?.map(|r| (serial, r))),
+            None => Ok(None),
+        }
     }
 
     /// One stored event by id (expired events are not served, nor a damaged record).
@@ -141,8 +143,9 @@ impl Store {
                 for id in ids {
                     let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
                     let serial = decode_serial(&serial)?;
-                    // Not yet in the index: a write still in flight, not acknowledged yet.
-                    let Some(header) = index.header(serial).copied() else { continue };
+                    // Not yet in the index: a write still in flight, not acknowledged yet. Another
+                    // id's: a compaction's catalogue is ahead of this view (`read_view` reads again).
+                    let Some(header) = index.header(serial).copied().filter(|h| h.id == id) else { continue };
                     hits.extend(hit(filter, serial, &header, check_tags, now, log, &self.inner.damaged)?);
                 }
             }
