@@ -68,6 +68,14 @@ pub enum RunError {
     /// The listener failed.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// The data directory could not be created.
+    #[error("data directory {}: cannot create it: {source}", path.display())]
+    DataDir {
+        /// The configured `storage.data_dir`.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// A relay with its storage open, ready to serve.
@@ -78,8 +86,9 @@ pub struct Relay {
 impl Relay {
     /// Opens the data directory and builds the shared state; `clock` times the limiter.
     pub fn open(config: Config, clock: Arc<dyn Clock>) -> Result<Relay, RunError> {
-        std::fs::create_dir_all(&config.storage.data_dir)?;
-        let store = Store::open(&config.storage.data_dir, config.storage.cache_capacity_mb)?;
+        let dir = &config.storage.data_dir;
+        std::fs::create_dir_all(dir).map_err(|source| RunError::DataDir { path: dir.clone(), source })?;
+        let store = Store::open(dir, config.storage.cache_capacity_mb)?;
         Relay::with_store(config, clock, store)
     }
 

@@ -117,8 +117,10 @@ pub fn respond(result: Result<Response, ApiError>) -> Result<Response, Infallibl
 
 /// 415 unless the body is declared JSON.
 pub fn require_json(ctx: &RequestCtx) -> Result<(), ApiError> {
-    match ctx.header("content-type") {
-        Some(ct) if ct.trim().to_ascii_lowercase().starts_with("application/json") => Ok(()),
+    // The media type itself, exactly; parameters (`; charset=utf-8`) may follow it.
+    let media_type = ctx.header("content-type").and_then(|ct| ct.split(';').next()).map(str::trim);
+    match media_type {
+        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
         _ => Err(ApiError::UnsupportedMediaType),
     }
 }

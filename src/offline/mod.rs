@@ -66,6 +66,7 @@ impl From<RunError> for OfflineError {
         match e {
             RunError::Store(e) => OfflineError::Store(e),
             RunError::Io(e) => OfflineError::Io(e),
+            RunError::DataDir { path, source } => OfflineError::Store(StoreError::Open { path, source }),
         }
     }
 }

@@ -102,6 +102,14 @@ pub enum StoreError {
     /// A blocking read task panicked or was cancelled.
     #[error("storage: read task failed: {0}")]
     Task(String),
+    /// The data directory's files could not be opened or created.
+    #[error("storage: data directory {}: cannot open it: {source}", path.display())]
+    Open {
+        /// The data directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A migration wrote the old layout's events out and has not imported them yet.
     #[error("storage: a migration of {} is unfinished: run `hearth migrate` again", path.display())]
     Migrating {
@@ -111,6 +119,20 @@ pub enum StoreError {
     /// A compaction was asked for while one runs.
     #[error("storage: a compaction is already running")]
     Compacting,
+}
+
+impl StoreError {
+    /// An I/O failure while opening `dir`, named with the directory (a bare `Permission denied`
+    /// says nothing of where).
+    fn opening(self, dir: &Path) -> StoreError {
+        let path = dir.to_path_buf();
+        match self {
+            StoreError::Io(source)
+            | StoreError::Sled(sled::Error::Io(source))
+            | StoreError::Log(log::LogError::Io(source)) => StoreError::Open { path, source },
+            other => other,
+        }
+    }
 }
 
 /// What happened to an event given to [`Store::put`].
@@ -192,7 +214,7 @@ impl Store {
         if dir.join(migrate::PENDING).exists() {
             return Err(StoreError::Migrating { path: dir.to_path_buf() });
         }
-        Store::open_migrating(dir, cache_capacity_mb)
+        Store::open_migrating(dir, cache_capacity_mb).map_err(|e| e.opening(dir))
     }
 
     /// [`Store::open`] of a directory whose migration is unfinished: for the import that

@@ -284,18 +284,23 @@ async fn bad_input_gets_specific_json_errors_and_stores_nothing() {
     assert_eq!(status, 413);
     assert!(b["error"].is_string(), "{b}");
     let e = sign(&keys(9), now(), 1, &[], "x");
-    let resp = api
-        .http
-        .post(relay.http_url("/api/v1/events"))
-        .header("content-type", "text/plain")
-        .body(json!(e).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        body(resp).await,
-        (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({"error": "content type must be application/json"}))
-    );
+    // The media type exactly, any case, with or without parameters.
+    for content_type in ["text/plain", "application/jsonfoo", "application/json-seq", "application/nostr+json"] {
+        let resp = api
+            .http
+            .post(relay.http_url("/api/v1/events"))
+            .header("content-type", content_type)
+            .body(json!(e).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            body(resp).await,
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({"error": "content type must be application/json"})),
+            "{content_type}"
+        );
+    }
+
     let resp = api
         .http
         .post(relay.http_url("/api/v1/query"))
@@ -317,6 +322,17 @@ async fn bad_input_gets_specific_json_errors_and_stores_nothing() {
     assert_eq!((status, b), (StatusCode::NOT_FOUND, json!({"error": "not found"})));
     let mut ws = relay.connect().await;
     assert!(ws.req("all", vec![json!({})]).await.is_empty());
+    // The refused event, declared as JSON with parameters and in another case, is taken.
+    let resp = api
+        .http
+        .post(relay.http_url("/api/v1/events"))
+        .header("content-type", "Application/JSON; charset=utf-8")
+        .body(json!(e).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(body(resp).await.0, StatusCode::OK);
+    assert_eq!(relay.connect().await.req_ids("one", vec![json!({})]).await, vec![e.id.to_hex()]);
 }
 
 #[tokio::test]

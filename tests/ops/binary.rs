@@ -35,6 +35,19 @@ fn unknown_key_and_bad_address_stop_start_up() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.bind"));
 }
 
+#[test]
+fn a_data_directory_that_cannot_be_created_is_named_with_what_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let data = file.join("data");
+    let out = hearth().current_dir(dir.path()).env("HEARTH_STORAGE__DATA_DIR", &data).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("data directory {}: cannot create it: Not a directory", data.display());
+    assert!(err.contains(&want), "{err}");
+}
+
 /// Kills the relay if a test fails before it stops it.
 struct Running(std::process::Child);
 
