@@ -145,6 +145,10 @@ pub async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
         (StatusCode::NOT_FOUND, "not found".to_string())
     } else if let Some(e) = rejection.find::<warp::reject::PayloadTooLarge>() {
         (StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+    } else if rejection.find::<super::BodyTooLarge>().is_some() {
+        (StatusCode::PAYLOAD_TOO_LARGE, "The request payload is too large".to_string())
+    } else if rejection.find::<super::BodyUnreadable>().is_some() {
+        (StatusCode::BAD_REQUEST, "the request body broke off".to_string())
     } else if let Some(e) = rejection.find::<warp::reject::LengthRequired>() {
         (StatusCode::LENGTH_REQUIRED, e.to_string())
     } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {

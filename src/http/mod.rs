@@ -102,12 +102,48 @@ pub fn ctx() -> impl Filter<Extract = (RequestCtx,), Error = Infallible> + Clone
         })
 }
 
-/// Extracts a request with a body of at most `limit` bytes (413 beyond).
+/// Extracts a request with a body of at most `limit` bytes (413 beyond): sized by its
+/// `Content-Length` (refused before it is read when that is too large) or chunked (read up to
+/// the limit, refused past it).
 pub fn ctx_with_body(limit: u64) -> impl Filter<Extract = (RequestCtx,), Error = Rejection> + Clone {
-    ctx().and(warp::body::content_length_limit(limit)).and(warp::body::bytes()).map(|mut ctx: RequestCtx, body| {
-        ctx.body = body;
-        ctx
-    })
+    ctx().and(warp::header::optional::<u64>("content-length")).and(warp::body::stream()).and_then(
+        move |mut ctx: RequestCtx, declared: Option<u64>, body| async move {
+            if declared.is_some_and(|len| len > limit) {
+                return Err(warp::reject::custom(BodyTooLarge));
+            }
+            ctx.body = read_bounded(body, limit).await?;
+            Ok::<_, Rejection>(ctx)
+        },
+    )
+}
+
+/// A request body past `limitation.max_message_length` (413).
+#[derive(Debug)]
+pub struct BodyTooLarge;
+impl warp::reject::Reject for BodyTooLarge {}
+
+/// A request body that broke off (400).
+#[derive(Debug)]
+pub struct BodyUnreadable;
+impl warp::reject::Reject for BodyUnreadable {}
+
+/// The whole body, refused as soon as it passes `limit` bytes.
+async fn read_bounded(
+    body: impl futures_util::Stream<Item = Result<impl bytes::Buf, warp::Error>>,
+    limit: u64,
+) -> Result<Bytes, Rejection> {
+    use bytes::BufMut;
+    use futures_util::StreamExt;
+    let mut body = std::pin::pin!(body);
+    let mut out = bytes::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|_| warp::reject::custom(BodyUnreadable))?;
+        if (out.len() + chunk.remaining()) as u64 > limit {
+            return Err(warp::reject::custom(BodyTooLarge));
+        }
+        out.put(chunk);
+    }
+    Ok(out.freeze())
 }
 
 /// Turns a handler's result into the response.

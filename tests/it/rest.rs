@@ -396,3 +396,45 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
         assert!(resp.status() == 404 || resp.status() == 405, "{method} {path} answers {}", resp.status());
     }
 }
+
+/// A raw HTTP/1.1 request with a chunked body (`parts` as its chunks); the status line's code.
+async fn post_chunked(relay: &TestRelay, path: &str, parts: &[&str]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    for part in parts {
+        request.push_str(&format!("{:x}\r\n{part}\r\n", part.len()));
+    }
+    request.push_str("0\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, response)
+}
+
+#[tokio::test]
+async fn a_chunked_body_is_taken_up_to_max_message_length() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.limitation.max_message_length = 1000;
+    })
+    .await;
+    let e = sign(&keys(12), now(), 1, &[], "sent in chunks");
+    let text = json!(e).to_string();
+    let (head, tail) = text.split_at(text.len() / 2);
+    let (code, response) = post_chunked(&relay, "/api/v1/events", &[head, tail]).await;
+    assert_eq!(code, 200, "{response}");
+    assert!(response.contains(r#""accepted":true"#), "{response}");
+    assert_eq!(relay.connect().await.req_ids("s", vec![json!({})]).await, vec![e.id.to_hex()]);
+    // Past the limit, in chunks that each fit: 413, and nothing more is stored.
+    let big = sign(&keys(12), now(), 1, &[], &"x".repeat(1500));
+    let text = json!(big).to_string();
+    let chunks: Vec<&str> = text.as_bytes().chunks(400).map(|c| std::str::from_utf8(c).unwrap()).collect();
+    let (code, response) = post_chunked(&relay, "/api/v1/events", &chunks).await;
+    assert_eq!(code, 413, "{response}");
+    assert!(response.contains(r#"{"error":"The request payload is too large"}"#), "{response}");
+    assert_eq!(relay.connect().await.req_ids("s", vec![json!({})]).await, vec![e.id.to_hex()]);
+}
