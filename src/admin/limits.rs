@@ -63,8 +63,13 @@ fn validate(patch: &Value) -> Result<Vec<(LimitKey, u64)>, ApiError> {
                 .map(|key| LimitKey { tier, key })
                 .ok_or_else(|| ApiError::BadRequest(format!("unknown limit `{tier_name}.{name}`")))?;
             match value.as_u64() {
-                Some(v) if v > 0 => changes.push((key, v)),
-                _ => return Err(ApiError::BadRequest(format!("`{key}` must be a positive integer"))),
+                Some(v) if v > 0 && v <= key.key.max() => changes.push((key, v)),
+                _ => {
+                    return Err(ApiError::BadRequest(format!(
+                        "`{key}` must be a positive integer of at most {}",
+                        key.key.max()
+                    )));
+                }
             }
         }
     }

@@ -150,6 +150,9 @@ impl Config {
         if let Some(key) = LimitKey::all().find(|k| self.limits.get(*k) == 0) {
             return Err(invalid(&format!("limits.{key}"), "must be a positive number"));
         }
+        if let Some(key) = LimitKey::all().find(|k| self.limits.get(*k) > k.key.max()) {
+            return Err(invalid(&format!("limits.{key}"), &format!("must be at most {}", key.key.max())));
+        }
         if !(0.0..=1.0).contains(&self.storage.compact_dead_ratio) {
             return Err(invalid("storage.compact_dead_ratio", "must be between 0 (off) and 1"));
         }
@@ -261,6 +264,17 @@ mod tests {
             ("HEARTH_AUTH__TRUSTED_PROXIES", "x.y", "auth.trusted_proxies"),
             ("HEARTH_ADMIN__BIND", "nowhere", "admin.bind"),
             ("HEARTH_INFO__PUBKEY", "ab", "info.pubkey"),
+            (
+                "HEARTH_LIMITS__IP__WS_EVENTS_PER_SEC",
+                "18446744073709551615",
+                "`limits.ip.ws_events_per_sec` must be at most 10000000",
+            ),
+            (
+                "HEARTH_LIMITS__HUMAN__WS_BURST_WINDOW_SECS",
+                "3601",
+                "`limits.human.ws_burst_window_secs` must be at most 3600",
+            ),
+            ("HEARTH_STORAGE__COMPACT_DEAD_RATIO", "1.5", "storage.compact_dead_ratio"),
         ];
         for (k, v, named) in cases {
             let err = Config::load(None, &env(&[(k, v)])).unwrap_err().to_string();

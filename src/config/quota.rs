@@ -72,6 +72,17 @@ impl QuotaKey {
     pub fn parse(name: &str) -> Option<QuotaKey> {
         QuotaKey::ALL.into_iter().find(|k| k.as_str() == name)
     }
+
+    /// The largest value the key takes: far above any real relay's need, and low enough that
+    /// the limiter's arithmetic and what NIP-11 advertises stay meaningful (a value of 2^64 − 1
+    /// was taken once, and advertised).
+    pub fn max(self) -> u64 {
+        match self {
+            QuotaKey::WsEventsPerSec => 10_000_000,
+            QuotaKey::WsBurstWindowSecs => 3_600,
+            QuotaKey::MessagesPerMin | QuotaKey::ApiCallsPerMin => 1_000_000_000,
+        }
+    }
 }
 
 /// One tier's quotas (`[limits.human]`, `[limits.agent]`).

@@ -178,11 +178,27 @@ async fn a_bad_patch_names_the_field_and_changes_nothing() {
     for (patch, error) in [
         (
             json!({"human": {"ws_events_per_sec": 20, "messages_per_min": 0}}),
-            "`human.messages_per_min` must be a positive integer",
+            "`human.messages_per_min` must be a positive integer of at most 1000000000",
         ),
         (json!({"robots": {"ws_events_per_sec": 20}}), "unknown tier `robots` (expected human, agent or ip)"),
         (json!({"agent": {"bogus": 1}}), "unknown limit `agent.bogus`"),
-        (json!({"agent": {"api_calls_per_min": -5}}), "`agent.api_calls_per_min` must be a positive integer"),
+        (
+            json!({"agent": {"api_calls_per_min": -5}}),
+            "`agent.api_calls_per_min` must be a positive integer of at most 1000000000",
+        ),
+        // 2^64 - 1 and just past each maximum: refused, so NIP-11 never advertises them.
+        (
+            json!({"ip": {"ws_events_per_sec": u64::MAX}}),
+            "`ip.ws_events_per_sec` must be a positive integer of at most 10000000",
+        ),
+        (
+            json!({"human": {"ws_burst_window_secs": 3601}}),
+            "`human.ws_burst_window_secs` must be a positive integer of at most 3600",
+        ),
+        (
+            json!({"human": {"api_calls_per_min": 1_000_000_001u64}}),
+            "`human.api_calls_per_min` must be a positive integer of at most 1000000000",
+        ),
     ] {
         assert_eq!(
             api.token(Method::PATCH, "/admin/v1/limits", Some(patch)).await,
