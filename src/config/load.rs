@@ -151,7 +151,7 @@ impl Config {
             return Err(invalid(&format!("limits.{key}"), "must be a positive number"));
         }
         if let Some(key) = LimitKey::all().find(|k| self.limits.get(*k) > k.key.max()) {
-            return Err(invalid(&format!("limits.{key}"), &format!("must be at most {}", key.key.max())));
+            return Err(invalid(&format!("limits.{key}"), format!("must be at most {}", key.key.max())));
         }
         if !(0.0..=1.0).contains(&self.storage.compact_dead_ratio) {
             return Err(invalid("storage.compact_dead_ratio", "must be between 0 (off) and 1"));
