@@ -29,7 +29,19 @@ pub fn install() -> Option<PrometheusHandle> {
         .clone()
 }
 
-/// The current metrics in Prometheus text format.
+/// The current metrics in Prometheus text format, with the process's resident memory as of now.
 pub fn render() -> String {
+    if let Some(bytes) = resident_bytes() {
+        metrics::gauge!("process_resident_memory_bytes").set(bytes as f64);
+    }
     install().map(|h| h.render()).unwrap_or_default()
+}
+
+/// The process's resident memory (`VmRSS` of `/proc/self/status`; None where there is none):
+/// what the operator of a small box watches, and what a flood's buffers were seen to hold.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

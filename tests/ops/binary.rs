@@ -210,6 +210,18 @@ async fn metrics_count_exactly_what_one_relay_process_did() {
     assert_eq!(after.1 - before.1, 1.0, "ws_events refusals");
     // The EVENT bills ws_events and messages, the COUNT ws_events.
     assert_eq!(after.2 - before.2, 3.0, "admissions timed");
+    // Its resident memory, as the kernel counts it for the process.
+    let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+    let resident = sample(&text, "process_resident_memory_bytes", &[]);
+    let kernel_kb: f64 = std::fs::read_to_string(format!("/proc/{}/status", child.0.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(resident > 1e6 && (resident - kernel_kb * 1024.0).abs() < 0.5 * resident, "{resident} vs {kernel_kb} kB");
     let status = sigterm(&mut child);
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
