@@ -257,7 +257,7 @@ struct AuditBody {
 
 /// `GET /admin/v1/audit?limit=N`: newest first.
 async fn audit_entries(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    let limit = ctx.query_param("limit").and_then(|v| v.parse().ok()).unwrap_or(100usize).min(10_000);
+    let limit = ctx.query_count("limit", 100, 10_000)?;
     let entries = app
         .store
         .audit_log(limit)

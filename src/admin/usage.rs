@@ -56,11 +56,7 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
     if sort != "usage" && sort != "refusals" {
         return Err(ApiError::BadRequest(format!("sort must be usage or refusals, not `{sort}`")));
     }
-    let limit = match ctx.query_param("limit") {
-        None => 20,
-        Some(v) => v.parse::<usize>().map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?,
-    }
-    .min(1000);
+    let limit = ctx.query_count("limit", 20, 1000)?;
     // IP ceilings carry every key of their address and are reported with it (usage/ip).
     let mut scored: Vec<(u64, Value)> = app
         .limiter

@@ -55,6 +55,19 @@ impl RequestCtx {
     pub fn query_param(&self, key: &str) -> Option<String> {
         query_param(&self.query, key)
     }
+
+    /// `?key=N`: a whole number, `default` when absent, at most `max`; anything else is 400
+    /// naming the parameter. Every route reads its numbers through this, so `?limit=-5` gets the
+    /// same answer everywhere.
+    pub fn query_count(&self, key: &str, default: usize, max: usize) -> Result<usize, ApiError> {
+        match self.query_param(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<usize>()
+                .map(|n| n.min(max))
+                .map_err(|_| ApiError::BadRequest(format!("{key} must be a whole number"))),
+        }
+    }
 }
 
 /// `?key=value` of a raw query string, percent-decoded (`+` is a space).

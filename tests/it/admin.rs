@@ -276,6 +276,14 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
     assert_eq!(busiest["principals"][0]["principal"], alice.public_key().to_hex());
     let (status, _) = api.token(Method::GET, "/admin/v1/usage/not-a-key", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // One reading of a number parameter on every route.
+    for path in ["/admin/v1/usage?limit=-5", "/admin/v1/audit?limit=-5", "/admin/v1/audit?limit=1e3"] {
+        assert_eq!(
+            api.token(Method::GET, path, None).await,
+            (StatusCode::BAD_REQUEST, json!({"error": "limit must be a whole number"})),
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]
