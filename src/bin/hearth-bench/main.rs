@@ -98,6 +98,15 @@ enum Cmd {
         #[arg(long, default_value = "scale-events.jsonl")]
         file: PathBuf,
     },
+    /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
+    /// clients publish notes, profile versions and deletions; after each restart checks that
+    /// everything acknowledged is served as acknowledged, and that it started within 10 s.
+    Crash {
+        #[arg(long, default_value_t = 1000)]
+        kills: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {
         #[arg(long, default_value_t = 200_000)]
@@ -124,6 +133,7 @@ async fn main() -> ExitCode {
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
         Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
+        Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,
     };

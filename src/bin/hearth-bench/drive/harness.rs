@@ -1,8 +1,10 @@
 //! Release binaries of the relay as child processes: scratch directories, their sizes and the
 //! memory the kernel reports for a process.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::*;
 
@@ -61,7 +63,14 @@ pub(super) struct Spawned {
     child: std::process::Child,
     pub(super) data: PathBuf,
     pub(super) relay: String,
+    /// Its last log lines, for a failure's report.
+    log: Arc<Mutex<VecDeque<String>>>,
 }
+
+/// Log lines a [`Spawned`] keeps.
+const KEPT_LINES: usize = 30;
+/// How long a start may take before it counts as hung.
+pub(super) const START_LIMIT: Duration = Duration::from_secs(10);
 
 impl Spawned {
     /// Starts the `hearth` beside this binary with generous quotas and `env` on top.
@@ -70,7 +79,14 @@ impl Spawned {
     }
 
     /// [`Spawned::start`] on the scratch directory `data` (its data directory is `data/data`).
+    /// Waits for its `listening on` line as long as it takes.
     pub(super) fn start_on(data: PathBuf, env: &[(&str, &str)]) -> Res<Spawned> {
+        Spawned::start_within(data, env, Duration::MAX)
+    }
+
+    /// [`Spawned::start_on`], failing (with its last log lines, the process killed) when it is
+    /// not listening within `limit`.
+    pub(super) fn start_within(data: PathBuf, env: &[(&str, &str)], limit: Duration) -> Res<Spawned> {
         let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
         let mut child = std::process::Command::new(&exe)
             .current_dir(&data)
@@ -82,15 +98,40 @@ impl Spawned {
             .spawn()
             .map_err(|e| format!("{}: {e} (build it with cargo build --release)", exe.display()))?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines.next().ok_or("hearth exited before listening")?.map_err(err)?;
-            if let Some(i) = line.find("listening on ") {
-                break line[i + "listening on ".len()..].trim().to_string();
+        let log = Arc::new(Mutex::new(VecDeque::with_capacity(KEPT_LINES)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on ") {
+                    let _ = tx.send(line[i + "listening on ".len()..].trim().to_string());
+                }
+                let mut kept = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if kept.len() == KEPT_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
             }
-        };
-        std::thread::spawn(move || lines.for_each(drop));
-        Ok(Spawned { child, data, relay: format!("ws://{addr}/") })
+        });
+        let mut spawned = Spawned { child, data, relay: String::new(), log };
+        let waited = if limit == Duration::MAX { rx.recv().map_err(err) } else { rx.recv_timeout(limit).map_err(err) };
+        match waited {
+            Ok(addr) => {
+                spawned.relay = format!("ws://{addr}/");
+                Ok(spawned)
+            }
+            Err(e) => {
+                let _ = spawned.child.kill();
+                let _ = spawned.child.wait();
+                Err(format!("hearth was not listening ({e}); its last lines:\n{}", spawned.last_lines()))
+            }
+        }
+    }
+
+    /// Its last log lines.
+    pub(super) fn last_lines(&self) -> String {
+        let kept = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
     /// Peak resident memory so far, in MB.

@@ -2,8 +2,10 @@
 //!
 //! `generate` writes signed events, `workloads` drives one relay with one load each, `sockets`
 //! holds idle connections on one, `harness` starts release binaries and reads their memory,
-//! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts.
+//! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts,
+//! `crash` kills a relay while clients publish and checks what it acknowledged.
 
+mod crash;
 mod generate;
 mod harness;
 mod scale;
@@ -15,6 +17,7 @@ mod workloads;
 use generate::*;
 use harness::*;
 
+pub(crate) use crash::crash;
 pub(crate) use generate::gen_file;
 pub(crate) use scale::scale;
 pub(crate) use sockets::idle;

@@ -1,0 +1,217 @@
+//! `crash`: the relay killed with SIGKILL at seeded random moments while clients publish, started
+//! again on the same data directory each time, and checked against what it acknowledged.
+//!
+//! Three connections publish notes (some with a NIP-40 expiration a day ahead), versions of their
+//! author's profile (kind 0) and NIP-09 deletions of their own earlier notes, one at a time each,
+//! until the kill. After every start: each acknowledged note that no deletion (sent, acknowledged
+//! or not) targets is served by id and by author; no target of an acknowledged deletion is served;
+//! each author's profile is the newest acknowledged version or a newer one; nothing is served
+//! twice; and the relay was listening within [`START_LIMIT`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures_util::SinkExt;
+use hearth::protocol::{Event, Keys, Kind, Timestamp};
+use serde_json::json;
+
+use super::*;
+use crate::stats::Rng;
+
+/// Publishing connections.
+const WRITERS: u8 = 3;
+
+/// What the relay acknowledged (and what was sent that may or may not have been stored).
+#[derive(Default)]
+struct Model {
+    /// Acknowledged notes, by id, with their author.
+    notes: BTreeMap<String, String>,
+    /// Every id a deletion was sent for, acknowledged or not.
+    targeted: HashSet<String>,
+    /// Ids an acknowledged deletion removed.
+    deleted: HashSet<String>,
+    /// The newest acknowledged profile version of each author (created_at).
+    profiles: HashMap<String, u64>,
+    /// Events acknowledged in all.
+    acked: u64,
+    /// The created_at of the last event: strictly increasing, so profile versions are ordered;
+    /// it starts 23 days back, so a long run never reaches `created_at_upper_limit`.
+    clock: u64,
+}
+
+/// Runs `kills` kill-and-restart rounds with the RNG seeded by `seed`.
+pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
+    let data = scratch_dir("crash")?;
+    let model = Arc::new(Mutex::new(Model { clock: Timestamp::now().0 - 2_000_000, ..Model::default() }));
+    let mut rng = Rng::new(seed);
+    let env = [("HEARTH_LIMITATION__MAX_LIMIT", "1000000"), ("HEARTH_LIMITATION__DEFAULT_LIMIT", "1000000")];
+    let mut slowest = Duration::ZERO;
+    let started = Instant::now();
+    for kill in 0..=kills {
+        let begun = Instant::now();
+        let on = Spawned::start_within(data.clone(), &env, START_LIMIT)
+            .map_err(|e| format!("start {kill} (seed {seed}): {e}"))?;
+        slowest = slowest.max(begun.elapsed());
+        let checked = check(&on.relay, &model).await;
+        if let Err(e) = checked {
+            let lines = on.last_lines();
+            on.kill_keeping();
+            return Err(format!("after kill {kill} (seed {seed}): {e}\nthe relay's last lines:\n{lines}"));
+        }
+        if kill == kills {
+            on.stop();
+            break;
+        }
+        let window = Duration::from_millis(20 + rng.below(280));
+        let writers: Vec<_> =
+            (0..WRITERS).map(|w| tokio::spawn(publish(on.relay.clone(), w, model.clone(), rng.next()))).collect();
+        tokio::time::sleep(window).await;
+        // SIGKILL with frames in flight; the writers end when their sockets do.
+        on.kill_keeping();
+        for w in writers {
+            w.await.map_err(err)?;
+        }
+    }
+    let m = model.lock().map_err(err)?;
+    Ok(vec![Report {
+        json: json!({"cmd": "crash", "kills": kills, "seed": seed, "acked": m.acked,
+            "notes_served": m.notes.len() - m.notes.keys().filter(|id| m.targeted.contains(*id)).count(),
+            "deletions": m.deleted.len(), "slowest_start_ms": slowest.as_secs_f64() * 1e3,
+            "secs": started.elapsed().as_secs_f64()}),
+        summary: format!(
+            "crash: {kills} kills (seed {seed}), {} events acknowledged, every one as acknowledged after each restart; slowest start {:.0} ms",
+            m.acked,
+            slowest.as_secs_f64() * 1e3
+        ),
+    }])
+}
+
+fn keys_of(writer: u8) -> Res<Keys> {
+    Keys::from_bytes([200 + writer; 32]).map_err(err)
+}
+
+/// One writer: a mix of notes, profile versions and deletions, each awaited, until its socket ends.
+async fn publish(relay: String, writer: u8, model: Arc<Mutex<Model>>, seed: u64) {
+    let Ok(keys) = keys_of(writer) else { return };
+    let Ok(ws) = connect(&relay).await else { return };
+    let (mut tx, mut rx) = ws.split();
+    let mut rng = Rng::new(seed);
+    let author = keys.public_key().to_hex();
+    loop {
+        let (event, what) = {
+            let Ok(mut m) = model.lock() else { return };
+            m.clock += 1;
+            let at = Timestamp(m.clock);
+            let mine: Vec<&String> = m.notes.iter().filter(|(_, a)| **a == author).map(|(id, _)| id).collect();
+            match rng.below(20) {
+                0..=2 if !mine.is_empty() => {
+                    let target = mine[rng.below(mine.len() as u64) as usize].clone();
+                    m.targeted.insert(target.clone());
+                    let tags = vec![vec!["e".to_string(), target.clone()]];
+                    (keys.sign(at, Kind(5), tags, ""), Sent::Deletion(target))
+                }
+                3..=7 => (keys.sign(at, Kind(0), vec![], &format!("{{\"name\":\"v{}\"}}", at.0)), Sent::Profile(at.0)),
+                8..=10 => {
+                    let expires = vec![vec!["expiration".to_string(), (Timestamp::now().0 + 86_400).to_string()]];
+                    (keys.sign(at, Kind(1), expires, "expires tomorrow"), Sent::Note)
+                }
+                _ => (keys.sign(at, Kind(1), vec![], &format!("note {}", at.0)), Sent::Note),
+            }
+        };
+        let id = event.id.to_hex();
+        let Ok(text) = serde_json::to_string(&json!(["EVENT", event])) else { return };
+        if tx.send(Message::text(text)).await.is_err() {
+            return;
+        }
+        let ok = loop {
+            match next_frame(&mut rx).await {
+                Some(frame) if frame[0] == "OK" && frame[1] == id.as_str() => break frame[2] == true,
+                Some(_) => {}
+                None => return,
+            }
+        };
+        if !ok {
+            continue;
+        }
+        let Ok(mut m) = model.lock() else { return };
+        m.acked += 1;
+        match what {
+            Sent::Note => {
+                m.notes.insert(id, author.clone());
+            }
+            Sent::Deletion(target) => {
+                m.deleted.insert(target);
+            }
+            Sent::Profile(at) => {
+                let newest = m.profiles.entry(author.clone()).or_default();
+                *newest = (*newest).max(at);
+            }
+        }
+    }
+}
+
+enum Sent {
+    Note,
+    Deletion(String),
+    Profile(u64),
+}
+
+/// The events `filter` gets from the relay, in order.
+async fn req(relay: &str, filter: serde_json::Value) -> Res<Vec<Event>> {
+    let (mut tx, mut rx) = connect(relay).await?.split();
+    tx.send(Message::text(json!(["REQ", "c", filter]).to_string())).await.map_err(err)?;
+    let mut out = Vec::new();
+    loop {
+        let frame = next_frame(&mut rx).await.ok_or("the relay went quiet during a check")?;
+        match frame[0].as_str() {
+            Some("EVENT") => out.push(serde_json::from_value(frame[2].clone()).map_err(err)?),
+            Some("EOSE") => return Ok(out),
+            // NIP-42: the relay's challenge comes first; these reads need no AUTH.
+            Some("AUTH") => {}
+            _ => return Err(format!("unexpected frame during a check: {frame}")),
+        }
+    }
+}
+
+/// Checks the relay at `relay` against the model.
+async fn check(relay: &str, model: &Mutex<Model>) -> Res<()> {
+    let authors: Vec<String> = (0..WRITERS).map(|w| keys_of(w).map(|k| k.public_key().to_hex())).collect::<Res<_>>()?;
+    let served = req(relay, json!({"authors": authors})).await?;
+    // What must hold, taken from the model before the next request (no lock across an await).
+    let (must, deleted, newest) = {
+        let m = model.lock().map_err(err)?;
+        let must: Vec<String> = m.notes.keys().filter(|id| !m.targeted.contains(*id)).cloned().collect();
+        (must, m.deleted.clone(), m.profiles.clone())
+    };
+    let mut seen = HashSet::new();
+    let mut profiles: HashMap<String, Vec<u64>> = HashMap::new();
+    for e in &served {
+        let id = e.id.to_hex();
+        if !seen.insert(id.clone()) {
+            return Err(format!("{id} is served twice"));
+        }
+        if deleted.contains(&id) {
+            return Err(format!("{id} is served after its deletion was acknowledged"));
+        }
+        if e.kind == Kind(0) {
+            profiles.entry(e.pubkey.to_hex()).or_default().push(e.created_at.0);
+        }
+    }
+    if let Some(lost) = must.iter().find(|id| !seen.contains(*id)) {
+        return Err(format!("{lost} was acknowledged and is not served by author"));
+    }
+    for chunk in must.chunks(500) {
+        let got = req(relay, json!({"ids": chunk})).await?;
+        if got.len() != chunk.len() {
+            return Err(format!("{} of {} acknowledged notes served by id", got.len(), chunk.len()));
+        }
+    }
+    for (author, newest) in &newest {
+        match profiles.get(author).map(Vec::as_slice) {
+            Some([at]) if at >= newest => {}
+            other => return Err(format!("{author}'s profile: served {other:?}, newest acknowledged {newest}")),
+        }
+    }
+    Ok(())
+}
