@@ -144,7 +144,9 @@ impl Relay {
         } else if let Some(admin_listener) = admin_listener {
             tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
             let token = app.shutdown.clone();
-            let routes = admin::routes(app.clone()).recover(http::recover);
+            let served = server::ROUTES.iter().copied().filter(|&(method, path)| server::is_admin(method, path));
+            let routes = http::first_of([http::method_not_allowed(served.collect()), admin::routes(app.clone())])
+                .recover(http::recover);
             let limits = limits.clone();
             app.tasks.spawn(listener::serve(admin_listener, routes, limits, async move { token.cancelled().await }));
         }

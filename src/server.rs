@@ -88,7 +88,11 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and_then(move || async move { if on_this_port { Ok(()) } else { Err(warp::reject::not_found()) } })
         .untuple_one()
         .and(crate::admin::routes(app.clone()));
+    // What this port serves: without the admin routes (NIP-86 at `POST /` among them) when they
+    // moved to `admin.bind`.
+    let served = ROUTES.iter().copied().filter(|&(method, path)| on_this_port || !is_admin(method, path)).collect();
     first_of([
+        crate::http::method_not_allowed(served),
         ws.boxed(),
         nip11.boxed(),
         preflight.boxed(),
@@ -98,6 +102,11 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         crate::rest::routes(app),
     ])
     .recover(recover)
+}
+
+/// True for the routes of the admin surface, which `admin.bind` moves to a port of its own.
+pub fn is_admin(method: &str, path: &str) -> bool {
+    path.starts_with("/admin/") || (method, path) == ("POST", "/")
 }
 
 /// Every (method, path) the relay's port answers; the OpenAPI document must describe exactly

@@ -89,6 +89,50 @@ pub fn first_of(routes: impl IntoIterator<Item = Route>) -> Route {
         .unwrap_or_else(|| warp::any().and_then(|| async { Err(warp::reject::not_found()) }).boxed())
 }
 
+/// 405 with `Allow` (RFC 9110 §15.5.5) for a request whose path is one of `routes` (method,
+/// path pattern with `{name}` segments) under other methods only; every other request passes on
+/// to the routes themselves. Tried first, so that warp's own method rejections, which cannot say
+/// which methods the path has, are never the answer.
+pub fn method_not_allowed(routes: Vec<(&'static str, &'static str)>) -> Route {
+    let routes = Arc::new(routes);
+    warp::path::full()
+        .and(warp::method())
+        .and_then(move |path: warp::path::FullPath, method: Method| {
+            let routes = routes.clone();
+            async move {
+                let allowed: Vec<&str> = routes
+                    .iter()
+                    .filter(|(_, pattern)| path_matches(pattern, path.as_str()))
+                    .map(|(m, _)| *m)
+                    .collect();
+                if allowed.is_empty() || allowed.contains(&method.as_str()) {
+                    return Err(warp::reject::not_found());
+                }
+                let mut response = json_response(
+                    warp::http::StatusCode::METHOD_NOT_ALLOWED,
+                    &serde_json::json!({"error": "method not allowed"}),
+                );
+                if let Ok(allow) = warp::http::HeaderValue::from_str(&allowed.join(", ")) {
+                    response.headers_mut().insert(warp::http::header::ALLOW, allow);
+                }
+                Ok(response)
+            }
+        })
+        .boxed()
+}
+
+/// True when `path` is an instance of `pattern` (`{name}` stands for one non-empty segment).
+fn path_matches(pattern: &str, path: &str) -> bool {
+    let (mut want, mut got) = (pattern.split('/'), path.split('/'));
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w == g || (w.starts_with('{') && !g.is_empty()) => {}
+            _ => return false,
+        }
+    }
+}
+
 /// Hands the shared state to a route.
 pub fn with_app(app: Arc<AppState>) -> impl Filter<Extract = (Arc<AppState>,), Error = Infallible> + Clone {
     warp::any().map(move || app.clone())
@@ -188,5 +232,15 @@ mod tests {
         assert_eq!(query_param("sort=usage&limit=5", "limit").as_deref(), Some("5"));
         assert_eq!(query_param("sort=usage", "limit"), None);
         assert_eq!(query_param("filter=%7B%22kinds%22%3A%5B1%5D%7D", "filter").as_deref(), Some(r#"{"kinds":[1]}"#));
+    }
+
+    #[test]
+    fn route_patterns_match_whole_segments() {
+        assert!(path_matches("/api/v1/events/{id}", "/api/v1/events/ab12"));
+        assert!(!path_matches("/api/v1/events/{id}", "/api/v1/events/"));
+        assert!(!path_matches("/api/v1/events/{id}", "/api/v1/events/ab/cd"));
+        assert!(path_matches("/", "/"));
+        assert!(!path_matches("/", "/x"));
+        assert!(!path_matches("/admin/v1/usage/{pubkey}", "/admin/v1/usage"));
     }
 }

@@ -97,3 +97,24 @@ async fn an_upgrade_to_something_else_is_not_a_websocket() {
     assert_eq!(resp.status(), 200);
     assert!(resp.text().await.unwrap().starts_with("hearth: a Nostr relay"));
 }
+
+#[tokio::test]
+async fn a_path_served_under_other_methods_answers_405_with_allow() {
+    let relay = TestRelay::start(|c| c.admin.token = "t".into()).await;
+    let http = reqwest::Client::new();
+    for (method, path, allow) in [
+        (reqwest::Method::DELETE, "/api/v1/events", "POST"),
+        (reqwest::Method::GET, "/api/v1/query", "POST"),
+        (reqwest::Method::PUT, "/", "GET, OPTIONS, POST"),
+        (reqwest::Method::POST, "/admin/v1/store", "GET"),
+        (reqwest::Method::GET, "/admin/v1/limits/overrides/human/ws_events_per_sec", "DELETE"),
+    ] {
+        let resp = http.request(method.clone(), relay.http_url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 405, "{method} {path}");
+        assert_eq!(resp.headers()["allow"], allow, "{method} {path}");
+        assert_eq!(resp.json::<serde_json::Value>().await.unwrap(), serde_json::json!({"error": "method not allowed"}));
+    }
+    // A path that is not served at all is still 404, and a served one is served.
+    assert_eq!(http.delete(relay.http_url("/api/v1/nope")).send().await.unwrap().status(), 404);
+    assert_eq!(http.get(relay.http_url("/api/v1/openapi.json")).send().await.unwrap().status(), 200);
+}
