@@ -17,6 +17,22 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// The address a `hearth` child process (its stderr piped) logs `listening on <addr>` for; the
+/// rest of its log is drained from then on, so the child never blocks on a full pipe.
+pub fn listening_addr(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("hearth exited before listening").unwrap();
+        if let Some(i) = line.find("listening on ") {
+            break line[i + "listening on ".len()..].trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    addr
+}
+
 /// How long any single network step may take.
 pub const STEP: Duration = Duration::from_secs(10);
 

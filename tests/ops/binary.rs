@@ -1,6 +1,5 @@
 //! The `hearth` binary itself: configuration errors, the start-up line, and SIGTERM.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use crate::common::*;
@@ -76,16 +75,7 @@ fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("hearth exited before listening").unwrap();
-        if let Some(i) = line.find("listening on ") {
-            break line[i + "listening on ".len()..].trim().to_string();
-        }
-    };
-    // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let addr = listening_addr(&mut child);
     (Running(child), addr)
 }
 

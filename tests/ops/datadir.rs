@@ -135,9 +135,7 @@ fn offline_commands_refuse_a_data_directory_a_relay_holds() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut relay = hearth(&data).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut log = std::io::BufRead::lines(std::io::BufReader::new(relay.stderr.take().unwrap()));
-    while !log.next().unwrap().unwrap().contains("listening on ") {}
-    std::thread::spawn(move || for _ in log {});
+    listening_addr(&mut relay);
     let started = Instant::now();
     let out = export(&data, None);
     let want = format!("hearth: data directory {} is in use by a running hearth\n", data.display());
@@ -159,14 +157,7 @@ fn spawn_relay(data: &Path, env: &[(&str, &str)]) -> (std::process::Child, Strin
         cmd.env(key, value);
     }
     let mut relay = cmd.spawn().unwrap();
-    let mut log = std::io::BufRead::lines(std::io::BufReader::new(relay.stderr.take().unwrap()));
-    let addr = loop {
-        let l = log.next().unwrap().unwrap();
-        if let Some(i) = l.find("listening on ") {
-            break l[i + "listening on ".len()..].trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in log {});
+    let addr = listening_addr(&mut relay);
     (relay, addr)
 }
 
