@@ -169,7 +169,7 @@ impl Store {
 
     async fn copy_and_swap(&self) -> Result<Compacted, StoreError> {
         let started = Instant::now();
-        let before_bytes = self.files_bytes()?;
+        let before_bytes = files_bytes(self.inner.dir.as_deref(), &self.inner.db, &self.view().log)?;
         let prepared = self.off_reactor(move |s| s.copy_live(started, before_bytes)).await?;
         let (reply, rx) = oneshot::channel();
         let op = WriteOp::Compact { prepared: Box::new(prepared), reply };
@@ -215,14 +215,6 @@ impl Store {
     /// Resolves when the log is due for a compaction under the policy (checked after each write).
     pub async fn compaction_due(&self) {
         self.inner.compaction.due.notified().await;
-    }
-
-    /// Bytes of the data directory, or of the store's files for a temporary store.
-    fn files_bytes(&self) -> Result<u64, StoreError> {
-        match &self.inner.dir {
-            Some(dir) => Ok(dir_bytes(dir)?),
-            None => self.size_on_disk(),
-        }
     }
 
     /// The first step: every event indexed now copied to the next generation's log, synced.
@@ -331,10 +323,7 @@ pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> Result<Compacted, St
     if let Some(dir) = &w.dir {
         log::remove_other_generations(dir, &log::file_name(prepared.generation))?;
     }
-    let after_bytes = match &w.dir {
-        Some(dir) => dir_bytes(dir)?,
-        None => w.db.size_on_disk()? + prepared.log.size()?,
-    };
+    let after_bytes = files_bytes(w.dir.as_deref(), &w.db, &prepared.log)?;
     Ok(Compacted {
         at: Timestamp::now().0,
         before_bytes: prepared.before_bytes,
@@ -409,6 +398,15 @@ pub async fn compact(dir: &Path, cache_capacity_mb: u64) -> Result<Compacted, St
     let done = store.compact().await;
     store.shutdown().await?;
     done
+}
+
+/// What a compaction reports as the store's size: the data directory's bytes (`dir`), or, for a
+/// temporary store, sled's and the log's.
+fn files_bytes(dir: Option<&Path>, db: &sled::Db, log: &Log) -> Result<u64, StoreError> {
+    match dir {
+        Some(dir) => Ok(dir_bytes(dir)?),
+        None => Ok(db.size_on_disk()? + log.size()?),
+    }
 }
 
 /// Bytes of the files under `dir`.

@@ -406,12 +406,6 @@ impl Store {
         self.off_reactor(|s| s.stats()).await
     }
 
-    /// Bytes the database and the event log occupy on disk.
-    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        let log = self.view().log.size().map_err(log::LogError::Io)?;
-        Ok(self.inner.db.size_on_disk()? + log)
-    }
-
     fn view(&self) -> RwLockReadGuard<'_, View> {
         self.inner.view.read().unwrap_or_else(PoisonError::into_inner)
     }
