@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures_util::SinkExt;
-use hearth::protocol::{Event, Keys, Kind, Timestamp};
+use hearth::protocol::{Keys, Kind, Timestamp};
 use serde_json::json;
 
 use super::*;
@@ -155,23 +155,6 @@ enum Sent {
     Note,
     Deletion(String),
     Profile(u64),
-}
-
-/// The events `filter` gets from the relay, in order.
-async fn req(relay: &str, filter: serde_json::Value) -> Res<Vec<Event>> {
-    let (mut tx, mut rx) = connect(relay).await?.split();
-    tx.send(Message::text(json!(["REQ", "c", filter]).to_string())).await.map_err(err)?;
-    let mut out = Vec::new();
-    loop {
-        let frame = next_frame(&mut rx).await.ok_or("the relay went quiet during a check")?;
-        match frame[0].as_str() {
-            Some("EVENT") => out.push(serde_json::from_value(frame[2].clone()).map_err(err)?),
-            Some("EOSE") => return Ok(out),
-            // NIP-42: the relay's challenge comes first; these reads need no AUTH.
-            Some("AUTH") => {}
-            _ => return Err(format!("unexpected frame during a check: {frame}")),
-        }
-    }
 }
 
 /// Checks the relay at `relay` against the model.

@@ -68,6 +68,26 @@ pub(super) async fn next_text(rx: &mut futures_util::stream::SplitStream<Ws>) ->
     }
 }
 
+/// The stored events `filter` gets from the relay at `relay` on a connection of its own, in
+/// order, up to EOSE.
+pub(super) async fn req(relay: &str, filter: Value) -> Res<Vec<hearth::protocol::Event>> {
+    let (mut tx, mut rx) = connect(relay).await?.split();
+    futures_util::SinkExt::send(&mut tx, Message::text(serde_json::json!(["REQ", "r", filter]).to_string()))
+        .await
+        .map_err(err)?;
+    let mut out = Vec::new();
+    loop {
+        let frame = next_frame(&mut rx).await.ok_or("the relay went quiet during a REQ")?;
+        match frame[0].as_str() {
+            Some("EVENT") => out.push(serde_json::from_value(frame[2].clone()).map_err(err)?),
+            Some("EOSE") => return Ok(out),
+            // NIP-42: the relay's challenge comes first; these reads need no AUTH.
+            Some("AUTH") => {}
+            _ => return Err(format!("unexpected frame during a REQ: {frame}")),
+        }
+    }
+}
+
 /// The next text frame as JSON (skipping pings), or None at the end / after `QUIET`.
 pub(super) async fn next_frame(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<Value> {
     serde_json::from_str(&next_text(rx).await?).ok()

@@ -12,16 +12,7 @@ use super::*;
 async fn start_timed(data: std::path::PathBuf) -> Res<(f64, Spawned)> {
     let started = Instant::now();
     let on = Spawned::start_on(data, &[])?;
-    let (mut tx, mut rx) = connect(&on.relay).await?.split();
-    futures_util::SinkExt::send(&mut tx, Message::text(json!(["REQ", "s", {"limit": 1}]).to_string()))
-        .await
-        .map_err(err)?;
-    loop {
-        let frame = next_frame(&mut rx).await.ok_or("no EOSE after start")?;
-        if frame[0] == "EOSE" {
-            break;
-        }
-    }
+    req(&on.relay, json!({"limit": 1})).await?;
     Ok((started.elapsed().as_secs_f64() * 1e3, on))
 }
 
