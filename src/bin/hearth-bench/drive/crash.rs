@@ -50,7 +50,7 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
     let started = Instant::now();
     for kill in 0..=kills {
         let begun = Instant::now();
-        let on = Spawned::start_within(data.clone(), &env, START_LIMIT)
+        let on = Spawned::start_within(data.clone(), &env, Some(START_LIMIT))
             .map_err(|e| format!("start {kill} (seed {seed}): {e}"))?;
         slowest = slowest.max(begun.elapsed());
         let checked = check(&on.relay, &model).await;

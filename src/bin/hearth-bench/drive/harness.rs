@@ -81,12 +81,12 @@ impl Spawned {
     /// [`Spawned::start`] on the scratch directory `data` (its data directory is `data/data`).
     /// Waits for its `listening on` line as long as it takes.
     pub(super) fn start_on(data: PathBuf, env: &[(&str, &str)]) -> Res<Spawned> {
-        Spawned::start_within(data, env, Duration::MAX)
+        Spawned::start_within(data, env, None)
     }
 
     /// [`Spawned::start_on`], failing (with its last log lines, the process killed) when it is
-    /// not listening within `limit`.
-    pub(super) fn start_within(data: PathBuf, env: &[(&str, &str)], limit: Duration) -> Res<Spawned> {
+    /// not listening within `limit` (if there is one).
+    pub(super) fn start_within(data: PathBuf, env: &[(&str, &str)], limit: Option<Duration>) -> Res<Spawned> {
         let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
         let mut child = std::process::Command::new(&exe)
             .current_dir(&data)
@@ -114,7 +114,10 @@ impl Spawned {
             }
         });
         let mut spawned = Spawned { child, data, relay: String::new(), log };
-        let waited = if limit == Duration::MAX { rx.recv().map_err(err) } else { rx.recv_timeout(limit).map_err(err) };
+        let waited = match limit {
+            None => rx.recv().map_err(err),
+            Some(limit) => rx.recv_timeout(limit).map_err(err),
+        };
         match waited {
             Ok(addr) => {
                 spawned.relay = format!("ws://{addr}/");
