@@ -21,12 +21,6 @@ use super::{OLD_TREES, StoreError, flush_durably, open_db, record};
 /// exists the store refuses to open: a relay on a half-migrated directory would serve too little.
 pub const PENDING: &str = "migration.jsonl";
 
-/// The older layout the data directory in `dir` holds, if any.
-pub fn old_layout(dir: &Path, cache_capacity_mb: u64) -> Result<Option<u8>, StoreError> {
-    let db = open_db(dir, cache_capacity_mb)?;
-    Ok(found(&db).map(|(_, layout)| layout))
-}
-
 /// The tree and version of the older layout `db` holds.
 pub(super) fn found(db: &sled::Db) -> Option<(&'static str, u8)> {
     let names = db.tree_names();
