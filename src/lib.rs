@@ -88,7 +88,7 @@ impl Relay {
     pub fn open(config: Config, clock: Arc<dyn Clock>) -> Result<Relay, RunError> {
         let dir = &config.storage.data_dir;
         std::fs::create_dir_all(dir).map_err(|source| RunError::DataDir { path: dir.clone(), source })?;
-        let store = Store::open(dir, config.storage.cache_capacity_mb)?;
+        let store = Store::open_tuned(dir, config.storage.tuning())?;
         Relay::with_store(config, clock, store)
     }
 

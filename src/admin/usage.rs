@@ -13,10 +13,10 @@ use crate::limiter::{Principal, Usage};
 use crate::protocol::PubKey;
 
 /// The full report of one principal.
-fn report(app: &AppState, principal: &Principal, usage: Usage) -> Value {
+async fn report(app: &AppState, principal: &Principal, usage: Usage) -> Result<Value, ApiError> {
     let (connections, subscriptions) = app.fanout.presence(principal);
     let stored_events = match principal {
-        Principal::Pubkey(pk) => app.store.count_by_author(pk),
+        Principal::Pubkey(pk) => app.store.count_by_author_async(*pk).await.map_err(crate::http::internal)?,
         Principal::Ip(_) | Principal::Ceiling(..) => 0,
     };
     let mut value = json!(usage);
@@ -25,7 +25,7 @@ fn report(app: &AppState, principal: &Principal, usage: Usage) -> Value {
         obj.insert("subscriptions".into(), json!(subscriptions));
         obj.insert("stored_events".into(), json!(stored_events));
     }
-    value
+    Ok(value)
 }
 
 /// `GET /admin/v1/usage/{pubkey}` (hex or npub)
@@ -33,14 +33,14 @@ pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String)
     let pk = PubKey::parse(&pubkey)
         .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     let principal = Principal::Pubkey(pk);
-    ok_json(&report(&app, &principal, app.limiter.usage(&principal)))
+    ok_json(&report(&app, &principal, app.limiter.usage(&principal)).await?)
 }
 
 /// `GET /admin/v1/usage/ip/{addr}`
 pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Result<Response, ApiError> {
     let ip = addr.parse().map_err(|_| ApiError::BadRequest(format!("`{addr}` is not an IP address")))?;
     let principal = Principal::Ip(ip);
-    let mut value = report(&app, &principal, app.limiter.usage(&principal));
+    let mut value = report(&app, &principal, app.limiter.usage(&principal)).await?;
     // The IP ceiling over every key from this address (`null` when the address is exempt).
     let ceiling = app.limiter.ceiling_of(ip).map(|c| json!(app.limiter.usage(&c)));
     if let Some(obj) = value.as_object_mut() {
@@ -58,22 +58,26 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
     }
     let limit = ctx.query_count("limit", 20, 1000)?;
     // IP ceilings carry every key of their address and are reported with it (usage/ip).
-    let mut scored: Vec<(u64, Value)> = app
+    let mut scored: Vec<(u64, Principal, Usage)> = app
         .limiter
         .principals()
-        .iter()
+        .into_iter()
         .filter(|p| !matches!(p, Principal::Ceiling(..)))
         .map(|p| {
-            let usage = app.limiter.usage(p);
+            let usage = app.limiter.usage(&p);
             let score = if sort == "refusals" {
                 usage.refusals.values().sum()
             } else {
                 usage.limits.values().map(|l| l.used).sum()
             };
-            (score, report(&app, p, usage))
+            (score, p, usage)
         })
         .collect();
-    scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-    let principals: Vec<Value> = scored.into_iter().take(limit).map(|(_, v)| v).collect();
+    scored.sort_by_key(|(score, ..)| std::cmp::Reverse(*score));
+    // Only the reported ones have their stored events counted (a read of the index each).
+    let mut principals = Vec::with_capacity(limit.min(scored.len()));
+    for (_, principal, usage) in scored.into_iter().take(limit) {
+        principals.push(report(&app, &principal, usage).await?);
+    }
     ok_json(&json!({"sort": sort, "principals": principals}))
 }

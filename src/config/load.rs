@@ -119,7 +119,7 @@ impl Config {
         if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
-        let positive: [(&str, u64); 23] = [
+        let positive: [(&str, u64); 24] = [
             ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
             ("server.max_outbound_bytes", self.server.max_outbound_bytes as u64),
             ("server.slow_consumer_ms", self.server.slow_consumer_ms),
@@ -131,6 +131,7 @@ impl Config {
             ("server.max_connections_per_ip", self.server.max_connections_per_ip as u64),
             ("storage.cache_capacity_mb", self.storage.cache_capacity_mb),
             ("storage.expiration_sweep_secs", self.storage.expiration_sweep_secs),
+            ("storage.index_memory_events", self.storage.index_memory_events),
             ("limitation.max_message_length", self.limitation.max_message_length as u64),
             ("limitation.max_subscriptions", self.limitation.max_subscriptions as u64),
             ("limitation.max_filters", self.limitation.max_filters as u64),

@@ -140,9 +140,19 @@ pub struct StorageConfig {
     pub compact_min_mb: u64,
     /// MiB per second a compaction's background copy writes at most; 0: no limit.
     pub compact_max_mb_per_sec: u64,
+    /// Events the in-memory part of the index holds before they are written out as a segment.
+    pub index_memory_events: u64,
 }
 
 impl StorageConfig {
+    /// How the store is opened.
+    pub fn tuning(&self) -> crate::store::Tuning {
+        crate::store::Tuning {
+            cache_capacity_mb: self.cache_capacity_mb,
+            index_memory_events: usize::try_from(self.index_memory_events).unwrap_or(usize::MAX),
+        }
+    }
+
     /// When the store compacts on its own, and how fast.
     pub fn compact_policy(&self) -> crate::store::CompactPolicy {
         const MIB: u64 = 1024 * 1024;
@@ -163,6 +173,7 @@ impl Default for StorageConfig {
             compact_dead_ratio: 0.5,
             compact_min_mb: 64,
             compact_max_mb_per_sec: 0,
+            index_memory_events: crate::store::INDEX_MEMORY_EVENTS as u64,
         }
     }
 }

@@ -43,7 +43,10 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
         return Ok(Migrated { from: None, to: SCHEMA_VERSION, carried: None, import: None });
     }
     let input = std::io::BufReader::new(std::fs::File::open(&pending)?);
-    let store = Store::open_migrating(&dir, cache)?;
+    let store = Store::open_migrating(
+        &dir,
+        crate::store::Tuning { cache_capacity_mb: cache, index_memory_events: crate::store::INDEX_MEMORY_EVENTS },
+    )?;
     let app = crate::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
     let import = import_into(app, Box::new(input)).await?;
     std::fs::remove_file(&pending)?;

@@ -28,10 +28,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot};
 
 use super::index::Serial;
+use super::indexes;
 use super::log::{self, Log};
 use super::writer::{WriteOp, Writer};
 use super::{Store, StoreError, View, keys};
-use crate::protocol::Timestamp;
+use crate::protocol::{EventId, Timestamp};
 
 /// The settings document that records the last compaction.
 pub const LAST_COMPACTION: &str = "last_compaction";
@@ -219,10 +220,13 @@ impl Store {
 
     /// The first step: every event indexed now copied to the next generation's log, synced.
     fn copy_live(&self, started: Instant, before_bytes: u64) -> Result<Prepared, StoreError> {
-        let (old, generation, live) = {
+        let (old, generation, indexed) = {
             let view = self.view();
-            (view.log.clone(), view.generation + 1, view.index.serials())
+            (view.log.clone(), view.generation + 1, view.index.indexed())
         };
+        // The events indexed now: every one of them has its `i` entry, and the later ones (which
+        // the last step copies) all lie after them in the log.
+        let live = indexes::live_events(&self.inner.tree, indexed)?;
         let new = Arc::new(new_log(self.inner.dir.as_deref(), generation)?);
         let mut moved = Vec::with_capacity(live.len());
         let rate = self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner).max_bytes_per_sec;
@@ -252,13 +256,19 @@ fn new_log(dir: Option<&Path>, generation: u64) -> Result<Log, StoreError> {
     }
 }
 
-/// Removes a compaction's new file after it failed, keeping generation `current`.
+/// Removes a compaction's new files after it failed, keeping generation `current`.
 fn discard(dir: Option<&Path>, current: u64) {
     if let Some(dir) = dir
-        && let Err(e) = log::remove_other_generations(dir, &log::file_name(current))
+        && let Err(e) = remove_other_generations(dir, current)
     {
-        tracing::error!(error = %e, "removing the file of a failed compaction failed");
+        tracing::error!(error = %e, "removing the files of a failed compaction failed");
     }
+}
+
+/// Removes the event logs and index segments of other generations than `current`.
+fn remove_other_generations(dir: &Path, current: u64) -> std::io::Result<()> {
+    log::remove_other_generations(dir, &log::file_name(current))?;
+    indexes::remove_other_generations(dir, current)
 }
 
 /// Copies the frames at `serials` (ascending) from `old` to `new` from `at` on, noting each move,
@@ -321,7 +331,7 @@ pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> Result<Compacted, St
     w.flush()?;
     let writes_paused = paused.elapsed();
     if let Some(dir) = &w.dir {
-        log::remove_other_generations(dir, &log::file_name(prepared.generation))?;
+        remove_other_generations(dir, prepared.generation)?;
     }
     let after_bytes = files_bytes(w.dir.as_deref(), &w.db, &prepared.log)?;
     Ok(Compacted {
@@ -339,11 +349,10 @@ pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> Result<Compacted, St
 /// applied. Returns the longest any reader waited: lookups by id, from the batch to the swap
 /// (scans by author, kind, tag or time never wait).
 fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
-    // Only this thread changes the view, so what it reads now holds until it changes it.
-    let (old, live) = {
-        let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
-        (view.log.clone(), view.index.serials())
-    };
+    // Only this thread changes the log and the catalogue, so what it reads now holds until it
+    // changes them.
+    let old = w.log();
+    let live = indexes::live_events(&w.tree, Serial::MAX)?;
     let copied = |moved: &[(Serial, Serial)], serial: &Serial| moved.binary_search_by_key(serial, |&(old, _)| old).ok();
     let since: Vec<Serial> = live.iter().map(|&(serial, _)| serial).filter(|s| copied(&p.moved, s).is_none()).collect();
     // Events stored since the copy began lie after every copied one in the old log, so they do in
@@ -351,44 +360,60 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
     p.end = copy_frames(&old, &p.log, p.end, since.into_iter(), &mut p.moved, 0, None)?;
     p.log.sync()?;
     p.log.commit(p.end);
-    let mut batch = sled::Batch::default();
-    for (serial, id) in &live {
-        let at = copied(&p.moved, serial)
-            .ok_or_else(|| StoreError::Corrupt(format!("compaction lost the record at {serial}")))?;
-        batch.insert(keys::id(id), &p.moved[at].1.to_be_bytes());
-    }
+    let (moved, end, generation) = (&p.moved, p.end, p.generation);
+    let (index, batch) = std::thread::scope(|scope| {
+        // The index at the new serials is built beside the one readers use (only this thread
+        // changes that one), on another core while the batch is put together.
+        let index = scope.spawn(|| {
+            let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
+            view.index.remapped(moved, end, generation, &w.compaction.stopping)
+        });
+        let batch = catalogue_batch(w, &live, moved);
+        (index.join(), batch)
+    });
+    let index = match index {
+        Ok(index) => index?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    let mut batch = batch?;
     batch.insert(keys::meta(keys::LOG_END), &p.end.to_be_bytes());
     batch.insert(keys::meta(keys::LOG_GEN), &p.generation.to_be_bytes());
+    batch.insert(keys::meta(keys::INDEX), index.meta().encode());
     // Readers that find an event through its `i` entry wait from here until the swap: an entry
     // may point into the new log before their view does (`Store::read_view`). Set before the
     // batch, so that whoever sees a moved entry sees this too.
     w.catalogue.store(p.generation, Ordering::Release);
     let waiting = Instant::now();
-    let moved = &p.moved;
-    let (index, applied) = std::thread::scope(|scope| {
-        // The index at the new serials is built beside the one readers use (only this thread
-        // changes that one), on another core while sled applies the batch.
-        let index = scope.spawn(|| w.view.read().unwrap_or_else(PoisonError::into_inner).index.remapped(moved));
-        let applied = w.tree.apply_batch(batch);
-        (index.join(), applied)
-    });
-    let index = match (index, applied) {
-        (Ok(index), Ok(())) => index,
-        (_, Err(e)) => {
-            w.catalogue.store(p.generation - 1, Ordering::Release);
-            return Err(e.into());
-        }
-        // The catalogue points into the new log now: the old file must not be removed, and a view
-        // of it must not go on. Only a bug panics there; the writer stops with it, and the next
-        // start builds the index from the catalogue.
-        (Err(panic), Ok(())) => std::panic::resume_unwind(panic),
-    };
+    if let Err(e) = w.tree.apply_batch(batch) {
+        w.catalogue.store(p.generation - 1, Ordering::Release);
+        return Err(e.into());
+    }
     let mut view = w.view_mut();
     view.index = index;
     view.log = p.log.clone();
     view.generation = p.generation;
     drop(view);
     Ok(waiting.elapsed())
+}
+
+/// The catalogue's changes of a compaction: every `i` entry at its new serial, and the removals
+/// that the old generation's index segments needed dropped.
+fn catalogue_batch(
+    w: &Writer,
+    live: &[(Serial, EventId)],
+    moved: &[(Serial, Serial)],
+) -> Result<sled::Batch, StoreError> {
+    let mut batch = sled::Batch::default();
+    for (serial, id) in live {
+        let at = moved
+            .binary_search_by_key(serial, |&(old, _)| old)
+            .map_err(|_| StoreError::Corrupt(format!("compaction lost the record at {serial}")))?;
+        batch.insert(keys::id(id), &moved[at].1.to_be_bytes());
+    }
+    for item in w.tree.scan_prefix([keys::REMOVED]) {
+        batch.remove(item?.0);
+    }
+    Ok(batch)
 }
 
 /// Compacts the store in `dir`, which no relay may hold (`hearth compact`): opened as a relay

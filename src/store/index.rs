@@ -1,12 +1,13 @@
-//! The secondary indexes, in memory: which stored events (by serial) have an author, a kind, an
-//! author and kind, a tag value, newest first.
+//! The secondary indexes of the newest events, in memory: which of them (by serial) have an
+//! author, a kind, an author and kind, a tag value, newest first.
 //!
-//! Owns the postings and the per-event header they are checked against. It is derived data: it is
-//! rebuilt from the records when the store opens and changed by the writer only after the batch
-//! that changed the records was applied, so it can never disagree with the disk for longer than
-//! that. Keeping it out of sled is what makes ingest fast: every index entry in sled is a random
-//! insert that costs a leaf rewrite per flush. Its cost is memory and start-up time, both in
-//! proportion to the stored events (README, Performance).
+//! Owns the lists and the per-event header they are checked against, for the events stored since
+//! the last index segment was written (`super::indexes` writes them out as a segment once there
+//! are enough, and names each list by [`Key::hash64`] there). It is derived data: rebuilt from
+//! the log's tail when the store opens and changed by the writer only after the batch that
+//! changed the records was applied, so it can never disagree with the disk for longer than that.
+//! Keeping it out of sled is what makes ingest fast: every index entry in sled is a random insert
+//! that costs a leaf rewrite per flush.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -34,6 +35,41 @@ pub enum Key {
     Tag(u8, Box<str>),
 }
 
+impl Key {
+    /// The list's name in an index segment: the first 8 bytes of the SHA-256 of the key. Stable
+    /// across versions (it is on disk), and no one can make their tag value's list collide with
+    /// another list on purpose; a chance collision only adds candidates, which every read checks
+    /// against the event.
+    pub fn hash64(&self) -> u64 {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        match self {
+            Key::All => h.update([0]),
+            Key::Author(pubkey) => {
+                h.update([1]);
+                h.update(pubkey.0);
+            }
+            Key::Kind(kind) => {
+                h.update([2]);
+                h.update(kind.0.to_be_bytes());
+            }
+            Key::AuthorKind(pubkey, kind) => {
+                h.update([3]);
+                h.update(pubkey.0);
+                h.update(kind.0.to_be_bytes());
+            }
+            Key::Tag(letter, value) => {
+                h.update([4, *letter]);
+                h.update(value.as_bytes());
+            }
+        }
+        let digest = h.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        u64::from_be_bytes(first)
+    }
+}
+
 /// The index lists an event belongs to.
 pub fn keys_of(header: &Header, tags: &[Vec<String>]) -> Vec<Key> {
     let mut out =
@@ -55,8 +91,8 @@ pub fn keys_of(header: &Header, tags: &[Vec<String>]) -> Vec<Key> {
 pub enum IndexOp {
     /// A stored event.
     Insert(Serial, Header, Vec<Key>),
-    /// A removed one.
-    Remove(Serial, Vec<Key>),
+    /// A removed one, with its record's length.
+    Remove(Serial, u32, Vec<Key>),
 }
 
 /// The indexes of every stored event.
@@ -123,15 +159,19 @@ impl Index {
         for op in ops {
             match op {
                 IndexOp::Insert(serial, header, keys) => self.insert(serial, header, keys),
-                IndexOp::Remove(serial, keys) => self.remove(serial, &keys),
+                IndexOp::Remove(serial, _, keys) => self.remove(serial, &keys),
             }
         }
     }
 
-    /// Every indexed event's serial and id, in log order.
-    pub fn serials(&self) -> Vec<(Serial, crate::protocol::EventId)> {
-        let mut out: Vec<_> = self.headers.iter().map(|(&serial, header)| (serial, header.id)).collect();
-        out.sort_unstable_by_key(|&(serial, _)| serial);
+    /// Every posting, named by its list's [`Key::hash64`], sorted: an index segment's content.
+    pub fn postings(&self) -> Vec<super::segment::Posting> {
+        let mut out = Vec::with_capacity(self.lists.values().map(BTreeSet::len).sum());
+        for (key, list) in &self.lists {
+            let hash = key.hash64();
+            out.extend(list.iter().map(|&(rev, serial)| (hash, rev, serial)));
+        }
+        out.sort_unstable();
         out
     }
 

@@ -10,11 +10,13 @@
 //! | `x`    | expiration + id                       | —                              |
 //! | `d`    | id (tombstone)                        | deleting pubkey                |
 //! | `D`    | pubkey + kind + d (address tombstone) | deletion created_at            |
-//! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen` |
+//! | `z`    | serial (in the current generation)    | frame bytes (u32): a removed event that an index segment still lists |
+//! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen`, `index` |
 //!
 //! The `i` entry is the event's identity: deduplication and `ids` filters go through it, and an
 //! event is stored exactly while its `i` entry exists. The records themselves are in the event
-//! log, and the secondary indexes (author, kind, tags, time) in memory ([`super::index`]).
+//! log, and the secondary indexes (author, kind, tags, time) in index segments and memory
+//! ([`super::indexes`]).
 
 use crate::protocol::{EventId, Kind, PubKey, Timestamp};
 
@@ -30,6 +32,10 @@ pub const TOMBSTONE: u8 = b'd';
 pub const ADDRESS_TOMBSTONE: u8 = b'D';
 /// Metadata.
 pub const META: u8 = b'm';
+/// Removed events still in an index segment.
+pub const REMOVED: u8 = b'z';
+/// The `m` name of the index segments' state ([`super::indexes::Meta`]).
+pub const INDEX: &str = "index";
 /// The `m` name of the event log's committed end (u64).
 pub const LOG_END: &str = "log_end";
 /// The `m` name of the event log's generation (u64; absent = 0, `events.log`).
@@ -66,6 +72,11 @@ pub fn tombstone(id: &EventId) -> Vec<u8> {
 /// `x` + expiration + id.
 pub fn expiry(at: Timestamp, id: &EventId) -> Vec<u8> {
     key(&[&[EXPIRY], &at.0.to_be_bytes(), &id.0])
+}
+
+/// `z` + serial.
+pub fn removed(serial: u64) -> Vec<u8> {
+    key(&[&[REMOVED], &serial.to_be_bytes()])
 }
 
 /// `m` + name.

@@ -3,8 +3,9 @@
 //! Owns the data directory: the event log ([`log`], `events.log`), whose frames hold the event
 //! records ([`record`]) and are the store's journal; the sled database, which holds the catalogue
 //! (an id entry as each event's identity, NIP-09 tombstones, NIP-40 expiry, replaceable and
-//! addressable versions; layout in [`keys`]) and the settings and audit trees; and the in-memory
-//! secondary indexes ([`index`]) derived from them. Writes go through one writer thread
+//! addressable versions; layout in [`keys`]) and the settings and audit trees; and the secondary
+//! indexes derived from them (`indexes`: [`segment`] files for most events, [`index`] in memory
+//! for the newest). Writes go through one writer thread
 //! (`writer`) that commits every write that arrived meanwhile with one sync of the log (group
 //! commit): a `put` returns only once its event is on disk, and opening the store replays what
 //! sled had not yet made durable. Reads ([`Store::query`], [`Store::count`], [`Store::get`]) scan
@@ -18,12 +19,15 @@ mod check;
 mod compact;
 mod durable;
 pub mod index;
+mod indexes;
 pub mod keys;
 pub mod log;
+mod merger;
 pub mod migrate;
 mod pending;
 mod query;
 pub mod record;
+pub mod segment;
 mod writer;
 
 pub use check::{Checked, Problem, Repaired, check, repair};
@@ -39,7 +43,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::{EventId, EventJson, PubKey, Timestamp, VerifiedEvent};
 use durable::Durable;
-use index::{Index, Key, Serial};
+use index::{Key, Serial};
+use indexes::Indexes;
 use log::Log;
 
 /// Current on-disk layout version.
@@ -159,14 +164,27 @@ pub struct StoreStats {
     pub dead_bytes: u64,
     /// Bytes of the event log up to its committed end.
     pub log_bytes: u64,
-    /// Bytes of the catalogue (sled) on disk.
+    /// Bytes of the catalogue (sled) and the index segments on disk.
     pub index_bytes: u64,
+    /// How many index segments there are.
+    pub index_segments: usize,
     /// The event log's generation (how many compactions it has been through).
     pub log_generation: u64,
     /// True while a compaction runs.
     pub compacting: bool,
     /// The last compaction, if any.
     pub last_compaction: Option<Compacted>,
+}
+
+pub use indexes::MEM_EVENTS as INDEX_MEMORY_EVENTS;
+
+/// How a store is opened (`[storage]` settings).
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// sled's page cache, MiB.
+    pub cache_capacity_mb: u64,
+    /// Events the in-memory part of the index holds before they are written out as a segment.
+    pub index_memory_events: usize,
 }
 
 /// Handle to the store; cheap to clone.
@@ -201,29 +219,34 @@ struct Inner {
 /// What a read sees together: the secondary indexes and the event log file their serials (and
 /// the catalogue's `i` entries) point into. A compaction replaces both at once, so a reader that
 /// holds a view, or a clone of its log, reads consistent records however long it takes.
-pub(super) struct View {
-    pub index: Index,
-    pub log: Arc<Log>,
+pub(in crate::store) struct View {
+    pub(super) index: Indexes,
+    pub(super) log: Arc<Log>,
     /// Which file the log is (see [`log::file_name`]).
-    pub generation: u64,
+    pub(super) generation: u64,
 }
 
 impl Store {
     /// Opens (or creates) the database in `dir` and starts the writer thread.
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
+        Store::open_tuned(dir, Tuning { cache_capacity_mb, index_memory_events: INDEX_MEMORY_EVENTS })
+    }
+
+    /// [`Store::open`] with every setting.
+    pub fn open_tuned(dir: &Path, tuning: Tuning) -> Result<Store, StoreError> {
         if dir.join(migrate::PENDING).exists() {
             return Err(StoreError::Migrating { path: dir.to_path_buf() });
         }
-        Store::open_migrating(dir, cache_capacity_mb).map_err(|e| e.opening(dir))
+        Store::open_migrating(dir, tuning).map_err(|e| e.opening(dir))
     }
 
     /// [`Store::open`] of a directory whose migration is unfinished: for the import that
     /// finishes it.
-    pub(crate) fn open_migrating(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
-        let db = open_db(dir, cache_capacity_mb)?;
+    pub(crate) fn open_migrating(dir: &Path, tuning: Tuning) -> Result<Store, StoreError> {
+        let db = open_db(dir, tuning.cache_capacity_mb)?;
         let durable = Durable::open(dir)?;
-        let store =
-            Store::from_db(db, Some(Arc::new(durable)), Some(dir), |name, committed| Log::open(dir, name, committed))?;
+        let open_log = |name: &str, committed| Log::open(dir, name, committed);
+        let store = Store::from_db(db, Some(Arc::new(durable)), Some((dir, tuning.index_memory_events)), open_log)?;
         log::remove_other_generations(dir, &log::file_name(store.view().generation))?;
         Ok(store)
     }
@@ -235,11 +258,12 @@ impl Store {
     }
 
     /// The store over an open database; `open_log` opens the event log file of its generation
-    /// at its committed end.
+    /// at its committed end. `dir` is the data directory and the in-memory index's size (none for a
+    /// temporary store).
     fn from_db(
         db: sled::Db,
         durable: Option<Arc<Durable>>,
-        dir: Option<&Path>,
+        dir: Option<(&Path, usize)>,
         open_log: impl FnOnce(&str, u64) -> Result<Log, log::LogError>,
     ) -> Result<Store, StoreError> {
         if let Some((_, found)) = migrate::found(&db) {
@@ -265,7 +289,11 @@ impl Store {
             flush_durably(&db, durable.as_deref())?;
             tracing::info!(frames, ms = started.elapsed().as_millis() as u64, "replayed the event log after a crash");
         }
-        let index = rebuild_index(&tree, &log)?;
+        let (index, changed) = Indexes::open(&tree, &log, dir, log_generation)?;
+        let dir = dir.map(|(dir, _)| dir);
+        if changed {
+            flush_durably(&db, durable.as_deref())?;
+        }
         let view = Arc::new(RwLock::new(View { index, log, generation: log_generation }));
         let settings = db.open_tree(SETTINGS_TREE)?;
         let audit = db.open_tree("audit_v1")?;
@@ -365,13 +393,18 @@ impl Store {
     }
 
     /// How many events by `author` are stored.
-    pub fn count_by_author(&self, author: &PubKey) -> usize {
+    pub fn count_by_author(&self, author: &PubKey) -> Result<usize, StoreError> {
         self.view().index.len(&Key::Author(*author))
+    }
+
+    /// [`Store::count_by_author`] off the async reactor.
+    pub async fn count_by_author_async(&self, author: PubKey) -> Result<usize, StoreError> {
+        self.off_reactor(move |s| s.count_by_author(&author)).await
     }
 
     /// How many events are stored.
     pub fn len(&self) -> usize {
-        self.view().index.events()
+        self.view().index.events() as usize
     }
 
     /// True when no event is stored.
@@ -381,9 +414,10 @@ impl Store {
 
     /// What the store holds and how much of its log is dead space.
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
-        let (events, live_bytes, log_bytes, log_generation) = {
+        let (events, live_bytes, log_bytes, log_generation, segments, segment_bytes) = {
             let view = self.view();
-            (view.index.events() as u64, view.index.live_bytes(), view.log.end(), view.generation)
+            let index = &view.index;
+            (index.events(), index.live_bytes(), view.log.end(), view.generation, index.segments(), index.disk_bytes())
         };
         let last_compaction = match self.load_setting(compact::LAST_COMPACTION)? {
             Some(bytes) => serde_json::from_slice(&bytes).ok(),
@@ -394,7 +428,8 @@ impl Store {
             live_bytes,
             dead_bytes: log_bytes.saturating_sub(live_bytes),
             log_bytes,
-            index_bytes: self.inner.db.size_on_disk()?,
+            index_bytes: self.inner.db.size_on_disk()? + segment_bytes,
+            index_segments: segments,
             log_generation,
             compacting: self.is_compacting(),
             last_compaction,
@@ -469,38 +504,6 @@ fn meta_u64(tree: &sled::Tree, name: &str) -> Result<u64, StoreError> {
 /// The serial stored under an `i` key.
 fn decode_serial(value: &[u8]) -> Result<Serial, StoreError> {
     value.try_into().map(u64::from_be_bytes).map_err(|_| StoreError::Corrupt("id entry".into()))
-}
-
-/// Reads every stored event's record into a fresh index. An event is stored while its `i`
-/// entry exists; its frames are read in log order.
-fn rebuild_index(tree: &sled::Tree, log: &Log) -> Result<Index, StoreError> {
-    let started = std::time::Instant::now();
-    let mut serials = Vec::new();
-    for item in tree.scan_prefix([keys::ID]) {
-        serials.push(decode_serial(&item?.1)?);
-    }
-    serials.sort_unstable();
-    let total = serials.len();
-    tracing::info!(events = total, "rebuilding the index from the event log");
-    let mut said = std::time::Instant::now();
-    let events = serials.into_iter().enumerate().filter_map(|(done, serial)| {
-        // Start-up says how far it is: nothing is served until the index is built.
-        if done % 4096 == 0 && said.elapsed() >= PROGRESS_EVERY {
-            tracing::info!(done, events = total, "rebuilding the index");
-            said = std::time::Instant::now();
-        }
-        // A damaged record is left out of the index, so it is never served; the rest are.
-        let indexed = log.read(serial).map_err(StoreError::from).and_then(|stored| {
-            let header = record::header(&stored)?;
-            Ok((serial, header, index::keys_of(&header, &record::tags(&stored)?)))
-        });
-        indexed
-            .inspect_err(|e| tracing::error!(serial, error = %e, "a damaged record is skipped; run hearth check"))
-            .ok()
-    });
-    let index = Index::build(events);
-    tracing::info!(events = index.events(), ms = started.elapsed().as_millis() as u64, "index rebuilt");
-    Ok(index)
 }
 
 /// sled's error for a data directory whose file lock is held (it has no error kind of its own).

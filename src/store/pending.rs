@@ -23,6 +23,9 @@ pub(super) struct Pending<'t> {
     log: &'t Log,
     /// Where this group's frames start: the log's committed end when the group began.
     pub(super) start: Serial,
+    /// The index segments hold the events before this serial (see [`super::indexes`]): removing
+    /// one of those is recorded under a `z` key.
+    pub(super) covered: Serial,
     group: HashMap<Vec<u8>, Option<Vec<u8>>>,
     group_frames: Vec<u8>,
     group_index: Vec<IndexOp>,
@@ -32,11 +35,13 @@ pub(super) struct Pending<'t> {
 }
 
 impl<'t> Pending<'t> {
-    pub(super) fn new(tree: &'t Tree, log: &'t Log) -> Pending<'t> {
+    /// A group after the log's committed end; `covered` is the index segments' end.
+    pub(super) fn new(tree: &'t Tree, log: &'t Log, covered: Serial) -> Pending<'t> {
         Pending {
             tree,
             log,
             start: log.end(),
+            covered,
             group: HashMap::new(),
             group_frames: Vec::new(),
             group_index: Vec::new(),

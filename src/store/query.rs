@@ -136,30 +136,37 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut hits = Vec::new();
-        let (index, log) = (&view.index, &view.log);
+        let log = &view.log;
         match Plan::of(filter) {
             Plan::Ids(ids) => {
                 let check_tags = !filter.tags.is_empty();
                 for id in ids {
                     let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
                     let serial = decode_serial(&serial)?;
-                    // Not yet in the index: a write still in flight, not acknowledged yet. Another
-                    // id's: a compaction's catalogue is ahead of this view (`read_view` reads again).
-                    let Some(header) = index.header(serial).copied().filter(|h| h.id == id) else { continue };
-                    hits.extend(hit(filter, serial, &header, check_tags, now, log, &self.inner.damaged)?);
+                    // None: a write still in flight, not acknowledged yet. Another id's: a
+                    // compaction's catalogue is ahead of this view (`read_view` reads again).
+                    let Some(candidate) = self.candidate(view, serial)? else { continue };
+                    if candidate.header.id != id {
+                        continue;
+                    }
+                    hits.extend(hit(filter, candidate, check_tags, now, log, &self.inner.damaged)?);
                 }
             }
             Plan::Scan { keys, check_tags } => {
                 for key in &keys {
                     let mut taken = 0;
                     let mut last = None;
-                    for (at, serial) in index.scan(key, filter.since, filter.until) {
+                    for found in view.index.scan(key, filter.since, filter.until) {
+                        let (at, serial) = found?;
                         // Past the limit, only ties of the last time taken can still sort in.
                         if taken >= limit && last != Some(at) {
                             break;
                         }
-                        let Some(header) = index.header(serial) else { continue };
-                        let found = hit(filter, serial, header, check_tags, now, log, &self.inner.damaged)?;
+                        let Some(candidate) = self.candidate(view, serial)? else { continue };
+                        // A segment's list of a tag may hold another tag's events (a hash
+                        // collision): the tags of what it lists are checked.
+                        let check = check_tags || (candidate.record.is_some() && matches!(key, Key::Tag(..)));
+                        let found = hit(filter, candidate, check, now, log, &self.inner.damaged)?;
                         let Some(hit) = found else { continue };
                         hits.push(hit);
                         taken += 1;
@@ -173,6 +180,35 @@ impl Store {
         hits.truncate(limit);
         Ok(hits)
     }
+}
+
+impl Store {
+    /// The header of the event at `serial` in `view`, with its record when that had to be read
+    /// for it (the index keeps headers of the in-memory events only); None when the index does not
+    /// have it (a write in flight) or its record is damaged.
+    fn candidate(&self, view: &View, serial: Serial) -> Result<Option<Candidate>, StoreError> {
+        if let Some(header) = view.index.header(serial) {
+            return Ok(Some(Candidate { serial, header: *header, record: None }));
+        }
+        if serial >= view.index.covered() {
+            return Ok(None);
+        }
+        let damaged = &self.inner.damaged;
+        let Some(stored) = damaged.served(serial, view.log.read(serial).map_err(StoreError::from))? else {
+            return Ok(None);
+        };
+        let Some(header) = damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {
+            return Ok(None);
+        };
+        Ok(Some(Candidate { serial, header, record: Some(stored) }))
+    }
+}
+
+/// An indexed event a scan met: its header, and its record when that was read for the header.
+struct Candidate {
+    serial: Serial,
+    header: record::Header,
+    record: Option<Vec<u8>>,
 }
 
 /// The damaged records serving has met: each is logged once and skipped, so a reader gets every
@@ -202,24 +238,27 @@ fn by_id(filters: &[Filter]) -> bool {
     filters.iter().any(|f| f.ids.is_some())
 }
 
-/// The stored event at `serial` as a hit of `filter`, or None when it does not match: its index
-/// header is checked first, and its record is read from `log` and decoded only when the filter's
-/// tag conditions must be checked.
+/// The stored event at `serial` as a hit of `filter`, or None when it does not match: its header
+/// is checked first, and its record (`record`, or read from `log`) is decoded only when the
+/// filter's tag conditions must be checked.
 fn hit(
     filter: &Filter,
-    serial: Serial,
-    header: &record::Header,
+    candidate: Candidate,
     check_tags: bool,
     now: Timestamp,
     log: &Log,
     damaged: &Damaged,
 ) -> Result<Option<Hit>, StoreError> {
+    let Candidate { serial, header, mut record } = candidate;
     if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at) {
         return Ok(None);
     }
-    let mut record = None;
     if check_tags {
-        let Some(stored) = damaged.served(serial, log.read_sized(serial, header.len).map_err(StoreError::from))? else {
+        let read = match record.take() {
+            Some(stored) => Ok(stored),
+            None => log.read_sized(serial, header.len).map_err(StoreError::from),
+        };
+        let Some(stored) = damaged.served(serial, read)? else {
             return Ok(None);
         };
         let Some(event) = damaged.served(serial, record::decode(&stored).map_err(StoreError::from))? else {

@@ -38,6 +38,8 @@ const MAX_GROUP: usize = 4096;
 /// How often sled's state is flushed and synced behind the acknowledged writes; this bounds what
 /// [`replay`] has to redo after a crash.
 const SLED_FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// How long the writer waits to write an index segment again after it failed.
+const INDEX_RETRY: Duration = Duration::from_secs(60);
 /// First byte of the log frame of a moderation removal (then the id); records start with
 /// [`record::FORMAT`].
 const REMOVE_FRAME: u8 = 0x80;
@@ -127,7 +129,27 @@ impl Writer {
     /// Commits a group: its frames and sled batch, then its changes to the index.
     fn commit(&self, pending: &mut Pending) -> Result<(), StoreError> {
         let ops = pending.apply()?;
-        self.view_mut().index.apply(ops);
+        self.view_mut().index.apply(ops, pending.start);
+        Ok(())
+    }
+
+    /// Writes the in-memory index out as a segment when it is full (between groups, so that it
+    /// holds exactly the events before the log's end), and wakes the merge thread.
+    fn write_index(&self, merges: &std::sync::mpsc::Sender<()>) -> Result<(), StoreError> {
+        let (seq, seg, end) = {
+            let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+            if !view.index.mem_full() {
+                return Ok(());
+            }
+            // Readers go on meanwhile; only this thread changes the in-memory index.
+            let (seq, seg) = view.index.write_mem()?;
+            (seq, seg, view.log.end())
+        };
+        let mut view = self.view_mut();
+        view.index.wrote(seq, seg, end);
+        view.index.meta().save(&self.tree)?;
+        drop(view);
+        let _ = merges.send(());
         Ok(())
     }
 }
@@ -140,11 +162,15 @@ pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>) -> Result<(), S
 fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     let mut flushed = Instant::now();
+    let (merges, merger) = super::merger::spawn(&w);
+    // After a segment could not be written (a full disk), the in-memory index grows until then.
+    let mut index_quiet_until: Option<Instant> = None;
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else { break };
         let mut replies = Vec::new();
         let log = w.log();
-        let mut pending = Pending::new(&w.tree, &log);
+        let covered = w.view.read().unwrap_or_else(PoisonError::into_inner).index.covered();
+        let mut pending = Pending::new(&w.tree, &log, covered);
         let mut compaction = None;
         let mut applied: Result<(), Arc<StoreError>> = Ok(());
         let mut next = Some(first);
@@ -199,6 +225,13 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             reply.send(&applied);
         }
         drop(pending);
+        if index_quiet_until.is_none_or(|until| Instant::now() >= until) {
+            index_quiet_until = None;
+            if let Err(e) = w.write_index(&merges) {
+                tracing::error!(error = %e, "writing an index segment failed; the index stays in memory for now");
+                index_quiet_until = Some(Instant::now() + INDEX_RETRY);
+            }
+        }
         if let Some((prepared, reply)) = compaction {
             let _ = reply.send(compact::finish(&w, *prepared));
             flushed = Instant::now();
@@ -211,6 +244,14 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             }
             flushed = Instant::now();
         }
+    }
+    // The merge thread stops (it notices the store stopping, or the closed channel) and lets go
+    // of its handles on the database before this one does.
+    drop(merges);
+    if let Some(merger) = merger
+        && merger.join().is_err()
+    {
+        tracing::error!("the index merge thread panicked");
     }
     if let Err(e) = w.flush() {
         tracing::error!(error = %e, "final flush failed");
@@ -243,7 +284,7 @@ pub(super) fn sweep_frame(now: Timestamp) -> Vec<u8> {
 /// were replayed; the caller flushes.
 pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize, StoreError> {
     // The index is rebuilt from sled afterwards: the replayed changes to it are not needed.
-    let mut p = Pending::new(tree, log);
+    let mut p = Pending::new(tree, log, super::indexes::covered(tree)?);
     for &serial in serials {
         let frame = log.read(serial)?;
         // What is applied to sled records as done exactly the frames before this one (a sweep

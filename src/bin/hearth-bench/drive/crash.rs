@@ -45,7 +45,13 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
     let data = scratch_dir("crash")?;
     let model = Arc::new(Mutex::new(Model { clock: Timestamp::now().0 - 2_000_000, ..Model::default() }));
     let mut rng = Rng::new(seed);
-    let env = [("HEARTH_LIMITATION__MAX_LIMIT", "1000000"), ("HEARTH_LIMITATION__DEFAULT_LIMIT", "1000000")];
+    // The index is written out every 256 events, so that kills land while index segments are
+    // written and merged as well, and the checks read through many segments.
+    let env = [
+        ("HEARTH_LIMITATION__MAX_LIMIT", "1000000"),
+        ("HEARTH_LIMITATION__DEFAULT_LIMIT", "1000000"),
+        ("HEARTH_STORAGE__INDEX_MEMORY_EVENTS", "256"),
+    ];
     let mut slowest = Duration::ZERO;
     let started = Instant::now();
     for kill in 0..=kills {

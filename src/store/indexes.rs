@@ -1,0 +1,584 @@
+//! The secondary indexes as a whole: index segments on disk for most events, the in-memory
+//! index for the newest.
+//!
+//! Owns which segments are the index, where they end, and what has been removed from them.
+//! The events before `covered` (a serial) are in the segments ([`super::segment`]), the rest in
+//! memory ([`Index`]); once [`MEM_EVENTS`] events are in memory the writer writes them out as one
+//! more segment, and a merge thread merges the two newest segments whenever the newer has grown
+//! to half the older's size, so a store of N events has about log2(N / [`MEM_EVENTS`])
+//! segments, each read with one binary search of its fences and one `pread` per list. Segments
+//! never change: a removed event (deleted, replaced, expired) that a segment lists is kept in
+//! `removed` and in the catalogue's `z` entries until a compaction rewrites the segments without
+//! it. Which segments, `covered` and the segments' totals are the catalogue's `m` `index` entry
+//! ([`Meta`]), written whenever the list changes.
+//!
+//! Memory is therefore the in-memory index of at most [`MEM_EVENTS`] events, the segments'
+//! fences (24 bytes per 170 postings), and the removed set (16 bytes a removed event, until the
+//! next compaction); start-up opens the segments and reads the log after `covered` back into
+//! memory. A data directory without an `index` entry (a store of an earlier version, or one whose
+//! segments are unreadable) has its segments built from the log as it opens.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::index::{Index, IndexOp, Key, Serial};
+use super::log::{FRAME_HEADER, Log};
+use super::record::{self, Header};
+use super::segment::{self, Posting, Segment};
+use super::{PROGRESS_EVERY, StoreError, decode_serial, keys};
+use crate::protocol::Timestamp;
+
+/// Events the in-memory index holds before they are written out as a segment: bounds the memory
+/// it takes (a few hundred bytes an event) and the log a start-up reads back (its records).
+pub const MEM_EVENTS: usize = 65_536;
+
+/// The segments' state as the catalogue records it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Meta {
+    /// The segments hold the events before this serial.
+    pub covered: Serial,
+    /// Events the segments were written with (removed ones included).
+    pub events: u64,
+    /// Their frames' bytes in the log.
+    pub live: u64,
+    /// The segments' sequence numbers, oldest first.
+    pub seqs: Vec<u64>,
+}
+
+impl Meta {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + 8 * self.seqs.len());
+        for n in [self.covered, self.events, self.live].iter().chain(&self.seqs) {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Meta, StoreError> {
+        if bytes.len() < 24 || !bytes.len().is_multiple_of(8) {
+            return Err(StoreError::Corrupt("index entry".into()));
+        }
+        let mut words = bytes.chunks_exact(8).map(decode_serial);
+        let mut next = || words.next().unwrap_or(Ok(0));
+        let (covered, events, live) = (next()?, next()?, next()?);
+        let seqs = words.collect::<Result<_, _>>()?;
+        Ok(Meta { covered, events, live, seqs })
+    }
+
+    /// The recorded state, if any.
+    pub(super) fn load(tree: &sled::Tree) -> Result<Option<Meta>, StoreError> {
+        tree.get(keys::meta(keys::INDEX))?.map(|v| Meta::decode(&v)).transpose()
+    }
+
+    /// Records it (made durable by the next flush of sled; until then a crash finds the previous
+    /// state, whose files are all still there).
+    pub(super) fn save(&self, tree: &sled::Tree) -> Result<(), StoreError> {
+        tree.insert(keys::meta(keys::INDEX), self.encode())?;
+        Ok(())
+    }
+}
+
+/// The file of segment `seq` of the log generation `generation`.
+pub(super) fn file_name(generation: u64, seq: u64) -> String {
+    format!("index.{generation}.{seq}.seg")
+}
+
+/// The indexes of every stored event.
+pub(super) struct Indexes {
+    mem: Index,
+    segments: Vec<Arc<Segment>>,
+    /// Serial → frame bytes of the removed events that segments list.
+    removed: HashMap<Serial, u32>,
+    removed_bytes: u64,
+    /// The segments' state (their sequence numbers are `seqs` of [`Indexes::meta`]).
+    covered: Serial,
+    seg_events: u64,
+    seg_live: u64,
+    seqs: Vec<u64>,
+    next_seq: AtomicU64,
+    /// Where segments go (`None`: a temporary store, whose index stays in memory).
+    dir: Option<PathBuf>,
+    /// Events in memory that make it due to be written out.
+    mem_events: usize,
+    generation: u64,
+    /// The log's end when the last group was applied: every event before it is indexed.
+    indexed: Serial,
+}
+
+impl Indexes {
+    fn empty(dir: Option<(&Path, usize)>, generation: u64) -> Indexes {
+        Indexes {
+            mem: Index::default(),
+            segments: Vec::new(),
+            removed: HashMap::new(),
+            removed_bytes: 0,
+            covered: 0,
+            seg_events: 0,
+            seg_live: 0,
+            seqs: Vec::new(),
+            next_seq: AtomicU64::new(0),
+            dir: dir.map(|(dir, _)| dir.to_path_buf()),
+            mem_events: dir.map_or(usize::MAX, |(_, n)| n.max(1)),
+            generation,
+            indexed: 0,
+        }
+    }
+
+    /// The indexes of the store whose catalogue is `tree` and whose log (of `generation`) is
+    /// `log`: the recorded segments opened, the log after them read into memory. `dir` is where
+    /// the segments are and how many events memory holds (none: a temporary store, all in
+    /// memory). Returns true as well when the recorded state changed (segments were built), for
+    /// the caller to flush.
+    pub(super) fn open(
+        tree: &sled::Tree,
+        log: &Log,
+        dir: Option<(&Path, usize)>,
+        generation: u64,
+    ) -> Result<(Indexes, bool), StoreError> {
+        let started = std::time::Instant::now();
+        let mut ix = Indexes::empty(dir, generation);
+        let dir = dir.map(|(dir, _)| dir);
+        if let (Some(dir), Some(meta)) = (dir, Meta::load(tree)?) {
+            match open_segments(dir, generation, &meta.seqs) {
+                Ok(segments) => {
+                    ix.segments = segments;
+                    ix.next_seq = AtomicU64::new(meta.seqs.iter().max().map_or(0, |&s| s + 1));
+                    (ix.covered, ix.seg_events, ix.seg_live, ix.seqs) =
+                        (meta.covered, meta.events, meta.live, meta.seqs);
+                    ix.load_removed(tree)?;
+                }
+                Err(e) => tracing::warn!(error = %e, "the index segments cannot be read; building them again"),
+            }
+        }
+        let rebuilt = ix.segments.is_empty() && ix.covered == 0;
+        if rebuilt {
+            // Removals recorded against segments that are gone.
+            for item in tree.scan_prefix([keys::REMOVED]) {
+                tree.remove(item?.0)?;
+            }
+        }
+        if let Some(dir) = dir {
+            ix.remove_unlisted(dir)?;
+        }
+        let before = ix.meta();
+        ix.read_tail(tree, log)?;
+        ix.indexed = log.end();
+        tracing::info!(
+            events = ix.events(),
+            segments = ix.segments.len(),
+            in_memory = ix.mem.events(),
+            ms = started.elapsed().as_millis() as u64,
+            "index opened"
+        );
+        let changed = ix.meta() != before;
+        if changed {
+            ix.meta().save(tree)?;
+        }
+        Ok((ix, changed))
+    }
+
+    fn load_removed(&mut self, tree: &sled::Tree) -> Result<(), StoreError> {
+        for item in tree.scan_prefix([keys::REMOVED]) {
+            let (key, value) = item?;
+            let serial = key.get(1..).map(decode_serial).transpose()?.unwrap_or(u64::MAX);
+            let bytes = value.as_ref().try_into().map(u32::from_be_bytes).unwrap_or(0);
+            if serial < self.covered && self.removed.insert(serial, bytes).is_none() {
+                self.removed_bytes += u64::from(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes segment files that are not the index (another generation's, or a merge's or a
+    /// write's that a crash left unrecorded).
+    fn remove_unlisted(&self, dir: &Path) -> Result<(), StoreError> {
+        let listed: Vec<String> = self.seqs.iter().map(|&s| file_name(self.generation, s)).collect();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with("index.") && name.ends_with(".seg") && !listed.iter().any(|l| l == name) {
+                tracing::info!(file = name, "removing an index segment that is not the index");
+                std::fs::remove_file(dir.join(name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the stored events after `covered` into memory, writing segments as it fills (a
+    /// store without segments is indexed this way from its start).
+    fn read_tail(&mut self, tree: &sled::Tree, log: &Log) -> Result<(), StoreError> {
+        let end = log.end();
+        let (from, mut at) = (self.covered, self.covered);
+        let mut said = std::time::Instant::now();
+        let mut batch: Vec<(Serial, Header, Vec<Key>)> = Vec::new();
+        while at < end {
+            if said.elapsed() >= PROGRESS_EVERY {
+                // Start-up says how far it is: nothing is served until the index is open.
+                let percent = (at - from) * 100 / (end - from).max(1);
+                tracing::info!(
+                    percent,
+                    events = self.events() + batch.len() as u64,
+                    "reading the event log into the index"
+                );
+                said = std::time::Instant::now();
+            }
+            let frame = match log.read(at) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    // A damaged record is left out of the index, so it is never served.
+                    tracing::error!(serial = at, error = %e, "a damaged record is skipped; run hearth check");
+                    let Some(len) = log.claimed_len(at) else { break };
+                    at += FRAME_HEADER + len;
+                    continue;
+                }
+            };
+            let serial = at;
+            at += FRAME_HEADER + frame.len() as u64;
+            if frame.first() != Some(&record::FORMAT) {
+                continue;
+            }
+            let indexed = record::header(&frame).and_then(|h| Ok((h, record::tags(&frame)?)));
+            let (header, tags) = match indexed {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::error!(serial, error = %e, "a damaged record is skipped; run hearth check");
+                    continue;
+                }
+            };
+            // Stored while its `i` entry points at this frame (else replaced, deleted, expired).
+            let live = tree.get(keys::id(&header.id))?.map(|v| decode_serial(&v)).transpose()? == Some(serial);
+            if live {
+                batch.push((serial, header, super::index::keys_of(&header, &tags)));
+            }
+            if batch.len() >= self.mem_events {
+                self.mem = Index::build(batch.drain(..));
+                self.write_out(at)?;
+                while let Some(at) = self.merge_due() {
+                    let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+                    let inputs = [self.segments[at].clone(), self.segments[at + 1].clone()];
+                    let merged = self.merge_pair(&inputs, seq, &AtomicBool::new(false))?;
+                    self.replace_pair(&inputs, merged, seq);
+                }
+            }
+        }
+        self.mem = Index::build(batch.into_iter());
+        Ok(())
+    }
+
+    /// The events of one list with `since <= created_at <= until`, newest first (ties in log
+    /// order). A segment's list may hold another list's events besides (their keys' hashes
+    /// collide): the reader checks every event against its filter.
+    pub(super) fn scan(
+        &self,
+        key: &Key,
+        since: Option<Timestamp>,
+        until: Option<Timestamp>,
+    ) -> impl Iterator<Item = Result<(Timestamp, Serial), StoreError>> + '_ {
+        let hash = key.hash64();
+        let from = (hash, u64::MAX - until.map_or(u64::MAX, |t| t.0), 0);
+        let to = (hash, u64::MAX - since.map_or(0, |t| t.0), Serial::MAX);
+        let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.segments.len() + 1);
+        for seg in &self.segments {
+            let removed = &self.removed;
+            let postings =
+                seg.range(from, to).filter(move |p| p.as_ref().map_or(true, |p| !removed.contains_key(&p.2)));
+            sources.push(Box::new(postings.map(|p| p.map(|(_, rev, serial)| (rev, serial)).map_err(StoreError::from))));
+        }
+        let mem = self.mem.scan(key, since, until).map(|(at, serial)| Ok((u64::MAX - at.0, serial)));
+        sources.push(Box::new(mem));
+        Merged::new(sources).map(|p| p.map(|(rev, serial)| (Timestamp(u64::MAX - rev), serial)))
+    }
+
+    /// The header of an event in memory; the others' are in their records.
+    pub(super) fn header(&self, serial: Serial) -> Option<&Header> {
+        self.mem.header(serial)
+    }
+
+    /// How many events a list holds (a segment's chance hash collision counts too).
+    pub(super) fn len(&self, key: &Key) -> Result<usize, StoreError> {
+        let mut n = self.mem.len(key);
+        let hash = key.hash64();
+        for seg in &self.segments {
+            for posting in seg.range((hash, 0, 0), (hash, u64::MAX, u64::MAX)) {
+                n += usize::from(!self.removed.contains_key(&posting?.2));
+            }
+        }
+        Ok(n)
+    }
+
+    /// How many events are indexed.
+    pub(super) fn events(&self) -> u64 {
+        (self.seg_events + self.mem.events() as u64).saturating_sub(self.removed.len() as u64)
+    }
+
+    /// Bytes of the indexed events' frames in the event log: what a compaction keeps.
+    pub(super) fn live_bytes(&self) -> u64 {
+        (self.seg_live + self.mem.live_bytes()).saturating_sub(self.removed_bytes)
+    }
+
+    /// How many segments there are.
+    pub(super) fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Bytes of the segment files.
+    pub(super) fn disk_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.file_bytes()).sum()
+    }
+
+    /// Where the segments end.
+    pub(super) fn covered(&self) -> Serial {
+        self.covered
+    }
+
+    /// The log's end when the last group was applied: the events before it are all indexed (or
+    /// removed), and their `i` entries all in sled.
+    pub(super) fn indexed(&self) -> Serial {
+        self.indexed
+    }
+
+    /// Applies the changes of a committed group, after which the log ends at `end`.
+    pub(super) fn apply(&mut self, ops: Vec<IndexOp>, end: Serial) {
+        self.indexed = end;
+        for op in ops {
+            match op {
+                IndexOp::Remove(serial, len, _) if serial < self.covered => {
+                    let bytes = FRAME_HEADER as u32 + len;
+                    if self.removed.insert(serial, bytes).is_none() {
+                        self.removed_bytes += u64::from(bytes);
+                    }
+                }
+                op => self.mem.apply(vec![op]),
+            }
+        }
+    }
+
+    /// The recorded state.
+    pub(super) fn meta(&self) -> Meta {
+        Meta { covered: self.covered, events: self.seg_events, live: self.seg_live, seqs: self.seqs.clone() }
+    }
+
+    /// True when the in-memory events are due to be written out.
+    pub(super) fn mem_full(&self) -> bool {
+        self.mem.events() >= self.mem_events
+    }
+
+    /// Writes the in-memory events out as a new segment; the index is unchanged until
+    /// [`Indexes::wrote`] installs it.
+    pub(super) fn write_mem(&self) -> Result<(u64, Segment), StoreError> {
+        let dir = self.dir.as_deref().ok_or(StoreError::Closed)?;
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(file_name(self.generation, seq));
+        let written = segment::write(&path, self.mem.postings().into_iter().map(Ok));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        let seg = written?;
+        std::fs::File::open(dir)?.sync_all()?;
+        Ok((seq, seg))
+    }
+
+    /// Installs the segment [`Indexes::write_mem`] wrote: the in-memory events, all before
+    /// `end`, are in it now.
+    pub(super) fn wrote(&mut self, seq: u64, seg: Segment, end: Serial) {
+        self.segments.push(Arc::new(seg));
+        self.seqs.push(seq);
+        self.seg_events += self.mem.events() as u64;
+        self.seg_live += self.mem.live_bytes();
+        self.covered = end;
+        self.mem = Index::default();
+    }
+
+    fn write_out(&mut self, end: Serial) -> Result<(), StoreError> {
+        let (seq, seg) = self.write_mem()?;
+        self.wrote(seq, seg, end);
+        Ok(())
+    }
+
+    /// The two segments due to be merged: where the older of them is.
+    pub(super) fn merge_due(&self) -> Option<usize> {
+        let n = self.segments.len();
+        let (older, newer) = (self.segments.get(n.checked_sub(2)?)?, self.segments.get(n - 1)?);
+        (older.postings() <= 2 * newer.postings()).then_some(n - 2)
+    }
+
+    /// The segments at `at` and after it, and a sequence number for their merge.
+    pub(super) fn merge_inputs(&self, at: usize) -> Option<([Arc<Segment>; 2], u64, u64)> {
+        let inputs = [self.segments.get(at)?.clone(), self.segments.get(at + 1)?.clone()];
+        Some((inputs, self.next_seq.fetch_add(1, Ordering::Relaxed), self.generation))
+    }
+
+    /// Merges two segments into segment `seq` (not installed).
+    pub(super) fn merge_pair(
+        &self,
+        inputs: &[Arc<Segment>; 2],
+        seq: u64,
+        stopping: &AtomicBool,
+    ) -> Result<Segment, StoreError> {
+        let dir = self.dir.as_deref().ok_or(StoreError::Closed)?;
+        merge_into(dir, self.generation, inputs, seq, stopping)
+    }
+
+    /// Puts `merged` in the place of `inputs` when they are still adjacent segments of this index;
+    /// false (and nothing changed) otherwise.
+    pub(super) fn replace_pair(&mut self, inputs: &[Arc<Segment>; 2], merged: Segment, seq: u64) -> bool {
+        let Some(at) = self.segments.iter().position(|s| Arc::ptr_eq(s, &inputs[0])) else { return false };
+        if !self.segments.get(at + 1).is_some_and(|s| Arc::ptr_eq(s, &inputs[1])) {
+            return false;
+        }
+        self.segments.splice(at..at + 2, [Arc::new(merged)]);
+        self.seqs.splice(at..at + 2, [seq]);
+        true
+    }
+
+    /// This index at the serials a compaction gave the events (`moved`: old → new in log order,
+    /// the new log ending at `end`), for log generation `generation`: the segments merged into
+    /// one without the removed events, the in-memory events moved. Built beside this one.
+    pub(super) fn remapped(
+        &self,
+        moved: &[(Serial, Serial)],
+        end: Serial,
+        generation: u64,
+        stopping: &AtomicBool,
+    ) -> Result<Indexes, StoreError> {
+        let to = |serial: Serial| moved.binary_search_by_key(&serial, |&(old, _)| old).ok().map(|at| moved[at].1);
+        let mut out = Indexes::empty(self.dir.as_deref().map(|d| (d, self.mem_events)), generation);
+        out.indexed = end;
+        out.mem = self.mem.remapped(moved);
+        // The segments' events are the first of the new log: it keeps the order of the old.
+        let first_mem = moved.partition_point(|&(old, _)| old < self.covered);
+        out.covered = moved.get(first_mem).map_or(end, |&(_, new)| new);
+        for (i, &(old, new)) in moved[..first_mem].iter().enumerate() {
+            if !self.removed.contains_key(&old) {
+                out.seg_events += 1;
+                out.seg_live += moved.get(i + 1).map_or(end, |&(_, next)| next) - new;
+            }
+        }
+        if let (Some(dir), false) = (self.dir.as_deref(), self.segments.is_empty()) {
+            let keep = |(hash, rev, serial): Posting| {
+                if self.removed.contains_key(&serial) {
+                    return None;
+                }
+                Some((hash, rev, to(serial)?))
+            };
+            let inputs: Vec<&Segment> = self.segments.iter().map(|s| s.as_ref()).collect();
+            let path = dir.join(file_name(generation, 0));
+            let seg = segment::merge(&inputs, &path, keep, stopping)?;
+            std::fs::File::open(dir)?.sync_all()?;
+            out.segments.push(Arc::new(seg));
+            out.seqs.push(0);
+            out.next_seq = AtomicU64::new(1);
+        }
+        Ok(out)
+    }
+}
+
+/// Merges two segments into segment `seq` of `generation` in `dir`, durably.
+pub(super) fn merge_into(
+    dir: &Path,
+    generation: u64,
+    inputs: &[Arc<Segment>; 2],
+    seq: u64,
+    stopping: &AtomicBool,
+) -> Result<Segment, StoreError> {
+    let path = dir.join(file_name(generation, seq));
+    let seg = segment::merge(&[&inputs[0], &inputs[1]], &path, Some, stopping)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(seg)
+}
+
+/// Removes the segment files of other log generations than `current` from `dir` (a finished
+/// compaction's old ones, or a failed one's new ones).
+pub(super) fn remove_other_generations(dir: &Path, current: u64) -> std::io::Result<()> {
+    let prefix = format!("index.{current}.");
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("index.") && name.ends_with(".seg") && !name.starts_with(&prefix) {
+            std::fs::remove_file(dir.join(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Every stored event's serial and id with a serial before `below`, in log order (from the
+/// catalogue's `i` entries).
+pub(super) fn live_events(
+    tree: &sled::Tree,
+    below: Serial,
+) -> Result<Vec<(Serial, crate::protocol::EventId)>, StoreError> {
+    let mut out = Vec::new();
+    for item in tree.scan_prefix([keys::ID]) {
+        let (key, value) = item?;
+        let serial = decode_serial(&value)?;
+        let id = key.get(1..).and_then(|id| id.try_into().ok()).ok_or_else(|| StoreError::Corrupt("id key".into()))?;
+        if serial < below {
+            out.push((serial, crate::protocol::EventId(id)));
+        }
+    }
+    out.sort_unstable_by_key(|&(serial, _)| serial);
+    Ok(out)
+}
+
+fn open_segments(dir: &Path, generation: u64, seqs: &[u64]) -> Result<Vec<Arc<Segment>>, StoreError> {
+    seqs.iter().map(|&seq| Ok(Arc::new(Segment::open(&dir.join(file_name(generation, seq)))?))).collect()
+}
+
+/// One ordered source of postings (`u64::MAX - created_at`, serial).
+type Source<'a> = Box<dyn Iterator<Item = Result<(u64, Serial), StoreError>> + 'a>;
+
+/// Several ordered sources as one (sources hold disjoint serials).
+struct Merged<'a> {
+    sources: Vec<Source<'a>>,
+    heads: Vec<Option<(u64, Serial)>>,
+    started: bool,
+}
+
+impl<'a> Merged<'a> {
+    fn new(sources: Vec<Source<'a>>) -> Merged<'a> {
+        let heads = vec![None; sources.len()];
+        Merged { sources, heads, started: false }
+    }
+
+    fn advance(&mut self, i: usize) -> Result<(), StoreError> {
+        self.heads[i] = self.sources[i].next().transpose()?;
+        Ok(())
+    }
+}
+
+impl Iterator for Merged<'_> {
+    type Item = Result<(u64, Serial), StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.started {
+            self.started = true;
+            for i in 0..self.sources.len() {
+                if let Err(e) = self.advance(i) {
+                    return Some(Err(e));
+                }
+            }
+        }
+        let (at, head) =
+            self.heads.iter().enumerate().filter_map(|(i, h)| h.map(|h| (i, h))).min_by_key(|&(_, h)| h)?;
+        if let Err(e) = self.advance(at) {
+            return Some(Err(e));
+        }
+        Some(Ok(head))
+    }
+}
+
+/// The serial before which the index segments hold the events, as the catalogue records it.
+pub(super) fn covered(tree: &sled::Tree) -> Result<Serial, StoreError> {
+    Ok(Meta::load(tree)?.map_or(0, |m| m.covered))
+}
+
+impl From<segment::SegmentError> for StoreError {
+    fn from(e: segment::SegmentError) -> StoreError {
+        match e {
+            segment::SegmentError::Io { source, .. } => StoreError::Io(source),
+            damaged => StoreError::Corrupt(damaged.to_string()),
+        }
+    }
+}

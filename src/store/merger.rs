@@ -1,0 +1,99 @@
+//! The index merge thread: keeps the number of index segments logarithmic in the store's size.
+//!
+//! Owns merging the two newest segments whenever the newer has half the older's postings
+//! (`Indexes::merge_due`), off the writer and the readers: the merged file is written and synced
+//! while both go on with the segments it replaces, then swapped in under the view's lock with the
+//! catalogue's record of the segment list, and the old files are removed only once that record
+//! is durable. A compaction meanwhile (another log generation) makes the merge moot: its file is
+//! removed. The writer wakes it after each segment it writes and waits for it when it stops.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::thread::JoinHandle;
+
+use super::compact::Control;
+use super::durable::Durable;
+use super::writer::Writer;
+use super::{StoreError, View, flush_durably, indexes};
+
+struct Merger {
+    db: sled::Db,
+    tree: sled::Tree,
+    view: Arc<RwLock<View>>,
+    durable: Option<Arc<Durable>>,
+    dir: PathBuf,
+    control: Arc<Control>,
+}
+
+/// Starts the merge thread of the writer's store (none for a temporary store, whose index stays
+/// in memory); a send on the channel wakes it.
+pub(super) fn spawn(w: &Writer) -> (Sender<()>, Option<JoinHandle<()>>) {
+    let (tx, rx) = channel();
+    let Some(dir) = w.dir.clone() else { return (tx, None) };
+    let m = Merger {
+        db: w.db.clone(),
+        tree: w.tree.clone(),
+        view: w.view.clone(),
+        durable: w.durable.clone(),
+        dir,
+        control: w.compaction.clone(),
+    };
+    match std::thread::Builder::new().name("hearth-merge".into()).spawn(move || run(m, rx)) {
+        Ok(handle) => (tx, Some(handle)),
+        Err(e) => {
+            // Reads only get slower with more segments; the next start merges them.
+            tracing::error!(error = %e, "the index merge thread did not start");
+            (tx, None)
+        }
+    }
+}
+
+fn run(m: Merger, rx: Receiver<()>) {
+    while rx.recv().is_ok() {
+        loop {
+            match merge_once(&m) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) if m.control.stopping.load(Ordering::Acquire) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "merging index segments failed; they stay as they are for now");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Merges the segments due, if any; true when it did (or found the index changed under it).
+fn merge_once(m: &Merger) -> Result<bool, StoreError> {
+    if m.control.stopping.load(Ordering::Acquire) {
+        return Ok(false);
+    }
+    let (inputs, seq, generation) = {
+        let view = m.view.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(at) = view.index.merge_due() else { return Ok(false) };
+        let Some(inputs) = view.index.merge_inputs(at) else { return Ok(false) };
+        inputs
+    };
+    let merged = indexes::merge_into(&m.dir, generation, &inputs, seq, &m.control.stopping)?;
+    let path = merged.path().to_path_buf();
+    let mut view = m.view.write().unwrap_or_else(PoisonError::into_inner);
+    if view.generation != generation || !view.index.replace_pair(&inputs, merged, seq) {
+        drop(view);
+        std::fs::remove_file(&path)?;
+        return Ok(true);
+    }
+    view.index.meta().save(&m.tree)?;
+    drop(view);
+    flush_durably(&m.db, m.durable.as_deref())?;
+    for old in &inputs {
+        match std::fs::remove_file(old.path()) {
+            // A compaction removed its generation's files meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(true)
+}
