@@ -243,6 +243,9 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
     for (address, (created_at, id)) in newest {
         batch.insert(address, encode_address(&id, created_at));
     }
+    // The index segments still list the dropped events: the next open builds them again from the
+    // log and the catalogue as it now is.
+    batch.remove(keys::meta(keys::INDEX));
     tree.apply_batch(batch)?;
     super::flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
     Ok(())

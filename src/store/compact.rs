@@ -8,11 +8,12 @@
 //! 1. **Copy**, on a thread of its own while reads and writes go on: every event indexed when it
 //!    starts is copied, in log order, to the next generation's file, which is then synced.
 //! 2. **Finish**, on the writer thread between two groups (writes wait): the events stored since
-//!    are copied too, and the file synced; the index is rebuilt at the new serials beside the
-//!    one readers use; one sled batch moves every `i` entry to its new serial and sets `log_gen`
-//!    and `log_end` (lookups by id wait from here), and the view swaps to the new index and log
-//!    at once; sled is flushed and synced before the writer takes the next write; then the old
-//!    file is removed.
+//!    are copied too, and the file synced; the index segments are merged into one at the new
+//!    serials without the removed events, beside the index readers use, while the sled batch is
+//!    put together; that one batch moves every `i` entry to its new serial, drops the `z`
+//!    entries and names the new generation and its segment (lookups by id wait from here), and
+//!    the view swaps to the new index and log at once; sled is flushed and synced before the
+//!    writer takes the next write; then the old generation's files are removed.
 //!
 //! A crash before the batch is durable leaves the old generation in charge (the next open
 //! removes the new file), a crash after it the new one (the next open removes the old file);

@@ -79,17 +79,50 @@ impl Store {
         Ok(out)
     }
 
-    /// How many stored events match any filter (NIP-45); `limit` is ignored.
+    /// How many stored events match any filter (NIP-45); `limit` is ignored. A filter with no
+    /// condition besides what names its index lists (and `since`/`until`) is counted from the
+    /// lists alone, without reading a record.
     pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
         self.read_view(by_id(filters), |view| {
-            let mut ids = HashSet::new();
+            let mut seen = HashSet::new();
+            let mut expired = None;
             for filter in filters {
-                for hit in self.scan(view, filter, usize::MAX, now)? {
-                    ids.insert(hit.id);
+                match Plan::of(filter) {
+                    Plan::Scan { keys, .. } if !filter.is_empty_set() && lists_are_exact(filter, &keys) => {
+                        let expired = match &mut expired {
+                            Some(expired) => expired,
+                            None => expired.insert(self.expired_unswept(now)?),
+                        };
+                        for key in &keys {
+                            for found in view.index.scan(key, filter.since, filter.until) {
+                                let serial = found?.1;
+                                if !expired.contains(&serial) {
+                                    seen.insert(serial);
+                                }
+                            }
+                        }
+                    }
+                    _ => seen.extend(self.scan(view, filter, usize::MAX, now)?.into_iter().map(|hit| hit.serial)),
                 }
             }
-            Ok(ids.len() as u64)
+            Ok(seen.len() as u64)
         })
+    }
+
+    /// The serials of the events that expired at or before `now` and that the sweep has not
+    /// removed yet (their `x` entries are still there).
+    fn expired_unswept(&self, now: Timestamp) -> Result<HashSet<Serial>, StoreError> {
+        let from = keys::expiry(Timestamp(0), &EventId([0; 32]));
+        let to = keys::expiry(now, &EventId([0xff; 32]));
+        let mut out = HashSet::new();
+        for item in self.inner.tree.range(from..=to) {
+            let id = item?.0.get(9..).and_then(|id| id.try_into().ok()).map(EventId);
+            let Some(id) = id else { continue };
+            if let Some(serial) = self.inner.tree.get(keys::id(&id))? {
+                out.insert(decode_serial(&serial)?);
+            }
+        }
+        Ok(out)
     }
 
     /// Every stored event matching `filter` (its `limit` keeps the newest that many), oldest
@@ -270,6 +303,20 @@ fn hit(
         record = Some(stored);
     }
     Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
+}
+
+/// True when every event that `keys` (a plan of `filter`) list matches `filter` within its
+/// `since` and `until`: the filter has no condition besides what names the lists (expiry aside).
+fn lists_are_exact(filter: &Filter, keys: &[Key]) -> bool {
+    let (authors, kinds, tags) = (filter.authors.is_some(), filter.kinds.is_some(), filter.tags.len());
+    let exact = |key: &Key| match key {
+        Key::All => !authors && !kinds && tags == 0,
+        Key::Author(_) => authors && !kinds && tags == 0,
+        Key::Kind(_) => !authors && kinds && tags == 0,
+        Key::AuthorKind(..) => authors && kinds && tags == 0,
+        Key::Tag(..) => !authors && !kinds && tags == 1,
+    };
+    filter.ids.is_none() && keys.iter().all(exact)
 }
 
 /// A snapshot of stored events being read out in order ([`Store::export`]).

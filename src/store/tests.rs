@@ -639,3 +639,34 @@ async fn unreadable_or_unrecorded_segments_are_built_again_from_the_log() {
     assert!(!dir.path().join("index.0.999.seg").exists());
     assert_eq!(ids(&store, r#"{"limit":100}"#), want);
 }
+
+#[tokio::test]
+async fn a_count_from_the_lists_alone_leaves_out_expired_events_and_counts_each_event_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = segmented(dir.path(), 2);
+    let k = keys(4);
+    for e in [
+        signed(&k, 10, 1, &[&["t", "a"], &["t", "b"]]),
+        signed(&k, 11, 1, &[&["t", "a"]]),
+        signed(&k, 12, 1, &[&["t", "a"], &["expiration", "100"]]),
+        signed(&k, 13, 7, &[]),
+        signed(&k, 14, 1, &[&["t", "b"]]),
+    ] {
+        store.put(e).await.unwrap();
+    }
+    let now = Timestamp(2_000_000_000);
+    let count = |filter: &str| store.count(&[serde_json::from_str(filter).unwrap()], now).unwrap();
+    // The expired event is not swept yet: still in the lists, not counted, as it is not served.
+    for (filter, want) in [
+        ("{}", 4),
+        (r#"{"kinds":[1]}"#, 3),
+        (r##"{"#t":["a","b"]}"##, 3),
+        (r##"{"#t":["a"]}"##, 2),
+        (r#"{"since":11,"until":13}"#, 2),
+    ] {
+        assert_eq!(count(filter), want, "{filter}");
+        assert_eq!(ids(&store, filter).len() as u64, want, "{filter} served");
+    }
+    let pk = k.public_key().to_hex();
+    assert_eq!(count(&format!(r#"{{"authors":["{pk}"],"kinds":[1,7]}}"#)), 4);
+}
