@@ -169,7 +169,8 @@ impl Index {
         let mut out = Vec::with_capacity(self.lists.values().map(BTreeSet::len).sum());
         for (key, list) in &self.lists {
             let hash = key.hash64();
-            out.extend(list.iter().map(|&(rev, serial)| (hash, rev, serial)));
+            let len = |serial| self.headers.get(&serial).map_or(0, |h| h.len);
+            out.extend(list.iter().map(|&(rev, serial)| (hash, rev, super::segment::pack(serial, len(serial)))));
         }
         out.sort_unstable();
         out

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::index::{Index, IndexOp, Key, Serial};
 use super::log::{FRAME_HEADER, Log};
 use super::record::{self, Header};
-use super::segment::{self, Posting, Segment};
+use super::segment::{self, Posting, Segment, pack, unpack};
 use super::{PROGRESS_EVERY, StoreError, decode_serial, keys};
 use crate::protocol::Timestamp;
 
@@ -268,27 +268,33 @@ impl Indexes {
     }
 
     /// The events of one list with `since <= created_at <= until`, newest first (ties in log
-    /// order). A segment's list may hold another list's events besides (their keys' hashes
-    /// collide): the reader checks every event against its filter.
+    /// order), with their records' lengths where a segment has them (else 0). A segment's list
+    /// may hold another list's events besides (their keys' hashes collide): the reader checks
+    /// every event against its filter.
     pub(super) fn scan(
         &self,
         key: &Key,
         since: Option<Timestamp>,
         until: Option<Timestamp>,
-    ) -> impl Iterator<Item = Result<(Timestamp, Serial), StoreError>> + '_ {
+    ) -> impl Iterator<Item = Result<(Timestamp, Serial, u32), StoreError>> + '_ {
         let hash = key.hash64();
         let from = (hash, u64::MAX - until.map_or(u64::MAX, |t| t.0), 0);
-        let to = (hash, u64::MAX - since.map_or(0, |t| t.0), Serial::MAX);
+        let to = (hash, u64::MAX - since.map_or(0, |t| t.0), u64::MAX);
         let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.segments.len() + 1);
         for seg in &self.segments {
             let removed = &self.removed;
-            let postings =
-                seg.range(from, to).filter(move |p| p.as_ref().map_or(true, |p| !removed.contains_key(&p.2)));
-            sources.push(Box::new(postings.map(|p| p.map(|(_, rev, serial)| (rev, serial)).map_err(StoreError::from))));
+            let postings = seg.range(from, to).filter_map(move |p| match p {
+                Ok((_, rev, word)) => {
+                    let (serial, len) = unpack(word);
+                    (!removed.contains_key(&serial)).then_some(Ok((rev, serial, len)))
+                }
+                Err(e) => Some(Err(StoreError::from(e))),
+            });
+            sources.push(Box::new(postings));
         }
-        let mem = self.mem.scan(key, since, until).map(|(at, serial)| Ok((u64::MAX - at.0, serial)));
+        let mem = self.mem.scan(key, since, until).map(|(at, serial)| Ok((u64::MAX - at.0, serial, 0)));
         sources.push(Box::new(mem));
-        Merged::new(sources).map(|p| p.map(|(rev, serial)| (Timestamp(u64::MAX - rev), serial)))
+        Merged::new(sources).map(|p| p.map(|(rev, serial, len)| (Timestamp(u64::MAX - rev), serial, len)))
     }
 
     /// The header of an event in memory; the others' are in their records.
@@ -302,7 +308,7 @@ impl Indexes {
         let hash = key.hash64();
         for seg in &self.segments {
             for posting in seg.range((hash, 0, 0), (hash, u64::MAX, u64::MAX)) {
-                n += usize::from(!self.removed.contains_key(&posting?.2));
+                n += usize::from(!self.removed.contains_key(&unpack(posting?.2).0));
             }
         }
         Ok(n)
@@ -457,11 +463,12 @@ impl Indexes {
             }
         }
         if let (Some(dir), false) = (self.dir.as_deref(), self.segments.is_empty()) {
-            let keep = |(hash, rev, serial): Posting| {
+            let keep = |(hash, rev, word): Posting| {
+                let (serial, len) = unpack(word);
                 if self.removed.contains_key(&serial) {
                     return None;
                 }
-                Some((hash, rev, to(serial)?))
+                Some((hash, rev, pack(to(serial)?, len)))
             };
             let inputs: Vec<&Segment> = self.segments.iter().map(|s| s.as_ref()).collect();
             let path = dir.join(file_name(generation, 0));
@@ -526,13 +533,13 @@ fn open_segments(dir: &Path, generation: u64, seqs: &[u64]) -> Result<Vec<Arc<Se
     seqs.iter().map(|&seq| Ok(Arc::new(Segment::open(&dir.join(file_name(generation, seq)))?))).collect()
 }
 
-/// One ordered source of postings (`u64::MAX - created_at`, serial).
-type Source<'a> = Box<dyn Iterator<Item = Result<(u64, Serial), StoreError>> + 'a>;
+/// One ordered source of postings (`u64::MAX - created_at`, serial, record length or 0).
+type Source<'a> = Box<dyn Iterator<Item = Result<(u64, Serial, u32), StoreError>> + 'a>;
 
 /// Several ordered sources as one (sources hold disjoint serials).
 struct Merged<'a> {
     sources: Vec<Source<'a>>,
-    heads: Vec<Option<(u64, Serial)>>,
+    heads: Vec<Option<(u64, Serial, u32)>>,
     started: bool,
 }
 
@@ -549,7 +556,7 @@ impl<'a> Merged<'a> {
 }
 
 impl Iterator for Merged<'_> {
-    type Item = Result<(u64, Serial), StoreError>;
+    type Item = Result<(u64, Serial, u32), StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if !self.started {
@@ -572,13 +579,4 @@ impl Iterator for Merged<'_> {
 /// The serial before which the index segments hold the events, as the catalogue records it.
 pub(super) fn covered(tree: &sled::Tree) -> Result<Serial, StoreError> {
     Ok(Meta::load(tree)?.map_or(0, |m| m.covered))
-}
-
-impl From<segment::SegmentError> for StoreError {
-    fn from(e: segment::SegmentError) -> StoreError {
-        match e {
-            segment::SegmentError::Io { source, .. } => StoreError::Io(source),
-            damaged => StoreError::Corrupt(damaged.to_string()),
-        }
-    }
 }

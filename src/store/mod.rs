@@ -121,6 +121,12 @@ pub enum StoreError {
         /// The data directory.
         path: PathBuf,
     },
+    /// An index segment could not be written, or is damaged.
+    #[error("storage: {0}")]
+    Segment(#[from] segment::SegmentError),
+    /// The event log has reached the largest size the index can address (256 TiB).
+    #[error("storage: the event log is full")]
+    LogFull,
     /// A compaction was asked for while one runs.
     #[error("storage: a compaction is already running")]
     Compacting,

@@ -124,6 +124,10 @@ impl<'t> Pending<'t> {
     pub(super) fn apply(&mut self) -> Result<Vec<IndexOp>, StoreError> {
         let frames = std::mem::take(&mut self.group_frames);
         let end = self.start + frames.len() as u64;
+        if end >= super::segment::MAX_SERIAL {
+            self.group.clear();
+            return Err(StoreError::LogFull);
+        }
         let ops = std::mem::take(&mut self.group_index);
         let mut batch = Batch::default();
         for (key, value) in self.group.drain() {

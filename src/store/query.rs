@@ -178,7 +178,7 @@ impl Store {
                     let serial = decode_serial(&serial)?;
                     // None: a write still in flight, not acknowledged yet. Another id's: a
                     // compaction's catalogue is ahead of this view (`read_view` reads again).
-                    let Some(candidate) = self.candidate(view, serial)? else { continue };
+                    let Some(candidate) = self.candidate(view, serial, 0)? else { continue };
                     if candidate.header.id != id {
                         continue;
                     }
@@ -190,12 +190,12 @@ impl Store {
                     let mut taken = 0;
                     let mut last = None;
                     for found in view.index.scan(key, filter.since, filter.until) {
-                        let (at, serial) = found?;
+                        let (at, serial, len) = found?;
                         // Past the limit, only ties of the last time taken can still sort in.
                         if taken >= limit && last != Some(at) {
                             break;
                         }
-                        let Some(candidate) = self.candidate(view, serial)? else { continue };
+                        let Some(candidate) = self.candidate(view, serial, len)? else { continue };
                         // A segment's list of a tag may hold another tag's events (a hash
                         // collision): the tags of what it lists are checked.
                         let check = check_tags || (candidate.record.is_some() && matches!(key, Key::Tag(..)));
@@ -217,9 +217,10 @@ impl Store {
 
 impl Store {
     /// The header of the event at `serial` in `view`, with its record when that had to be read
-    /// for it (the index keeps headers of the in-memory events only); None when the index does not
-    /// have it (a write in flight) or its record is damaged.
-    fn candidate(&self, view: &View, serial: Serial) -> Result<Option<Candidate>, StoreError> {
+    /// for it (the index keeps headers of the in-memory events only; `len` is the record's length
+    /// when known, else 0); None when the index does not have it (a write in flight) or its record
+    /// is damaged.
+    fn candidate(&self, view: &View, serial: Serial, len: u32) -> Result<Option<Candidate>, StoreError> {
         if let Some(header) = view.index.header(serial) {
             return Ok(Some(Candidate { serial, header: *header, record: None }));
         }
@@ -227,7 +228,11 @@ impl Store {
             return Ok(None);
         }
         let damaged = &self.inner.damaged;
-        let Some(stored) = damaged.served(serial, view.log.read(serial).map_err(StoreError::from))? else {
+        let read = match len {
+            0 => view.log.read(serial),
+            len => view.log.read_sized(serial, len),
+        };
+        let Some(stored) = damaged.served(serial, read.map_err(StoreError::from))? else {
             return Ok(None);
         };
         let Some(header) = damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {

@@ -2,7 +2,8 @@
 //!
 //! Owns the on-disk form of the secondary indexes. A segment holds the postings of the events
 //! of one stretch of the event log: fixed 24-byte entries (the list's key hash, `u64::MAX -
-//! created_at`, the serial; big-endian, so byte order is the order of the lists), sorted, in
+//! created_at`, the record's place and length ([`pack`]); big-endian, so byte order is the order
+//! of the lists), sorted, in
 //! blocks of [`BLOCK`] entries; then the first entry of every block (the fences, which are all of
 //! a segment kept in memory: 24 bytes per 4 KB of postings); then a trailer (the counts, a CRC-32
 //! of the fences, a magic). A scan finds its first block by binary search of the fences and reads
@@ -20,8 +21,29 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One entry: key hash, `u64::MAX - created_at`, serial.
+/// One entry: key hash, `u64::MAX - created_at`, the record's serial and length ([`pack`]).
 pub type Posting = (u64, u64, u64);
+
+/// Bits of a posting's third word that hold the record's length: a scan knows how much to read
+/// (one `pread` of exactly the frame) without reading its header first.
+const LEN_BITS: u32 = 16;
+/// Serials must be below this (a log of 256 TiB): the writer refuses to grow the log past it.
+pub const MAX_SERIAL: u64 = 1 << (64 - LEN_BITS);
+
+/// The third word of a posting: the serial in the high 48 bits, the record's length in the low
+/// 16. A longer record (a contact list of a thousand follows, say) is stored with length 0, which
+/// readers take as "unknown" (they read the frame's header first); the order of the words is the
+/// order of the serials either way.
+pub fn pack(serial: u64, len: u32) -> u64 {
+    debug_assert!(serial < MAX_SERIAL, "serial past the log's limit");
+    let len = if len >> LEN_BITS == 0 { u64::from(len) } else { 0 };
+    (serial << LEN_BITS) | len
+}
+
+/// A posting's serial and record length (0: unknown), as [`pack`] stored them.
+pub fn unpack(word: u64) -> (u64, u32) {
+    (word >> LEN_BITS, (word & ((1 << LEN_BITS) - 1)) as u32)
+}
 
 /// Postings per block: a block is one 4 KB page (4,080 bytes).
 pub const BLOCK: usize = 170;
@@ -30,7 +52,7 @@ const POSTING: usize = 24;
 /// Blocks a full read (a merge) takes at once.
 const BULK: usize = 64;
 /// Last bytes of every segment file.
-const MAGIC: &[u8; 8] = b"hearthS1";
+const MAGIC: &[u8; 8] = b"hearthS2";
 /// Fence count, posting count, fence CRC, magic.
 const TRAILER: usize = 8 + 8 + 4 + 8;
 
@@ -324,6 +346,14 @@ mod tests {
         want.sort_unstable();
         let got: Vec<_> = merged.all().map(Result::unwrap).collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_packed_place_keeps_the_serial_and_its_order_and_a_long_record_reads_as_unknown() {
+        assert_eq!(unpack(pack(123_456_789, 640)), (123_456_789, 640));
+        assert_eq!(unpack(pack(MAX_SERIAL - 1, 65_535)), (MAX_SERIAL - 1, 65_535));
+        assert_eq!(unpack(pack(42, 70_000)), (42, 0));
+        assert!(pack(10, 65_535) < pack(11, 1));
     }
 
     #[test]

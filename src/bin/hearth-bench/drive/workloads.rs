@@ -132,10 +132,10 @@ pub(crate) async fn rtt(relay: &str, n: usize) -> Res<Report> {
     })
 }
 
-/// The four query shapes of the mix.
-pub(super) fn shapes(events: &[Event], n: usize) -> Vec<(&'static str, Value)> {
+/// The four query shapes of the mix, drawn from `events` (a sample of the file) and the file's
+/// newest `created_at`.
+pub(super) fn shapes(events: &[Event], newest: u64, n: usize) -> Vec<(&'static str, Value)> {
     let mut rng = Rng::new(42);
-    let newest = events.iter().map(|e| e.created_at.0).max().unwrap_or(0);
     (0..n)
         .map(|i| match i % 4 {
             0 => ("author", json!({"authors": [events[rng.below(events.len() as u64) as usize].pubkey], "limit": 50})),
@@ -152,20 +152,52 @@ pub(super) fn shapes(events: &[Event], n: usize) -> Vec<(&'static str, Value)> {
         .collect()
 }
 
+/// Each event of a JSON-lines file in turn: the file is read as it goes, never held whole (a
+/// 10M-event file is 6.4 GB).
+fn each_event(file: &Path, mut with: impl FnMut(Event)) -> Res<()> {
+    use std::io::BufRead;
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    for line in std::io::BufReader::with_capacity(1 << 20, f).lines() {
+        let line = line.map_err(err)?;
+        if !line.is_empty() {
+            with(Event::from_json(&line).map_err(err)?);
+        }
+    }
+    Ok(())
+}
+
+/// Events the query mix draws its authors and ids from (a uniform sample of the file).
+const SAMPLE: usize = 100_000;
+
 /// Runs the query mix one REQ at a time and checks each count against the file.
 pub(crate) async fn query(relay: &str, file: &Path, n: usize) -> Res<Report> {
-    let events: Vec<Event> = read_lines(file)?.iter().map(|l| Event::from_json(l).map_err(err)).collect::<Res<_>>()?;
-    if events.is_empty() {
+    // Reservoir sampling: every event of the file equally likely to be drawn.
+    let (mut sample, mut seen, mut newest, mut rng) = (Vec::with_capacity(SAMPLE), 0u64, 0, Rng::new(7));
+    each_event(file, |e| {
+        newest = newest.max(e.created_at.0);
+        seen += 1;
+        if sample.len() < SAMPLE {
+            sample.push(e);
+        } else if let Some(slot) = sample.get_mut(rng.below(seen) as usize) {
+            *slot = e;
+        }
+    })?;
+    if sample.is_empty() {
         return Err("no events in the file".into());
     }
-    let mix = shapes(&events, n);
+    let mix = shapes(&sample, newest, n);
+    drop(sample);
     // The expected counts first, so the client does nothing but the queries while they are timed.
-    let mut expected = Vec::with_capacity(mix.len());
-    for (_, filter) in &mix {
-        let f: Filter = serde_json::from_value(filter.clone()).map_err(err)?;
-        let matching = events.iter().filter(|e| f.matches(e)).count();
-        expected.push(matching.min(f.limit.map_or(usize::MAX, |l| l as usize)));
-    }
+    let filters: Vec<Filter> =
+        mix.iter().map(|(_, f)| serde_json::from_value(f.clone()).map_err(err)).collect::<Res<_>>()?;
+    let mut matching = vec![0usize; filters.len()];
+    each_event(file, |e| {
+        for (count, f) in matching.iter_mut().zip(&filters) {
+            *count += usize::from(f.matches(&e));
+        }
+    })?;
+    let expected: Vec<usize> =
+        matching.iter().zip(&filters).map(|(&m, f)| m.min(f.limit.map_or(usize::MAX, |l| l as usize))).collect();
     let (mut tx, mut rx) = connect(relay).await?.split();
     let mut latencies: HashMap<&str, Vec<Duration>> = HashMap::new();
     let mut mismatches = 0;
