@@ -103,6 +103,11 @@ pub(super) struct Control {
 }
 
 impl Control {
+    /// True while a compaction runs.
+    pub(super) fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
     /// Called by the writer after each group: wakes [`Store::compaction_due`] when the view's log
     /// is due under the policy.
     pub(super) fn check_due(&self, view: &View) {
@@ -440,7 +445,11 @@ fn dir_bytes(dir: &Path) -> std::io::Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let meta = entry.metadata()?;
+        let meta = match entry.metadata() {
+            // Removed since it was listed (an index segment a merge replaced).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            meta => meta?,
+        };
         total += if meta.is_dir() { dir_bytes(&entry.path())? } else { meta.len() };
     }
     Ok(total)

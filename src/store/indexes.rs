@@ -504,10 +504,19 @@ pub(super) fn remove_other_generations(dir: &Path, current: u64) -> std::io::Res
         let name = entry?.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.starts_with("index.") && name.ends_with(".seg") && !name.starts_with(&prefix) {
-            std::fs::remove_file(dir.join(name))?;
+            remove_if_there(&dir.join(name))?;
         }
     }
     Ok(())
+}
+
+/// Removes a segment file unless it is gone already (the merge thread and a compaction may both
+/// remove one of the files they replaced).
+pub(super) fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// Every stored event's serial and id with a serial before `below`, in log order (from the

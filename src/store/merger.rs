@@ -68,7 +68,8 @@ fn run(m: Merger, rx: Receiver<()>) {
 
 /// Merges the segments due, if any; true when it did (or found the index changed under it).
 fn merge_once(m: &Merger) -> Result<bool, StoreError> {
-    if m.control.stopping.load(Ordering::Acquire) {
+    // A compaction writes the segments anew; merging the old ones meanwhile is wasted work.
+    if m.control.stopping.load(Ordering::Acquire) || m.control.is_running() {
         return Ok(false);
     }
     let (inputs, seq, generation) = {
@@ -77,23 +78,25 @@ fn merge_once(m: &Merger) -> Result<bool, StoreError> {
         let Some(inputs) = view.index.merge_inputs(at) else { return Ok(false) };
         inputs
     };
-    let merged = indexes::merge_into(&m.dir, generation, &inputs, seq, &m.control.stopping)?;
+    let merged = match indexes::merge_into(&m.dir, generation, &inputs, seq, &m.control.stopping) {
+        Ok(merged) => merged,
+        // A compaction that started meanwhile removed the old generation's files.
+        Err(_) if m.view.read().unwrap_or_else(PoisonError::into_inner).generation != generation => return Ok(true),
+        Err(e) => return Err(e),
+    };
     let path = merged.path().to_path_buf();
     let mut view = m.view.write().unwrap_or_else(PoisonError::into_inner);
     if view.generation != generation || !view.index.replace_pair(&inputs, merged, seq) {
         drop(view);
-        std::fs::remove_file(&path)?;
+        indexes::remove_if_there(&path)?;
         return Ok(true);
     }
     view.index.meta().save(&m.tree)?;
     drop(view);
     flush_durably(&m.db, m.durable.as_deref())?;
     for old in &inputs {
-        match std::fs::remove_file(old.path()) {
-            // A compaction removed its generation's files meanwhile.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            other => other?,
-        }
+        // A compaction may have removed its generation's files meanwhile.
+        indexes::remove_if_there(old.path())?;
     }
     Ok(true)
 }
