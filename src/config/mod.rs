@@ -168,7 +168,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             data_dir: PathBuf::from("./data"),
-            cache_capacity_mb: 64,
+            cache_capacity_mb: 32,
             expiration_sweep_secs: 60,
             compact_dead_ratio: 0.5,
             compact_min_mb: 64,
