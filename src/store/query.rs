@@ -175,6 +175,12 @@ impl Store {
                 let check_tags = !filter.tags.is_empty();
                 for id in ids {
                     let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
+                    // Looked at after the entry was read (a compaction sets it before its batch):
+                    // the catalogue may be ahead of this view, and the entry a place in another
+                    // file, not to be read here (`read_view` reads again with the new view).
+                    if self.inner.catalogue.load(std::sync::atomic::Ordering::Acquire) != view.generation {
+                        break;
+                    }
                     let serial = decode_serial(&serial)?;
                     // None: a write still in flight, not acknowledged yet. Another id's: a
                     // compaction's catalogue is ahead of this view (`read_view` reads again).
