@@ -17,6 +17,35 @@ use crate::protocol::{Kind, PubKey, Timestamp};
 /// The position of a record in the tree; only grows.
 pub type Serial = u64;
 
+/// Hashes serials with one multiplication. Serials are places in the log, never chosen by a
+/// client, so SipHash's defence against chosen keys buys nothing for them, and the maps keyed by
+/// serial are on the hot paths: every segment posting a scan meets is looked up in the removed
+/// set, and a compaction looks up every posting's new place.
+#[derive(Clone, Copy, Default)]
+pub struct SerialHasher(u64);
+
+impl std::hash::Hasher for SerialHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing; the high half folded down, since the table takes its bucket from the
+        // low bits.
+        let x = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 32);
+    }
+}
+
+/// A map keyed by serial.
+pub type SerialMap<V> = HashMap<Serial, V, std::hash::BuildHasherDefault<SerialHasher>>;
+
 /// One index list entry: `u64::MAX - created_at` (ascending = newest first), then the serial.
 type Posting = (u64, Serial);
 
@@ -181,7 +210,9 @@ impl Index {
     /// beside this one, so that readers go on using this one meanwhile. An event `moved` does not
     /// name is left out rather than left pointing at another record.
     pub fn remapped(&self, moved: &[(Serial, Serial)]) -> Index {
-        let to = |serial: Serial| moved.binary_search_by_key(&serial, |&(old, _)| old).ok().map(|at| moved[at].1);
+        let first = moved.partition_point(|&(old, _)| old < self.headers.keys().min().copied().unwrap_or(0));
+        let map: SerialMap<Serial> = moved[first..].iter().copied().collect();
+        let to = |serial: Serial| map.get(&serial).copied();
         let mut out = Index { headers: HashMap::with_capacity(self.headers.len()), ..Index::default() };
         for (&serial, header) in &self.headers {
             if let Some(new) = to(serial) {

@@ -18,12 +18,11 @@
 //! memory. A data directory without an `index` entry (a store of an earlier version, or one whose
 //! segments are unreadable) has its segments built from the log as it opens.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::index::{Index, IndexOp, Key, Serial};
+use super::index::{Index, IndexOp, Key, Serial, SerialMap};
 use super::log::{FRAME_HEADER, Log};
 use super::record::{self, Header};
 use super::segment::{self, Posting, Segment, pack, unpack};
@@ -90,7 +89,7 @@ pub(super) struct Indexes {
     mem: Index,
     segments: Vec<Arc<Segment>>,
     /// Serial → frame bytes of the removed events that segments list.
-    removed: HashMap<Serial, u32>,
+    removed: SerialMap<u32>,
     removed_bytes: u64,
     /// The segments' state (their sequence numbers are `seqs` of [`Indexes::meta`]).
     covered: Serial,
@@ -112,7 +111,7 @@ impl Indexes {
         Indexes {
             mem: Index::default(),
             segments: Vec::new(),
-            removed: HashMap::new(),
+            removed: SerialMap::default(),
             removed_bytes: 0,
             covered: 0,
             seg_events: 0,
@@ -449,7 +448,6 @@ impl Indexes {
         generation: u64,
         stopping: &AtomicBool,
     ) -> Result<Indexes, StoreError> {
-        let to = |serial: Serial| moved.binary_search_by_key(&serial, |&(old, _)| old).ok().map(|at| moved[at].1);
         let mut out = Indexes::empty(self.dir.as_deref().map(|d| (d, self.mem_events)), generation);
         out.indexed = end;
         out.mem = self.mem.remapped(moved);
@@ -463,6 +461,9 @@ impl Indexes {
             }
         }
         if let (Some(dir), false) = (self.dir.as_deref(), self.segments.is_empty()) {
+            // Every posting is looked up: a hash map, not a binary search of `moved`.
+            let map: SerialMap<Serial> = moved[..first_mem].iter().copied().collect();
+            let to = |serial: Serial| map.get(&serial).copied();
             let keep = |(hash, rev, word): Posting| {
                 let (serial, len) = unpack(word);
                 if self.removed.contains_key(&serial) {
