@@ -372,7 +372,7 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
         // changes that one), on another core while the batch is put together.
         let index = scope.spawn(|| {
             let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
-            view.index.remapped(moved, end, generation, &w.compaction.stopping)
+            view.index.remapped(moved, &live, end, generation, &w.compaction.stopping)
         });
         let batch = catalogue_batch(w, &live, moved);
         (index.join(), batch)

@@ -210,6 +210,9 @@ impl Index {
     /// beside this one, so that readers go on using this one meanwhile. An event `moved` does not
     /// name is left out rather than left pointing at another record.
     pub fn remapped(&self, moved: &[(Serial, Serial)]) -> Index {
+        if self.headers.is_empty() {
+            return Index::default();
+        }
         let first = moved.partition_point(|&(old, _)| old < self.headers.keys().min().copied().unwrap_or(0));
         let map: SerialMap<Serial> = moved[first..].iter().copied().collect();
         let to = |serial: Serial| map.get(&serial).copied();

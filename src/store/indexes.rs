@@ -439,11 +439,13 @@ impl Indexes {
     }
 
     /// This index at the serials a compaction gave the events (`moved`: old → new in log order,
-    /// the new log ending at `end`), for log generation `generation`: the segments merged into
-    /// one without the removed events, the in-memory events moved. Built beside this one.
+    /// the new log ending at `end`; `live`: the stored events' old serials and ids, in order),
+    /// for log generation `generation`: the segments merged into one without the removed events,
+    /// the in-memory events moved. Built beside this one.
     pub(super) fn remapped(
         &self,
         moved: &[(Serial, Serial)],
+        live: &[(Serial, crate::protocol::EventId)],
         end: Serial,
         generation: u64,
         stopping: &AtomicBool,
@@ -454,8 +456,12 @@ impl Indexes {
         // The segments' events are the first of the new log: it keeps the order of the old.
         let first_mem = moved.partition_point(|&(old, _)| old < self.covered);
         out.covered = moved.get(first_mem).map_or(end, |&(_, new)| new);
+        // Counted from the stored events: one copied and then removed is in `moved` too, and
+        // one removed while it was in memory is in no segment and in no removed set.
+        let mut stored = live.iter().map(|&(serial, _)| serial).peekable();
         for (i, &(old, new)) in moved[..first_mem].iter().enumerate() {
-            if !self.removed.contains_key(&old) {
+            while stored.next_if(|&s| s < old).is_some() {}
+            if stored.peek() == Some(&old) {
                 out.seg_events += 1;
                 out.seg_live += moved.get(i + 1).map_or(end, |&(_, next)| next) - new;
             }
