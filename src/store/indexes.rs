@@ -259,6 +259,10 @@ impl Indexes {
                     let inputs = [self.segments[at].clone(), self.segments[at + 1].clone()];
                     let merged = self.merge_pair(&inputs, seq, &AtomicBool::new(false))?;
                     self.replace_pair(&inputs, merged, seq);
+                    // Named by no durable record yet, and read by no one.
+                    for input in &inputs {
+                        remove_if_there(input.path())?;
+                    }
                 }
             }
         }

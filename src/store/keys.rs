@@ -16,7 +16,7 @@
 //! The `i` entry is the event's identity: deduplication and `ids` filters go through it, and an
 //! event is stored exactly while its `i` entry exists. The records themselves are in the event
 //! log, and the secondary indexes (author, kind, tags, time) in index segments and memory
-//! ([`super::indexes`]).
+//! (`super::indexes`).
 
 use crate::protocol::{EventId, Kind, PubKey, Timestamp};
 
@@ -34,7 +34,7 @@ pub const ADDRESS_TOMBSTONE: u8 = b'D';
 pub const META: u8 = b'm';
 /// Removed events still in an index segment.
 pub const REMOVED: u8 = b'z';
-/// The `m` name of the index segments' state ([`super::indexes::Meta`]).
+/// The `m` name of the index segments' state (`indexes::Meta`: which segments, where they end).
 pub const INDEX: &str = "index";
 /// The `m` name of the event log's committed end (u64).
 pub const LOG_END: &str = "log_end";

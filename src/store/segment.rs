@@ -10,7 +10,7 @@
 //! blocks in order from there, so a list costs one `pread` per 4 KB of it, served by the page
 //! cache, and none of it lives on the heap.
 //!
-//! Segments are never changed: new ones are written from the in-memory index ([`write`]),
+//! Segments are never changed: new ones are written from the in-memory index ([`write()`]),
 //! merged into larger ones ([`merge`]), or rewritten at a compaction's new serials (the same
 //! function with a mapping). Which segments are the index is the catalogue's business
 //! (`super::indexes`).

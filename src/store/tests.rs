@@ -631,6 +631,8 @@ async fn unreadable_or_unrecorded_segments_are_built_again_from_the_log() {
     let store = segmented(dir.path(), 8);
     assert_eq!(ids(&store, r##"{"#t":["z"]}"##), want);
     assert_eq!(store.len(), 39);
+    // The segments merged while they were built are gone: what is left is the index.
+    assert_eq!(segment_files().len(), store.stats().unwrap().index_segments);
     store.shutdown().await.unwrap();
     drop(store);
     // A stray segment file that the catalogue does not name is removed at open.
