@@ -183,13 +183,11 @@ impl Index {
         index
     }
 
-    /// Applies a committed group's changes.
-    pub fn apply(&mut self, ops: Vec<IndexOp>) {
-        for op in ops {
-            match op {
-                IndexOp::Insert(serial, header, keys) => self.insert(serial, header, keys),
-                IndexOp::Remove(serial, _, keys) => self.remove(serial, &keys),
-            }
+    /// Applies one change of a committed group.
+    pub fn apply(&mut self, op: IndexOp) {
+        match op {
+            IndexOp::Insert(serial, header, keys) => self.insert(serial, header, keys),
+            IndexOp::Remove(serial, _, keys) => self.remove(serial, &keys),
         }
     }
 

@@ -359,7 +359,7 @@ impl Indexes {
                         self.removed_bytes += u64::from(bytes);
                     }
                 }
-                op => self.mem.apply(vec![op]),
+                op => self.mem.apply(op),
             }
         }
     }
