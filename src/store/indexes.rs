@@ -254,9 +254,7 @@ impl Indexes {
             if batch.len() >= self.mem_events {
                 self.mem = Index::build(batch.drain(..));
                 self.write_out(at)?;
-                while let Some(at) = self.merge_due() {
-                    let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-                    let inputs = [self.segments[at].clone(), self.segments[at + 1].clone()];
+                while let Some((inputs, seq, _)) = self.merge_due().and_then(|at| self.merge_inputs(at)) {
                     let merged = self.merge_pair(&inputs, seq, &AtomicBool::new(false))?;
                     self.replace_pair(&inputs, merged, seq);
                     // Named by no durable record yet, and read by no one.

@@ -149,11 +149,6 @@ impl Segment {
         (self.postings + self.fences.len() as u64) * POSTING as u64 + TRAILER as u64
     }
 
-    /// Bytes of memory its fences take.
-    pub fn heap_bytes(&self) -> usize {
-        self.fences.capacity() * std::mem::size_of::<Posting>()
-    }
-
     /// The postings from `from` to `to` (inclusive), in order.
     pub fn range(&self, from: Posting, to: Posting) -> Scan<'_> {
         let block = self.fences.partition_point(|f| *f <= from).saturating_sub(1);
