@@ -194,14 +194,13 @@ impl Indexes {
     /// write's that a crash left unrecorded).
     fn remove_unlisted(&self, dir: &Path) -> Result<(), StoreError> {
         let listed: Vec<String> = self.seqs.iter().map(|&s| file_name(self.generation, s)).collect();
-        for entry in std::fs::read_dir(dir)? {
-            let name = entry?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with("index.") && name.ends_with(".seg") && !listed.iter().any(|l| l == name) {
+        remove_segments_but(dir, |name| {
+            let keep = listed.iter().any(|l| l == name);
+            if !keep {
                 tracing::info!(file = name, "removing an index segment that is not the index");
-                std::fs::remove_file(dir.join(name))?;
             }
-        }
+            keep
+        })?;
         Ok(())
     }
 
@@ -509,10 +508,15 @@ pub(super) fn merge_into(
 /// compaction's old ones, or a failed one's new ones).
 pub(super) fn remove_other_generations(dir: &Path, current: u64) -> std::io::Result<()> {
     let prefix = format!("index.{current}.");
+    remove_segments_but(dir, |name| name.starts_with(&prefix))
+}
+
+/// Removes the segment files of `dir` that `keep` (given the file name) does not keep.
+fn remove_segments_but(dir: &Path, keep: impl Fn(&str) -> bool) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with("index.") && name.ends_with(".seg") && !name.starts_with(&prefix) {
+        if name.starts_with("index.") && name.ends_with(".seg") && !keep(name) {
             remove_if_there(&dir.join(name))?;
         }
     }
