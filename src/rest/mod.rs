@@ -118,14 +118,17 @@ fn status_of(outcome: &Outcome) -> StatusCode {
 async fn publish(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
     require_json(&ctx)?;
     let caller = caller(app, &ctx).await?;
-    let text = std::str::from_utf8(&ctx.body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
+    // An unreadable event is answered in the publish shape, like every other refusal.
+    let unreadable = |message: String| {
+        let body = PublishBody { accepted: false, id: "", message: &message, error: Some(&message) };
+        Ok(json_response(StatusCode::BAD_REQUEST, &body))
+    };
+    let Ok(text) = std::str::from_utf8(&ctx.body) else {
+        return unreadable("invalid: body is not UTF-8".into());
+    };
     let event = match Event::from_json(text) {
         Ok(event) => event,
-        Err(e) => {
-            let message = format!("invalid: malformed event: {e}");
-            let body = PublishBody { accepted: false, id: "", message: &message, error: Some(&message) };
-            return Ok(json_response(StatusCode::BAD_REQUEST, &body));
-        }
+        Err(e) => return unreadable(format!("invalid: malformed event: {e}")),
     };
     let id = event.id.to_hex();
     let outcome = ingest::publish(app, event, Publisher { authed: caller.authed, billed: caller.billed }).await;

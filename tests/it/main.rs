@@ -11,6 +11,7 @@
 mod common;
 
 mod admin;
+mod hostile;
 mod http;
 mod nip01;
 mod rest;
