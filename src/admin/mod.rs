@@ -21,7 +21,10 @@ use warp::http::StatusCode;
 use warp::reply::Response;
 
 use crate::app::AppState;
-use crate::http::{ApiError, RequestCtx, Route, ctx, ctx_with_body, first_of, internal, json_response, with_app};
+use crate::http::{
+    ApiError, RequestCtx, Route, Segment, ctx, ctx_with_body, first_of, internal, json_response, require_media_type,
+    with_app,
+};
 use crate::limiter::{Billed, LimitType};
 use crate::protocol::Timestamp;
 
@@ -150,20 +153,20 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, |a, c, w| limits::reset(a, c, w, None)));
     // DELETE /admin/v1/limits/overrides/{tier}/{key}
     let reset_one = base
-        .and(warp::path!("limits" / "overrides" / String / String))
+        .and(warp::path!("limits" / "overrides" / Segment / Segment))
         .and(warp::delete())
         .and(with_app(app.clone()))
         .and(ctx())
-        .and_then(|tier: String, key: String, app, ctx| {
+        .and_then(|Segment(tier), Segment(key), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::reset(a, c, w, Some((tier, key))))
         });
     // PUT /admin/v1/pubkeys/{pubkey}/tier
     let set_tier = base
-        .and(warp::path!("pubkeys" / String / "tier"))
+        .and(warp::path!("pubkeys" / Segment / "tier"))
         .and(warp::put())
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
-        .and_then(|pubkey: String, app, ctx| {
+        .and_then(|Segment(pubkey), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| limits::set_tier(a, c, w, pubkey))
         });
     // GET /admin/v1/store
@@ -190,14 +193,18 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, store::export));
     // GET /admin/v1/usage/ip/{addr}
-    let usage_ip =
-        base.and(warp::path!("usage" / "ip" / String)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
-            |addr: String, app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::ip(a, c, w, addr)),
-        );
+    let usage_ip = base
+        .and(warp::path!("usage" / "ip" / Segment))
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(addr), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::ip(a, c, w, addr))
+        });
     // GET /admin/v1/usage/{pubkey}
     let usage_pubkey =
-        base.and(warp::path!("usage" / String)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
-            |pubkey: String, app, ctx| {
+        base.and(warp::path!("usage" / Segment)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(pubkey), app, ctx| {
                 run(app, ctx, Accept::TokenOrNip98, move |a, c, w| usage::pubkey(a, c, w, pubkey))
             },
         );
@@ -225,13 +232,15 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, nip86::handle));
-    // POST / with Content-Type: application/nostr+json+rpc (NIP-86)
-    let nip86_root = warp::path::end()
-        .and(warp::post())
-        .and(warp::header::exact_ignore_case("content-type", "application/nostr+json+rpc"))
-        .and(with_app(app))
-        .and(ctx_with_body(limit))
-        .and_then(|app, ctx| run(app, ctx, Accept::Nip98, nip86::handle));
+    // POST / with Content-Type: application/nostr+json+rpc (NIP-86; 415 with another type)
+    let nip86_root = warp::path::end().and(warp::post()).and(with_app(app)).and(ctx_with_body(limit)).and_then(
+        |app, ctx: RequestCtx| async move {
+            match require_media_type(&ctx, nip86::MEDIA_TYPE) {
+                Ok(()) => run(app, ctx, Accept::Nip98, nip86::handle).await,
+                Err(e) => Ok(e.into_response()),
+            }
+        },
+    );
     first_of([
         get_limits.boxed(),
         patch_limits.boxed(),

@@ -16,6 +16,9 @@ use crate::http::{ApiError, RequestCtx, internal, parse_body};
 use crate::protocol::EventId;
 use crate::protocol::PubKey;
 
+/// The content type NIP-86 requests at `POST /` carry.
+pub const MEDIA_TYPE: &str = "application/nostr+json+rpc";
+
 /// The methods hearth implements.
 pub const METHODS: &[&str] = &[
     "supportedmethods",

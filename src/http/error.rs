@@ -38,9 +38,9 @@ pub enum ApiError {
     /// 409: the request conflicts with what is in progress; the text says what.
     #[error("{0}")]
     Conflict(String),
-    /// 415: the body is not `application/json`.
-    #[error("content type must be application/json")]
-    UnsupportedMediaType,
+    /// 415: the body is not of the media type the route takes (named).
+    #[error("content type must be {0}")]
+    UnsupportedMediaType(&'static str),
     /// 429 (quota) or 503 (handler bound), with `Retry-After`.
     #[error("{0}")]
     RateLimited(#[from] RateLimited),
@@ -117,7 +117,7 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited(r) if r.limit_type == LimitType::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -62,10 +62,11 @@ impl RequestCtx {
     pub fn query_count(&self, key: &str, default: usize, max: usize) -> Result<usize, ApiError> {
         match self.query_param(key) {
             None => Ok(default),
-            Some(v) => v
-                .parse::<usize>()
-                .map(|n| n.min(max))
-                .map_err(|_| ApiError::BadRequest(format!("{key} must be a whole number"))),
+            // A whole number past usize is still a whole number: it is clamped like any other.
+            Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+                Ok(v.parse::<usize>().unwrap_or(usize::MAX).min(max))
+            }
+            Some(_) => Err(ApiError::BadRequest(format!("{key} must be a whole number"))),
         }
     }
 }
@@ -73,6 +74,19 @@ impl RequestCtx {
 /// `?key=value` of a raw query string, percent-decoded (`+` is a space).
 fn query_param(query: &str, key: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+}
+
+/// A path segment, percent-decoded: warp hands segments over as they were sent, so `::1` would
+/// arrive as `%3A%3A1`. Bytes that do not decode to UTF-8 become U+FFFD, which no parameter
+/// takes (400, naming the parameter).
+#[derive(Debug)]
+pub struct Segment(pub String);
+
+impl std::str::FromStr for Segment {
+    type Err = Infallible;
+    fn from_str(raw: &str) -> Result<Segment, Infallible> {
+        Ok(Segment(percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned()))
+    }
 }
 
 /// One route of a port, boxed. Each `or` of unboxed filters nests every route's type inside the
@@ -210,11 +224,16 @@ pub fn respond(result: Result<Response, ApiError>) -> Result<Response, Infallibl
 
 /// 415 unless the body is declared JSON.
 pub fn require_json(ctx: &RequestCtx) -> Result<(), ApiError> {
-    // The media type itself, exactly; parameters (`; charset=utf-8`) may follow it.
+    require_media_type(ctx, "application/json")
+}
+
+/// 415 unless the body is declared `wanted`: the media type itself, exactly, in any case;
+/// parameters (`; charset=utf-8`) may follow it.
+pub fn require_media_type(ctx: &RequestCtx, wanted: &'static str) -> Result<(), ApiError> {
     let media_type = ctx.header("content-type").and_then(|ct| ct.split(';').next()).map(str::trim);
     match media_type {
-        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
-        _ => Err(ApiError::UnsupportedMediaType),
+        Some(t) if t.eq_ignore_ascii_case(wanted) => Ok(()),
+        _ => Err(ApiError::UnsupportedMediaType(wanted)),
     }
 }
 

@@ -15,7 +15,7 @@ use warp::reply::Response;
 
 use crate::app::AppState;
 use crate::http::{
-    ApiError, RequestCtx, Route, client_ip, ctx, ctx_with_body, first_of, internal, json_response, parse_body,
+    ApiError, RequestCtx, Route, Segment, client_ip, ctx, ctx_with_body, first_of, internal, json_response, parse_body,
     require_json, respond, with_app,
 };
 use crate::ingest::{self, Outcome, Publisher};
@@ -68,8 +68,8 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and_then(|app: Arc<AppState>, ctx: RequestCtx| async move { respond(publish(&app, ctx).await) });
     // GET /api/v1/events/{id}
     let get =
-        warp::path!("api" / "v1" / "events" / String).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
-            |id: String, app: Arc<AppState>, ctx: RequestCtx| async move { respond(get_event(&app, ctx, &id).await) },
+        warp::path!("api" / "v1" / "events" / Segment).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(id), app: Arc<AppState>, ctx: RequestCtx| async move { respond(get_event(&app, ctx, &id).await) },
         );
     // POST /api/v1/query
     let query = warp::path!("api" / "v1" / "query")
@@ -204,6 +204,16 @@ async fn count(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
 
 async fn openapi(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
     caller(app, &ctx).await?;
-    let doc: serde_json::Value = serde_json::from_str(OPENAPI).map_err(internal)?;
-    Ok(json_response(StatusCode::OK, &doc))
+    Ok(json_response(StatusCode::OK, &openapi_document(app.config.limitation.max_filters)?))
+}
+
+/// The OpenAPI document as served: with this relay's `limitation.max_filters`, so that a
+/// request the document allows is one the relay takes.
+fn openapi_document(max_filters: usize) -> Result<serde_json::Value, ApiError> {
+    let mut doc: serde_json::Value = serde_json::from_str(OPENAPI).map_err(internal)?;
+    let filters = doc
+        .pointer_mut("/components/schemas/Filters/properties/filters/maxItems")
+        .ok_or_else(|| internal("the OpenAPI document has no Filters.filters.maxItems"))?;
+    *filters = max_filters.into();
+    Ok(doc)
 }

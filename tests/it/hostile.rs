@@ -529,6 +529,8 @@ struct HttpCase {
 enum HttpWant {
     Exact(Value),
     Error(&'static str),
+    /// Any body with this top-level field (an answer that is not a refusal).
+    Field(&'static str),
     /// A refused publish: `accepted` false, the id as sent, `message` (= `error`) starting so.
     Refused(String, &'static str),
 }
@@ -840,6 +842,38 @@ fn http_cases(max_message: usize) -> Vec<HttpCase> {
             400,
             Exact(json!({"error": "limit must be a whole number"})),
         ),
+        admin_case(
+            "?limit past u64, clamped",
+            "GET",
+            "/admin/v1/audit?limit=99999999999999999999999",
+            "",
+            200,
+            HttpWant::Field("entries"),
+        ),
+        admin_case(
+            "a percent-encoded IPv6 address",
+            "GET",
+            "/admin/v1/usage/ip/%3A%3A1",
+            "",
+            200,
+            HttpWant::Field("connections"),
+        ),
+        admin_case(
+            "a percent-encoding that is not UTF-8",
+            "GET",
+            "/admin/v1/usage/ip/%FF",
+            "",
+            400,
+            Exact(json!({"error": "`\u{fffd}` is not an IP address"})),
+        ),
+        admin_case(
+            "NIP-86 as application/json",
+            "POST",
+            "/",
+            r#"{"method":"supportedmethods","params":[]}"#,
+            415,
+            Exact(json!({"error": "content type must be application/nostr+json+rpc"})),
+        ),
         admin_case("usage of a bad pubkey", "GET", "/admin/v1/usage/xyz", "", 400, Error("")),
         admin_case("usage of a bad address", "GET", "/admin/v1/usage/ip/999.1.1.1", "", 400, Error("")),
         admin_case(
@@ -905,6 +939,7 @@ async fn every_hostile_http_request_gets_its_exact_status_and_body_and_nothing_i
         let body_ok = match &case.want {
             HttpWant::Exact(v) => &got == v,
             HttpWant::Error(p) => got["error"].as_str().is_some_and(|s| s.starts_with(p)),
+            HttpWant::Field(name) => got.get(name).is_some(),
             HttpWant::Refused(id, p) => {
                 got["accepted"] == false
                     && got["id"] == id.as_str()
