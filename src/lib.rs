@@ -25,6 +25,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub(crate) mod fanout;
+pub mod fuzz;
 pub(crate) mod http;
 pub(crate) mod ingest;
 pub mod limiter;

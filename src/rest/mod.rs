@@ -92,6 +92,10 @@ pub fn routes(app: Arc<AppState>) -> Route {
     first_of([publish.boxed(), get.boxed(), query.boxed(), count.boxed(), openapi.boxed()])
 }
 
+/// The wait a 503 for a write the store could not make suggests: the relay cannot know when
+/// space returns, and a writer that tries again every few seconds costs it nothing.
+const STORE_RETRY_AFTER_SECS: u32 = 5;
+
 #[derive(Serialize)]
 struct PublishBody<'a> {
     accepted: bool,
@@ -110,7 +114,9 @@ fn status_of(outcome: &Outcome) -> StatusCode {
             Prefix::Blocked | Prefix::Restricted => StatusCode::FORBIDDEN,
             Prefix::AuthRequired => StatusCode::UNAUTHORIZED,
             Prefix::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            Prefix::Error => StatusCode::INTERNAL_SERVER_ERROR,
+            // The only publish refusal of this prefix is the store failing to write (a full or
+            // failing disk): a condition of the relay that passes, so 503 with a Retry-After.
+            Prefix::Error => StatusCode::SERVICE_UNAVAILABLE,
         },
     }
 }
@@ -138,7 +144,12 @@ async fn publish(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> 
     let message = outcome.message();
     let error = (!outcome.accepted()).then_some(message.as_str());
     let body = PublishBody { accepted: outcome.accepted(), id: &id, message: &message, error };
-    Ok(json_response(status_of(&outcome), &body))
+    let status = status_of(&outcome);
+    let mut response = json_response(status, &body);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(warp::http::header::RETRY_AFTER, STORE_RETRY_AFTER_SECS.into());
+    }
+    Ok(response)
 }
 
 async fn get_event(app: &AppState, ctx: RequestCtx, id: &str) -> Result<Response, ApiError> {

@@ -238,3 +238,151 @@ fn fifty_kills_while_publishing_lose_nothing_acknowledged() {
     assert!(report["acked"].as_u64().unwrap() > 500, "{report}");
     assert!(report["deletions"].as_u64().unwrap() > 10, "{report}");
 }
+
+/// A tmpfs of `size` on a fresh directory, lazily unmounted when dropped. Mounting needs root,
+/// which the test machines and CI have; without it the test fails saying so.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs needs root (or CAP_SYS_ADMIN)");
+        Tmpfs(dir)
+    }
+
+    /// Fills what space is left with a file; returns it (remove it to give the space back).
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.path().join("filler");
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        let chunk = vec![0u8; 4096];
+        while file.write_all(&chunk).and_then(|()| file.sync_data()).is_ok() {}
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// The relay binary on `data`, killed when dropped.
+struct Relay(std::process::Child, String);
+
+impl Relay {
+    fn start(data: &std::path::Path) -> Relay {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .env_remove("RUST_LOG")
+            .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
+            .env("HEARTH_STORAGE__DATA_DIR", data)
+            .env("HEARTH_LIMITS__ENABLED", "false")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addr = listening_addr(&mut child);
+        Relay(child, addr)
+    }
+
+    fn url(&self) -> String {
+        format!("ws://{}", self.1)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_writes_keeps_reads_recovers_by_itself_and_survives_a_kill() {
+    let disk = Tmpfs::mount("24m");
+    let data = disk.0.path().join("data");
+    let relay = Relay::start(&data);
+    let mut c = Client::connect(&relay.url()).await;
+    let k = keys(50);
+    let mut acked: Vec<Event> = Vec::new();
+    let mut refused: Vec<Event> = Vec::new();
+    let t0 = now() - 10_000;
+    for i in 0..5 {
+        let e = sign(&k, t0 + i, 1, &[], &format!("before the disk fills {i}"));
+        assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), true, ""]));
+        acked.push(e);
+    }
+    // The disk fills up: every write from now on is refused with an `error:` OK, never
+    // acknowledged (a group already under way may still land: it is then acknowledged).
+    let filler = disk.fill();
+    let big = "x".repeat(8_000);
+    for i in 0..20 {
+        let e = sign(&k, t0 + 100 + i, 1, &[], &format!("{big} {i}"));
+        let ok = c.publish(&e).await;
+        match ok[2].as_bool() {
+            Some(true) => acked.push(e),
+            _ => {
+                assert_eq!(ok, json!(["OK", e.id.to_hex(), false, "error: could not store the event"]));
+                refused.push(e);
+            }
+        }
+    }
+    assert!(refused.len() >= 15, "{} of 20 refused on a full disk", refused.len());
+    // Over REST: 503 with a Retry-After, in the publish shape.
+    let e = sign(&k, t0 + 200, 1, &[], &big);
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/events", relay.1))
+        .header("content-type", "application/json")
+        .body(json!(e).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "5");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["message"], "error: could not store the event");
+    refused.push(e);
+    // Reads go on, from another connection too.
+    let ids: Vec<String> = acked.iter().map(|e| e.id.to_hex()).collect();
+    let mut reader = Client::connect(&relay.url()).await;
+    let mut served = reader.req_ids("r", vec![json!({"ids": ids})]).await;
+    served.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(served, want);
+    // Space returns: writes resume without a restart (the refused event is taken now).
+    std::fs::remove_file(&filler).unwrap();
+    let again = refused.remove(0);
+    assert_eq!(c.publish(&again).await, json!(["OK", again.id.to_hex(), true, ""]));
+    acked.push(again);
+    for i in 0..3 {
+        let e = sign(&k, t0 + 300 + i, 1, &[], "after the space came back");
+        assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), true, ""]));
+        acked.push(e);
+    }
+    // Full again, a refusal, and a kill -9 in that state; then space, and a restart.
+    let filler = disk.fill();
+    let e = sign(&k, t0 + 400, 1, &[], &big);
+    assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), false, "error: could not store the event"]));
+    refused.push(e);
+    drop(c);
+    drop(reader);
+    drop(relay);
+    std::fs::remove_file(&filler).unwrap();
+    let relay = Relay::start(&data);
+    let mut c = Client::connect(&relay.url()).await;
+    let mut by_author = c.req_ids("a", vec![json!({"authors": [k.public_key().to_hex()], "limit": 500})]).await;
+    by_author.sort();
+    let mut want: Vec<String> = acked.iter().map(|e| e.id.to_hex()).collect();
+    want.sort();
+    assert_eq!(by_author, want, "every acknowledged event, and only those, after the kill");
+    for e in &acked {
+        assert_eq!(c.req_ids("i", vec![json!({"ids": [e.id.to_hex()]})]).await, vec![e.id.to_hex()]);
+        c.send(json!(["CLOSE", "i"])).await;
+    }
+}

@@ -13,5 +13,6 @@ mod binary;
 mod client;
 mod datadir;
 mod durability;
+mod fuzz_corpus;
 mod limiter;
 mod sockets;
