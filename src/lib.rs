@@ -41,6 +41,7 @@ pub(crate) mod server;
 pub mod store;
 pub(crate) mod ws;
 
+pub use metrics::{Heap, report_heap_with};
 pub use server::ROUTES;
 
 use std::future::Future;

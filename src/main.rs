@@ -238,6 +238,17 @@ fn raise_fd_limit(max_connections: usize) {
     }
 }
 
+/// jemalloc's own count of the heap, for `/metrics` (its statistics are cached until the epoch
+/// is advanced).
+fn jemalloc_heap() -> Option<hearth::Heap> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    epoch::advance().ok()?;
+    Some(hearth::Heap {
+        allocated: stats::allocated::read().ok()? as u64,
+        resident: stats::resident::read().ok()? as u64,
+    })
+}
+
 fn main() -> ExitCode {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -286,6 +297,7 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    hearth::report_heap_with(jemalloc_heap);
     match hearth::run(listener, config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

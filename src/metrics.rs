@@ -29,10 +29,33 @@ pub fn install() -> Option<PrometheusHandle> {
         .clone()
 }
 
-/// The current metrics in Prometheus text format, with the process's resident memory as of now.
+/// What the process's allocator says of its heap.
+#[derive(Clone, Copy, Debug)]
+pub struct Heap {
+    /// Bytes the program holds allocated.
+    pub allocated: u64,
+    /// Bytes of memory the allocator holds from the system for them (freed pages it has not
+    /// given back yet included).
+    pub resident: u64,
+}
+
+static HEAP: OnceLock<fn() -> Option<Heap>> = OnceLock::new();
+
+/// Names the function that reads the heap: the binary's allocator (jemalloc) knows it; a program
+/// that embeds the relay with another allocator reports none.
+pub fn report_heap_with(read: fn() -> Option<Heap>) {
+    let _ = HEAP.set(read);
+}
+
+/// The current metrics in Prometheus text format, with the process's resident memory and heap as
+/// of now.
 pub fn render() -> String {
     if let Some(bytes) = resident_bytes() {
         metrics::gauge!("process_resident_memory_bytes").set(bytes as f64);
+    }
+    if let Some(heap) = HEAP.get().and_then(|read| read()) {
+        metrics::gauge!("hearth_heap_allocated_bytes").set(heap.allocated as f64);
+        metrics::gauge!("hearth_heap_resident_bytes").set(heap.resident as f64);
     }
     install().map(|h| h.render()).unwrap_or_default()
 }

@@ -249,7 +249,13 @@ impl Store {
     /// [`Store::open`] of a directory whose migration is unfinished: for the import that
     /// finishes it.
     pub(crate) fn open_migrating(dir: &Path, tuning: Tuning) -> Result<Store, StoreError> {
-        let db = open_db(dir, tuning.cache_capacity_mb)?;
+        let started = std::time::Instant::now();
+        let db = {
+            // sled reads back everything written since its last open: seconds after a long run.
+            let _progress = Progress::every_few_seconds("opening the catalogue (sled)");
+            open_db(dir, tuning.cache_capacity_mb)?
+        };
+        tracing::info!(ms = started.elapsed().as_millis() as u64, "catalogue open");
         let durable = Durable::open(dir)?;
         let open_log = |name: &str, committed| Log::open(dir, name, committed);
         let store = Store::from_db(db, Some(Arc::new(durable)), Some((dir, tuning.index_memory_events)), open_log)?;
@@ -291,6 +297,7 @@ impl Store {
         if !tail.is_empty() {
             tracing::info!(frames = tail.len(), "replaying the event log after a crash");
             let started = std::time::Instant::now();
+            let _progress = Progress::every_few_seconds("replaying the event log");
             let frames = writer::replay(&tree, &log, &tail)?;
             flush_durably(&db, durable.as_deref())?;
             tracing::info!(frames, ms = started.elapsed().as_millis() as u64, "replayed the event log after a crash");
@@ -468,6 +475,40 @@ impl Store {
     }
 }
 
+/// A start-up step that says it is still at work: `what` logged at `info` every few seconds until
+/// the guard is dropped, so an operator watching a slow start sees which step it is in.
+struct Progress {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_secs(3);
+
+    fn every_few_seconds(what: &'static str) -> Progress {
+        let (done, rx) = std::sync::mpsc::channel::<()>();
+        let started = std::time::Instant::now();
+        let thread = std::thread::Builder::new()
+            .name("hearth-progress".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Progress::EVERY) {
+                    tracing::info!(seconds = started.elapsed().as_secs(), "{what}: still working");
+                }
+            })
+            .ok();
+        Progress { done: Some(done), thread }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Opens the sled database of `dir`. sled's I/O threads can hold a closed database's file lock
 /// for a moment after its last handle is dropped (seen when the same process reopens the
 /// directory at once); another process holding it is [`StoreError::InUse`], after this wait.
@@ -483,6 +524,9 @@ fn open_db(dir: &Path, cache_capacity_mb: u64) -> Result<sled::Db, StoreError> {
     loop {
         match config.open() {
             Err(e) if lock_busy(&e) && waited < LOCK_WAIT => {
+                if waited.is_zero() {
+                    tracing::info!(path = %dir.display(), "waiting for the data directory's lock");
+                }
                 std::thread::sleep(LOCK_RETRY);
                 waited += LOCK_RETRY;
             }

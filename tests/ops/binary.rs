@@ -212,6 +212,12 @@ async fn metrics_count_exactly_what_one_relay_process_did() {
         .parse()
         .unwrap();
     assert!(resident > 1e6 && (resident - kernel_kb * 1024.0).abs() < 0.5 * resident, "{resident} vs {kernel_kb} kB");
+    // The heap as its allocator counts it: some of what the process holds, all of it in memory
+    // the allocator holds.
+    let allocated = sample(&text, "hearth_heap_allocated_bytes", &[]);
+    let heap_resident = sample(&text, "hearth_heap_resident_bytes", &[]);
+    assert!(allocated > 1e5 && allocated <= heap_resident, "{allocated} allocated, {heap_resident} held");
+    assert!(heap_resident <= resident * 1.1, "{heap_resident} held by the heap, {resident} resident");
     let status = sigterm(&mut child);
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
