@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::protocol::verify::verify;
-use crate::protocol::{Event, Filter, Keys, Kind};
+use std::collections::HashMap;
+
+use crate::protocol::{Event, Filter, Keys, Kind, KindClass, PubKey};
 
 fn keys(n: u8) -> Keys {
     Keys::from_bytes([n; 32]).unwrap()
@@ -671,4 +673,181 @@ async fn a_count_from_the_lists_alone_leaves_out_expired_events_and_counts_each_
     }
     let pk = k.public_key().to_hex();
     assert_eq!(count(&format!(r#"{{"authors":["{pk}"],"kinds":[1,7]}}"#)), 4);
+}
+
+/// NIP-01/09/40 storage as the protocol states it, for the store to be checked against: which
+/// events are live, which ids and addresses are tombstoned, and what a put answers.
+#[derive(Default)]
+struct Model {
+    live: HashMap<EventId, Event>,
+    /// NIP-09 `e` deletions: the id, by whom.
+    tombstones: HashMap<EventId, PubKey>,
+    /// NIP-09 `a` deletions: the address, up to when.
+    deleted_addresses: HashMap<(PubKey, u16, String), u64>,
+}
+
+impl Model {
+    fn address(e: &Event) -> Option<(PubKey, u16, String)> {
+        match e.kind.class() {
+            KindClass::Replaceable => Some((e.pubkey, e.kind.0, String::new())),
+            KindClass::Addressable => Some((e.pubkey, e.kind.0, e.d_tag().to_string())),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, e: &Event) -> PutOutcome {
+        if self.live.contains_key(&e.id) {
+            return PutOutcome::Duplicate;
+        }
+        if self.tombstones.get(&e.id) == Some(&e.pubkey) {
+            return PutOutcome::Deleted;
+        }
+        if let Some(address) = Model::address(e) {
+            if self.deleted_addresses.get(&address).is_some_and(|&until| e.created_at.0 <= until) {
+                return PutOutcome::Deleted;
+            }
+            let current = self.live.values().find(|x| Model::address(x).as_ref() == Some(&address)).cloned();
+            if let Some(current) = current {
+                // The newer stays; of two at the same second, the lower id.
+                if (current.created_at, std::cmp::Reverse(current.id)) > (e.created_at, std::cmp::Reverse(e.id)) {
+                    return PutOutcome::Superseded;
+                }
+                self.live.remove(&current.id);
+            }
+        }
+        self.live.insert(e.id, e.clone());
+        if e.kind == Kind::DELETION {
+            self.delete(e);
+        }
+        PutOutcome::Stored
+    }
+
+    fn delete(&mut self, deletion: &Event) {
+        for value in deletion.tag_values("e") {
+            let Some(id) = EventId::from_hex(value) else { continue };
+            match self.live.get(&id) {
+                // Only its author's events, and never a deletion.
+                Some(target) if target.pubkey != deletion.pubkey || target.kind == Kind::DELETION => continue,
+                Some(_) => {
+                    self.live.remove(&id);
+                }
+                None => {}
+            }
+            self.tombstones.insert(id, deletion.pubkey);
+        }
+        for value in deletion.tag_values("a") {
+            let mut parts = value.splitn(3, ':');
+            let (Some(kind), Some(pubkey)) = (parts.next(), parts.next()) else { continue };
+            let (Ok(kind), Some(pubkey)) = (kind.parse::<u16>(), PubKey::from_hex(pubkey)) else { continue };
+            if pubkey != deletion.pubkey {
+                continue;
+            }
+            let address = (pubkey, kind, parts.next().unwrap_or("").to_string());
+            let until = self.deleted_addresses.entry(address.clone()).or_insert(0);
+            *until = (*until).max(deletion.created_at.0);
+            self.live.retain(|_, x| Model::address(x).as_ref() != Some(&address) || x.created_at > deletion.created_at);
+        }
+    }
+
+    fn sweep(&mut self, now: Timestamp) -> usize {
+        let before = self.live.len();
+        self.live.retain(|_, e| e.expiration().is_none_or(|at| at > now));
+        before - self.live.len()
+    }
+
+    /// What a REQ of `filter` at `now` is served: unexpired matches, newest first, ties by
+    /// lowest id, at most `limit`.
+    fn query(&self, filter: &Filter, now: Timestamp) -> Vec<EventId> {
+        let mut hits: Vec<&Event> =
+            self.live.values().filter(|e| filter.matches(e) && e.expiration().is_none_or(|at| at > now)).collect();
+        hits.sort_by_key(|e| (std::cmp::Reverse(e.created_at), e.id));
+        hits.into_iter().take(filter.limit.map_or(usize::MAX, |l| l as usize)).map(|e| e.id).collect()
+    }
+}
+
+#[tokio::test]
+async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_through_reopens_and_compactions() {
+    // Seeded random writes (notes, replaceable and addressable versions, NIP-09 deletions by id
+    // and by address, some of other authors' events, NIP-40 expirations), moderation removals,
+    // sweeps, reopens and compactions; after every put its outcome, and at every checkpoint
+    // every probe, must be the model's.
+    let dir = tempfile::tempdir().unwrap();
+    let authors: Vec<Keys> = (11..=14).map(keys).collect();
+    let mut rng = Rng(0x0de1_2026_1201);
+    let mut store = segmented(dir.path(), 7);
+    let mut model = Model::default();
+    let mut sent: Vec<Event> = Vec::new();
+    let now = Timestamp(1300);
+    let check = |store: &Store, model: &Model, sent: &[Event], when: &str| {
+        let mut probes = probes(&authors, &sent.iter().rev().take(30).map(|e| e.id).collect::<Vec<_>>());
+        probes.push(r#"{"kinds":[10002]}"#.into());
+        probes.push(r#"{"kinds":[5],"limit":10}"#.into());
+        for probe in probes {
+            let f: Filter = serde_json::from_str(&probe).unwrap();
+            let got: Vec<EventId> = store
+                .query(std::slice::from_ref(&f), now)
+                .unwrap()
+                .iter()
+                .map(|raw| Event::from_json(raw.as_str()).unwrap().id)
+                .collect();
+            assert_eq!(got, model.query(&f, now), "{probe} {when}");
+            let count = store.count(std::slice::from_ref(&f), now).unwrap();
+            let all = Filter { limit: None, ..f };
+            assert_eq!(count, model.query(&all, now).len() as u64, "count {probe} {when}");
+        }
+        assert_eq!(store.len(), model.live.len(), "{when}");
+    };
+    for step in 0..600u64 {
+        let k = &authors[rng.below(4) as usize];
+        let at = 1000 + rng.below(500);
+        let t = ["a", "b", "c"][rng.below(3) as usize];
+        let d = ["x", "y"][rng.below(2) as usize];
+        // Versions of one address often share a second, so the tie rule is exercised.
+        let coarse = 1000 + 25 * rng.below(20);
+        let event = match rng.below(12) {
+            0 => signed(k, coarse, 0, &[&["t", t]]),
+            1 => signed(k, coarse, 10002, &[&["t", t]]),
+            2 | 3 => signed(k, coarse, 30023, &[&["d", d], &["t", t]]),
+            4 if !sent.is_empty() => {
+                let target = sent[rng.below(sent.len() as u64) as usize].id.to_hex();
+                signed(k, at, 5, &[&["e", &target]])
+            }
+            5 => {
+                // By address: mostly the author's own, sometimes another's (which must do nothing).
+                let owner = if rng.below(4) == 0 { &authors[rng.below(4) as usize] } else { k };
+                let a = format!("30023:{}:{d}", owner.public_key().to_hex());
+                signed(k, at, 5, &[&["a", &a]])
+            }
+            6 => signed(k, at, 1, &[&["t", t], &["expiration", &(1200 + rng.below(200)).to_string()]]),
+            // An event sent before, again.
+            7 if !sent.is_empty() => verify(sent[rng.below(sent.len() as u64) as usize].clone()).unwrap(),
+            _ => signed(k, at, 1, &[&["t", t]]),
+        };
+        let want = model.put(event.event());
+        sent.push(event.event().clone());
+        let got = store.put(event).await.unwrap();
+        assert_eq!(format!("{got:?}"), format!("{want:?}"), "put at step {step}");
+        if rng.below(30) == 0 {
+            let id = sent[rng.below(sent.len() as u64) as usize].id;
+            assert_eq!(store.remove(id).await.unwrap(), model.live.remove(&id).is_some(), "remove at step {step}");
+        }
+        if rng.below(50) == 0 {
+            let at = Timestamp(1200 + rng.below(200));
+            assert_eq!(store.sweep_expired(at).await.unwrap(), model.sweep(at), "sweep at step {step}");
+        }
+        if step % 50 == 49 {
+            check(&store, &model, &sent, &format!("at step {step}"));
+        }
+        if step % 131 == 130 {
+            store.compact().await.unwrap();
+            check(&store, &model, &sent, &format!("after a compaction at {step}"));
+        }
+        if step % 89 == 88 {
+            store.shutdown().await.unwrap();
+            drop(store);
+            store = segmented(dir.path(), 7);
+            check(&store, &model, &sent, &format!("after a reopen at {step}"));
+        }
+    }
+    assert!(model.live.len() > 50 && model.tombstones.len() > 5, "a sequence that exercised little");
 }
