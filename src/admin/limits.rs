@@ -5,12 +5,15 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use warp::http::{HeaderValue, StatusCode, header};
 use warp::reply::Response;
 
 use super::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::config::{LimitKey, QuotaKey, Source, Tier};
-use crate::http::{ApiError, RequestCtx, internal, parse_body, require_json};
+use crate::http::{ApiError, RequestCtx, internal, json_response, parse_body, require_json};
+use crate::moderation::State;
 use crate::protocol::PubKey;
 
 #[derive(Serialize)]
@@ -24,9 +27,16 @@ fn apply(app: &AppState) {
     app.limiter.set_limits(app.moderation.snapshot().effective_limits(&app.config.limits));
 }
 
-/// Every limit of every tier with its source.
-fn document(app: &AppState) -> BTreeMap<&'static str, BTreeMap<&'static str, Valued>> {
-    let state = app.moderation.snapshot();
+/// The limits document: every limit of every tier with its source.
+type Document = BTreeMap<&'static str, BTreeMap<&'static str, Valued>>;
+
+/// The document as the relay holds it now.
+fn document(app: &AppState) -> Document {
+    document_of(&app.moderation.snapshot(), app)
+}
+
+/// The document under `state` (the operators' overrides) and the configuration.
+fn document_of(state: &State, app: &AppState) -> Document {
     let effective = state.effective_limits(&app.config.limits);
     let mut doc: BTreeMap<&'static str, BTreeMap<&'static str, Valued>> = BTreeMap::new();
     for key in LimitKey::all() {
@@ -42,9 +52,32 @@ fn document(app: &AppState) -> BTreeMap<&'static str, BTreeMap<&'static str, Val
     doc
 }
 
-/// `GET /admin/v1/limits`
+/// The document's entity tag: a strong validator of its values and sources (RFC 9110 §8.8.3),
+/// so that two admins editing at once cannot overwrite each other unseen.
+fn etag(doc: &Document) -> String {
+    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    format!("\"{}\"", hex::encode(&digest[..8]))
+}
+
+/// The document with its `ETag`, as `status`.
+fn with_etag(status: StatusCode, doc: &Document) -> Response {
+    let mut response = json_response(status, doc);
+    if let Ok(tag) = HeaderValue::from_str(&etag(doc)) {
+        response.headers_mut().insert(header::ETAG, tag);
+    }
+    response
+}
+
+/// Whether an `If-Match` header value admits the current tag (`*`, or one of a list of strong
+/// tags; a weak tag never matches, RFC 9110 §13.1.1).
+fn if_match_admits(if_match: &str, current: &str) -> bool {
+    if_match.split(',').map(str::trim).any(|tag| tag == "*" || tag == current)
+}
+
+/// `GET /admin/v1/limits`, with its `ETag`.
 pub async fn get(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    ok_json(&document(&app))
+    Ok(with_etag(StatusCode::OK, &document(&app)))
 }
 
 /// Validates a partial limits document into changes; nothing is applied when any field is
@@ -80,17 +113,41 @@ fn current(app: &AppState, key: LimitKey) -> Value {
     json!(app.moderation.snapshot().effective_limits(&app.config.limits).get(key))
 }
 
-/// `PATCH /admin/v1/limits` with e.g. `{"human": {"ws_events_per_sec": 20}}`.
+/// `PATCH /admin/v1/limits` with e.g. `{"human": {"ws_events_per_sec": 20}}`: all of it or
+/// nothing. With `If-Match`, only while the document is still the one of that tag: else 412 with
+/// the current document and its tag, and nothing changes (the check and the change are one step,
+/// so of two admins patching from the same tag exactly one succeeds).
 pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Response, ApiError> {
     require_json(&ctx)?;
     let changes = validate(&parse_body(&ctx)?)?;
-    for (key, value) in changes {
-        let old = current(&app, key);
-        app.moderation.update(&app.store, |s| s.limit_overrides.insert(key, value)).await.map_err(internal)?;
-        apply(&app);
-        audit(&app, &who, "limits.set", &key.to_string(), old, json!(value)).await?;
+    let if_match = ctx.header("if-match").map(str::to_string);
+    let applied = app
+        .moderation
+        .update(&app.store, |s| {
+            let before = document_of(s, &app);
+            if let Some(if_match) = &if_match
+                && !if_match_admits(if_match, &etag(&before))
+            {
+                return Err(before);
+            }
+            let effective = s.effective_limits(&app.config.limits);
+            let olds: Vec<u64> = changes.iter().map(|(key, _)| effective.get(*key)).collect();
+            for (key, value) in &changes {
+                s.limit_overrides.insert(*key, *value);
+            }
+            Ok(olds)
+        })
+        .await
+        .map_err(internal)?;
+    let olds = match applied {
+        Ok(olds) => olds,
+        Err(current) => return Ok(with_etag(StatusCode::PRECONDITION_FAILED, &current)),
+    };
+    apply(&app);
+    for ((key, value), old) in changes.iter().zip(olds) {
+        audit(&app, &who, "limits.set", &key.to_string(), json!(old), json!(value)).await?;
     }
-    ok_json(&document(&app))
+    Ok(with_etag(StatusCode::OK, &document(&app)))
 }
 
 /// `DELETE /admin/v1/limits/overrides[/{tier}/{key}]`: back to the configured values.
@@ -115,7 +172,7 @@ pub async fn reset(
             audit(&app, &who, "limits.reset", &key.to_string(), old, current(&app, key)).await?;
         }
     }
-    ok_json(&document(&app))
+    Ok(with_etag(StatusCode::OK, &document(&app)))
 }
 
 #[derive(serde::Deserialize)]

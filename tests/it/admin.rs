@@ -210,6 +210,66 @@ async fn a_bad_patch_names_the_field_and_changes_nothing() {
     assert_eq!(audit, json!({"entries": []}));
 }
 
+/// A PATCH of the limits with `If-Match: if_match`: status, body and `ETag`.
+async fn patch_if_match(api: &AdminApi, if_match: Option<&str>, body: Value) -> (StatusCode, Value, String) {
+    let mut req = api
+        .http
+        .patch(format!("{}/admin/v1/limits", api.base))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(tag) = if_match {
+        req = req.header("if-match", tag);
+    }
+    let resp = req.send().await.unwrap();
+    let tag = resp.headers().get("etag").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    (resp.status(), resp.json().await.unwrap(), tag)
+}
+
+#[tokio::test]
+async fn a_limits_patch_from_a_stale_etag_is_412_with_the_current_document_and_changes_nothing() {
+    let relay = TestRelay::start(with_admin).await;
+    let api = AdminApi::new(&relay);
+    let resp = api.http.get(format!("{}/admin/v1/limits", api.base)).bearer_auth(TOKEN).send().await.unwrap();
+    let first = resp.headers()["etag"].to_str().unwrap().to_string();
+    assert!(first.starts_with('"') && first.ends_with('"') && first.len() == 18, "{first}");
+    let doc: Value = resp.json().await.unwrap();
+    // Two admins patch from the same tag at once: exactly one wins, the other sees its change.
+    let (a, b) = tokio::join!(
+        patch_if_match(&api, Some(&first), json!({"human": {"ws_events_per_sec": 21}})),
+        patch_if_match(&api, Some(&first), json!({"human": {"ws_events_per_sec": 22}})),
+    );
+    let (won, lost) = if a.0 == StatusCode::OK { (a, b) } else { (b, a) };
+    assert_eq!((won.0, lost.0), (StatusCode::OK, StatusCode::PRECONDITION_FAILED));
+    assert_ne!(won.2, first, "a change gives a new tag");
+    assert_eq!(lost.1, won.1, "the refused one gets the current document");
+    assert_eq!(lost.2, won.2, "with its tag");
+    let value = won.1["human"]["ws_events_per_sec"].clone();
+    assert!(value == json!({"value": 21, "source": "admin"}) || value == json!({"value": 22, "source": "admin"}));
+    assert_ne!(doc["human"]["ws_events_per_sec"], value);
+    // The stale tag again: refused, nothing changes, nothing is audited for it.
+    let (status, body, tag) = patch_if_match(&api, Some(&first), json!({"agent": {"messages_per_min": 5}})).await;
+    assert_eq!((status, &body, &tag), (StatusCode::PRECONDITION_FAILED, &won.1, &won.2));
+    // The current tag among others, `*`, and no If-Match at all are taken.
+    let list = format!("\"0000000000000000\", {}", won.2);
+    let (status, body, tag) = patch_if_match(&api, Some(&list), json!({"agent": {"messages_per_min": 5}})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["agent"]["messages_per_min"], json!({"value": 5, "source": "admin"}));
+    let (status, _, star) = patch_if_match(&api, Some("*"), json!({"agent": {"messages_per_min": 6}})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_ne!(star, tag);
+    let (status, _, _) = patch_if_match(&api, None, json!({"agent": {"messages_per_min": 7}})).await;
+    assert_eq!(status, StatusCode::OK);
+    // A weak tag never matches (RFC 9110 strong comparison).
+    let resp = api.http.get(format!("{}/admin/v1/limits", api.base)).bearer_auth(TOKEN).send().await.unwrap();
+    let now = resp.headers()["etag"].to_str().unwrap().to_string();
+    let (status, _, _) =
+        patch_if_match(&api, Some(&format!("W/{now}")), json!({"agent": {"messages_per_min": 8}})).await;
+    assert_eq!(status, StatusCode::PRECONDITION_FAILED);
+    let (_, audit) = api.token(Method::GET, "/admin/v1/audit", None).await;
+    assert_eq!(audit["entries"].as_array().unwrap().len(), 4, "{audit}");
+}
+
 #[tokio::test]
 async fn usage_after_a_scripted_sequence_matches_exactly() {
     let relay = TestRelay::start(with_admin).await;
