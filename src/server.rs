@@ -123,6 +123,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/"),
     ("GET", "/admin/v1/limits"),
     ("PATCH", "/admin/v1/limits"),
+    ("POST", "/admin/v1/limits/preview"),
     ("DELETE", "/admin/v1/limits/overrides"),
     ("DELETE", "/admin/v1/limits/overrides/{tier}/{key}"),
     ("PUT", "/admin/v1/pubkeys/{pubkey}/tier"),

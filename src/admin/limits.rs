@@ -13,6 +13,7 @@ use super::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::config::{LimitKey, QuotaKey, Source, Tier};
 use crate::http::{ApiError, RequestCtx, internal, json_response, parse_body, require_json};
+use crate::limiter::Preview;
 use crate::moderation::State;
 use crate::protocol::PubKey;
 
@@ -148,6 +149,30 @@ pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Re
         audit(&app, &who, "limits.set", &key.to_string(), json!(old), json!(value)).await?;
     }
     Ok(with_etag(StatusCode::OK, &document(&app)))
+}
+
+/// `POST /admin/v1/limits/preview` with a PATCH-shaped body: how many of the tracked principals
+/// the proposed values would refuse now, per quota, beside how many the limits in force refuse;
+/// validated as a PATCH is, and nothing changes.
+pub async fn preview(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    require_json(&ctx)?;
+    let changes = validate(&parse_body(&ctx)?)?;
+    let mut proposed = app.moderation.snapshot().effective_limits(&app.config.limits);
+    for (key, value) in changes {
+        proposed.tier_mut(key.tier).set(key.key, value);
+    }
+    let preview = app.limiter.preview(&proposed);
+    let per_quota = |counts: [u64; 3], any: u64| {
+        let mut out: serde_json::Map<String, Value> =
+            Preview::QUOTAS.iter().zip(counts).map(|(quota, n)| (quota.as_str().to_string(), json!(n))).collect();
+        out.insert("any".into(), json!(any));
+        Value::Object(out)
+    };
+    ok_json(&json!({
+        "tracked": preview.tracked,
+        "would_refuse": per_quota(preview.would_refuse, preview.would_refuse_any),
+        "refused_now": per_quota(preview.refused_now, preview.refused_now_any),
+    }))
 }
 
 /// `DELETE /admin/v1/limits/overrides[/{tier}/{key}]`: back to the configured values.

@@ -144,6 +144,13 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, limits::patch));
+    // POST /admin/v1/limits/preview
+    let preview_limits = base
+        .and(warp::path!("limits" / "preview"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, limits::preview));
     // DELETE /admin/v1/limits/overrides
     let reset_all = base
         .and(warp::path!("limits" / "overrides"))
@@ -244,6 +251,7 @@ pub fn routes(app: Arc<AppState>) -> Route {
     first_of([
         get_limits.boxed(),
         patch_limits.boxed(),
+        preview_limits.boxed(),
         reset_all.boxed(),
         reset_one.boxed(),
         set_tier.boxed(),

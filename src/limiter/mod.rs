@@ -47,6 +47,28 @@ pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 /// ceiling bills.
 const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
 
+/// What [`Limiter::preview`] finds: per quota (in the order ws_events, messages, api_calls),
+/// how many tracked principals are refused their next request now and would be under the
+/// proposed limits, and how many are refused any of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Preview {
+    /// Principals with state.
+    pub tracked: u64,
+    /// Refused now under the limits in force, per quota.
+    pub refused_now: [u64; 3],
+    /// Refused now under the proposed limits, per quota.
+    pub would_refuse: [u64; 3],
+    /// Refused at least one quota under the limits in force.
+    pub refused_now_any: u64,
+    /// Refused at least one quota under the proposed limits.
+    pub would_refuse_any: u64,
+}
+
+impl Preview {
+    /// The quotas, in the order of [`Preview::refused_now`] and [`Preview::would_refuse`].
+    pub const QUOTAS: [LimitType; 3] = QUOTAS;
+}
+
 /// One tier's quotas as GCRA parameters.
 #[derive(Clone, Copy, Debug)]
 struct TierQuotas {
@@ -352,6 +374,39 @@ impl Limiter {
             }
             s.refusals.count(limit_type);
         });
+    }
+
+    /// How many of the tracked principals would have their next request of each quota refused
+    /// now under `proposed` limits, and under the limits in force: each principal's buckets as
+    /// they stand, carried over to the proposed rates as a live change would carry them. Bills
+    /// and changes nothing.
+    pub fn preview(&self, proposed: &LimitsConfig) -> Preview {
+        let now_ns = self.clock.now_ns();
+        let (current, proposed) = (self.policy(), Policy::of(proposed.clone()));
+        let principals = self.principals();
+        let mut out = Preview { tracked: principals.len() as u64, ..Preview::default() };
+        for principal in &principals {
+            let (mut now_any, mut then_any) = (false, false);
+            for (i, limit_type) in QUOTAS.into_iter().enumerate() {
+                let refused = |policy: &Policy| {
+                    policy
+                        .quota(principal, limit_type)
+                        .filter(|_| policy.config.enabled)
+                        .is_some_and(|quota| self.wait(principal, quota, limit_type, now_ns) > 0)
+                };
+                if refused(&current) {
+                    out.refused_now[i] += 1;
+                    now_any = true;
+                }
+                if refused(&proposed) {
+                    out.would_refuse[i] += 1;
+                    then_any = true;
+                }
+            }
+            out.refused_now_any += u64::from(now_any);
+            out.would_refuse_any += u64::from(then_any);
+        }
+        out
     }
 
     /// How long until `principal` could take a cell of `limit_type` (0 = now).

@@ -271,6 +271,55 @@ async fn a_limits_patch_from_a_stale_etag_is_412_with_the_current_document_and_c
 }
 
 #[tokio::test]
+async fn a_limits_preview_counts_who_the_proposed_values_would_refuse_now_and_changes_nothing() {
+    let relay = TestRelay::start(|c| {
+        with_admin(c);
+        c.limits.human.ws_events_per_sec = 2;
+        c.limits.human.ws_burst_window_secs = 5;
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    // Three principals (three IPs, the limiter's clock standing still): one has used 4 of its
+    // 10 ws_events, one 8, one none yet (its AUTH challenge is all it has had).
+    let mut busy = Vec::new();
+    for (host, frames) in [(11u8, 4), (12, 8)] {
+        let mut c = Client::connect_from(&relay.ws_url(), std::net::Ipv4Addr::new(127, 0, 0, host).into()).await;
+        for i in 0..frames {
+            c.send(json!(["COUNT", format!("n{i}"), {}])).await;
+            assert_eq!(c.recv().await[0], "COUNT");
+        }
+        busy.push(c);
+    }
+    let (_, before) = api.token(Method::GET, "/admin/v1/limits", None).await;
+    let preview = |body: Value| api.token(Method::POST, "/admin/v1/limits/preview", Some(body));
+    let (status, body) = preview(json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    let tracked = body["tracked"].as_u64().unwrap();
+    assert!(tracked >= 2, "{body}");
+    let zero = json!({"ws_events": 0, "messages": 0, "api_calls": 0, "any": 0});
+    assert_eq!((&body["would_refuse"], &body["refused_now"]), (&zero, &zero), "{body}");
+    // A burst of 6 (2/s × 3 s) refuses the one that used 8; of 2 (1/s × 2 s), both.
+    let (_, body) = preview(json!({"human": {"ws_burst_window_secs": 3}})).await;
+    assert_eq!(body["would_refuse"], json!({"ws_events": 1, "messages": 0, "api_calls": 0, "any": 1}), "{body}");
+    let (_, body) = preview(json!({"human": {"ws_events_per_sec": 1, "ws_burst_window_secs": 2}})).await;
+    assert_eq!(body["would_refuse"], json!({"ws_events": 2, "messages": 0, "api_calls": 0, "any": 2}), "{body}");
+    assert_eq!(body["refused_now"], zero);
+    // Validated as a PATCH is; nothing changed, nothing audited, and the clients are not billed.
+    assert_eq!(
+        preview(json!({"human": {"ws_events_per_sec": 0}})).await,
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "`human.ws_events_per_sec` must be a positive integer of at most 10000000"})
+        )
+    );
+    assert_eq!(api.token(Method::GET, "/admin/v1/limits", None).await.1, before);
+    assert_eq!(api.token(Method::GET, "/admin/v1/audit", None).await.1, json!({"entries": []}));
+    let c = &mut busy[1];
+    c.send(json!(["COUNT", "more", {}])).await;
+    assert_eq!(c.recv().await[0], "COUNT", "the 9th of 10 is still admitted");
+}
+
+#[tokio::test]
 async fn usage_after_a_scripted_sequence_matches_exactly() {
     let relay = TestRelay::start(with_admin).await;
     let api = AdminApi::new(&relay);
