@@ -33,4 +33,6 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Every WebSocket connection and background task, awaited at shutdown.
     pub tasks: TaskTracker,
+    /// The last 15 minutes, sampled for the admin page.
+    pub stats: crate::stats::Stats,
 }

@@ -204,6 +204,16 @@ impl Fanout {
         metrics::gauge!("hearth_subscriptions_open").set(total as f64);
     }
 
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Open subscriptions, over every connection.
+    pub fn subscriptions(&self) -> u64 {
+        self.subscriptions.load(Ordering::Relaxed)
+    }
+
     /// Records that connection `conn` is now billed to `principal` (after NIP-42 AUTH).
     pub fn set_principal(&self, conn: ConnId, principal: Principal) {
         if let Some(entry) = self.write().get_mut(&conn) {

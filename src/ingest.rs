@@ -199,6 +199,7 @@ pub(crate) async fn settle(
     match app.store.put(verified.clone()).await {
         Ok(PutOutcome::Stored) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
+            app.stats.stored();
             app.fanout.publish(&verified);
             Settled::Stored
         }

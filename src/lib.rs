@@ -38,6 +38,7 @@ pub mod protocol;
 pub(crate) mod query;
 pub(crate) mod rest;
 pub(crate) mod server;
+pub(crate) mod stats;
 pub mod store;
 pub(crate) mod ws;
 
@@ -109,6 +110,7 @@ impl Relay {
             fanout: Arc::new(Fanout::default()),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            stats: stats::Stats::default(),
         });
         Ok(Relay { app })
     }
@@ -136,6 +138,7 @@ impl Relay {
         let addr = listener.local_addr()?;
         app.tasks.spawn(sweep_expired(app.clone()));
         app.tasks.spawn(compact_when_due(app.clone()));
+        app.tasks.spawn(stats::sample_every_interval(app.clone()));
         // Both listeners keep sockets under the same caps and timeouts (each its own count).
         let limits = listener::Limits::of(&app.config);
         tracing::info!("listening on {addr}");

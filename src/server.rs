@@ -130,6 +130,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/usage"),
     ("GET", "/admin/v1/usage/{pubkey}"),
     ("GET", "/admin/v1/usage/ip/{addr}"),
+    ("GET", "/admin/v1/stats"),
     ("GET", "/admin/v1/audit"),
     ("GET", "/admin/v1/export"),
     ("GET", "/admin/v1/store"),

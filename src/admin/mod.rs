@@ -223,6 +223,14 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, usage::busiest));
+    // GET /admin/v1/stats
+    let stats = base
+        .and(warp::path("stats"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, stats));
     // GET /admin/v1/audit
     let audit_log = base
         .and(warp::path("audit"))
@@ -258,6 +266,7 @@ pub fn routes(app: Arc<AppState>) -> Route {
         usage_ip.boxed(),
         usage_pubkey.boxed(),
         busiest.boxed(),
+        stats.boxed(),
         audit_log.boxed(),
         export.boxed(),
         store_stats.boxed(),
@@ -265,6 +274,14 @@ pub fn routes(app: Arc<AppState>) -> Route {
         rpc.boxed(),
         nip86_root.boxed(),
     ])
+}
+
+/// `GET /admin/v1/stats`: the samples of the last 15 minutes, oldest first.
+async fn stats(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    ok_json(&serde_json::json!({
+        "interval_secs": crate::stats::INTERVAL.as_secs(),
+        "samples": app.stats.samples(),
+    }))
 }
 
 #[derive(Serialize)]

@@ -20,6 +20,7 @@ mod usage;
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -231,6 +232,49 @@ fn secs(now_ns: u64) -> u32 {
 }
 
 /// Counts a refusal in the metrics.
+/// Upper bounds (µs) of the admission-time buckets the limiter counts for the admin page's
+/// p99 (the Prometheus histogram has its own).
+pub const ADMISSION_BUCKETS_US: [u64; 12] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 10_000, u64::MAX];
+
+/// Running totals since the limiter was made: refusals per limit type and admissions per time
+/// bucket, for the admin API's samples (rates are their differences).
+#[derive(Default)]
+struct Totals {
+    refused: [AtomicU64; 5],
+    admissions: [AtomicU64; ADMISSION_BUCKETS_US.len()],
+}
+
+/// A reading of the limiter's running totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TotalsSnapshot {
+    /// Refusals so far, per limit type in the order of [`LimitType::ALL`].
+    pub refused: [u64; 5],
+    /// Admissions so far, per bucket of [`ADMISSION_BUCKETS_US`].
+    pub admissions: [u64; ADMISSION_BUCKETS_US.len()],
+}
+
+impl Totals {
+    fn refused(&self, limit_type: LimitType) {
+        if let Some(i) = LimitType::ALL.iter().position(|t| *t == limit_type) {
+            self.refused[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn admitted_in(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let bucket =
+            ADMISSION_BUCKETS_US.iter().position(|&bound| us <= bound).unwrap_or(ADMISSION_BUCKETS_US.len() - 1);
+        self.admissions[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> TotalsSnapshot {
+        TotalsSnapshot {
+            refused: std::array::from_fn(|i| self.refused[i].load(Ordering::Relaxed)),
+            admissions: std::array::from_fn(|i| self.admissions[i].load(Ordering::Relaxed)),
+        }
+    }
+}
+
 fn count_metric(refused: &RateLimited) {
     metrics::counter!(
         "hearth_admission_rejections_total",
@@ -246,6 +290,7 @@ pub struct Limiter {
     states: Table<State>,
     clock: Arc<dyn Clock>,
     permits: Permits,
+    totals: Totals,
 }
 
 impl Limiter {
@@ -260,6 +305,7 @@ impl Limiter {
             ),
             policy: RwLock::new(Arc::new(Policy::of(config.clone()))),
             clock,
+            totals: Totals::default(),
         }
     }
 
@@ -303,7 +349,9 @@ impl Limiter {
     pub fn admit(&self, billed: &Billed, limit_type: LimitType) -> Result<(), RateLimited> {
         let started = Instant::now();
         let result = self.admit_at(billed, limit_type, self.clock.now_ns());
-        metrics::histogram!("hearth_admission_seconds").record(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        metrics::histogram!("hearth_admission_seconds").record(took.as_secs_f64());
+        self.totals.admitted_in(took);
         result
     }
 
@@ -336,6 +384,7 @@ impl Limiter {
         };
         let refused = RateLimited { limit_type, retry_after: Duration::from_nanos(refused) };
         count_metric(&refused);
+        self.totals.refused(limit_type);
         Err(refused)
     }
 
@@ -440,6 +489,7 @@ impl Limiter {
                 let refused = RateLimited { limit_type: LimitType::Unavailable, retry_after: Duration::from_secs(1) };
                 self.count(&billed.principal, refused.limit_type, self.clock.now_ns());
                 count_metric(&refused);
+                self.totals.refused(refused.limit_type);
                 Err(refused)
             }
         }
@@ -453,6 +503,11 @@ impl Limiter {
     /// Principals with state, for the admin API's busiest list.
     pub fn principals(&self) -> Vec<Principal> {
         self.states.keys(self.now_secs())
+    }
+
+    /// The running totals of refusals and admission times.
+    pub fn totals(&self) -> TotalsSnapshot {
+        self.totals.read()
     }
 
     /// How many principals have state.

@@ -320,6 +320,58 @@ async fn a_limits_preview_counts_who_the_proposed_values_would_refuse_now_and_ch
 }
 
 #[tokio::test]
+async fn stats_sample_connections_subscriptions_stored_events_and_refusals_every_five_seconds() {
+    let relay = TestRelay::start_real_clock(|c| {
+        with_admin(c);
+        c.limits.human.ws_events_per_sec = 1;
+        c.limits.human.ws_burst_window_secs = 4;
+        c.limits.human.messages_per_min = 1000;
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    // The first sample is taken at start: nothing yet, rates of zero.
+    let (status, body) = api.token(Method::GET, "/admin/v1/stats", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["interval_secs"], 5);
+    let first = &body["samples"][0];
+    assert_eq!((&first["connections"], &first["subscriptions"]), (&json!(0), &json!(0)), "{body}");
+    assert_eq!((&first["events_stored_per_sec"], &first["admission_p99_us"]), (&json!(0.0), &Value::Null));
+    // Two connections, one subscription, 3 events stored, 2 ws_events refused (a burst of 4).
+    let mut a = relay.connect().await;
+    let mut b = relay.connect().await;
+    b.req("live", vec![json!({"kinds": [7]})]).await;
+    for i in 0..3 {
+        let e = sign(&keys(30), now(), 1, &[], &format!("{i}"));
+        assert_eq!(a.publish(&e).await[2], true);
+    }
+    for i in 0..2 {
+        let e = sign(&keys(30), now(), 1, &[], &format!("refused {i}"));
+        assert!(a.publish(&e).await[3].as_str().unwrap().starts_with("rate-limited: "));
+    }
+    // The next sample, within one interval (plus the machine's slack).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let sample = loop {
+        let (_, body) = api.token(Method::GET, "/admin/v1/stats", None).await;
+        if let Some(s) = body["samples"].as_array().and_then(|s| s.get(1)) {
+            break s.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no second sample: {body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!((&sample["connections"], &sample["subscriptions"]), (&json!(2), &json!(1)), "{sample}");
+    let seconds = sample["at"].as_u64().unwrap() - first["at"].as_u64().unwrap();
+    assert!((4..=8).contains(&seconds), "{seconds} s between samples");
+    // Rates over the interval the sampler measured (5 s, later under load): 3 stored, 2 refused.
+    let per_sec = |v: &Value| v.as_f64().unwrap();
+    let stored = per_sec(&sample["events_stored_per_sec"]);
+    let refused = per_sec(&sample["refusals_per_sec"]["ws_events"]);
+    assert!((3.0 / 8.0..=3.0 / 4.5).contains(&stored), "{sample}");
+    assert!((2.0 / 8.0..=2.0 / 4.5).contains(&refused), "{sample}");
+    assert_eq!(per_sec(&sample["refusals_per_sec"]["messages"]), 0.0);
+    assert!(sample["admission_p99_us"].as_u64().is_some(), "{sample}");
+}
+
+#[tokio::test]
 async fn usage_after_a_scripted_sequence_matches_exactly() {
     let relay = TestRelay::start(with_admin).await;
     let api = AdminApi::new(&relay);
