@@ -907,6 +907,12 @@ fn http_cases(max_message: usize) -> Vec<HttpCase> {
     cases
 }
 
+/// The limits document as the admin API serves it.
+async fn limits_document(relay: &TestRelay) -> String {
+    let resp = reqwest::Client::new().get(relay.http_url("/admin/v1/limits")).bearer_auth(ADMIN_TOKEN).send().await;
+    resp.unwrap().text().await.unwrap()
+}
+
 #[tokio::test]
 async fn every_hostile_http_request_gets_its_exact_status_and_body_and_nothing_is_stored() {
     let relay = TestRelay::start(|c| {
@@ -915,15 +921,7 @@ async fn every_hostile_http_request_gets_its_exact_status_and_body_and_nothing_i
     })
     .await;
     let max = relay.nip11().await["limitation"]["max_message_length"].as_u64().unwrap() as usize;
-    let limits_before = reqwest::Client::new()
-        .get(relay.http_url("/admin/v1/limits"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let limits_before = limits_document(&relay).await;
     let cases = http_cases(max);
     let http = reqwest::Client::new();
     let mut wrong = Vec::new();
@@ -955,14 +953,5 @@ async fn every_hostile_http_request_gets_its_exact_status_and_body_and_nothing_i
     assert!(wrong.is_empty(), "{} of {} cases answered wrongly:\n{}", wrong.len(), cases.len(), wrong.join("\n"));
     // Nothing was stored and no quota changed.
     assert_eq!(relay.connect().await.req("all", vec![json!({})]).await, Vec::<Value>::new());
-    let limits_after = http
-        .get(relay.http_url("/admin/v1/limits"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(limits_before, limits_after);
+    assert_eq!(limits_before, limits_document(&relay).await);
 }
