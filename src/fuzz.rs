@@ -196,8 +196,8 @@ pub fn store_files(data: &[u8]) {
     }
 }
 
-/// A configuration file, and `HEARTH_…` variables after a NUL: loaded or refused with an error
-/// naming the key, never a panic; what loads validates.
+/// A configuration file, and `HEARTH_…` variables after a NUL: loaded or refused, never a panic;
+/// what loads validates.
 pub fn config(data: &[u8]) {
     let Some(text) = text(data) else { return };
     let (file, vars) = text.split_once('\0').unwrap_or((text, ""));

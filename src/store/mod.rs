@@ -525,7 +525,9 @@ fn open_db(dir: &Path, cache_capacity_mb: u64) -> Result<sled::Db, StoreError> {
         match config.open() {
             Err(e) if lock_busy(&e) && waited < LOCK_WAIT => {
                 if waited.is_zero() {
-                    tracing::info!(path = %dir.display(), "waiting for the data directory's lock");
+                    // Debug only: the wait is short, and an offline command refused for a
+                    // directory in use says that in one line.
+                    tracing::debug!(path = %dir.display(), "waiting for the data directory's lock");
                 }
                 std::thread::sleep(LOCK_RETRY);
                 waited += LOCK_RETRY;

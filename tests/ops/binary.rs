@@ -217,7 +217,9 @@ async fn metrics_count_exactly_what_one_relay_process_did() {
     let allocated = sample(&text, "hearth_heap_allocated_bytes", &[]);
     let heap_resident = sample(&text, "hearth_heap_resident_bytes", &[]);
     assert!(allocated > 1e5 && allocated <= heap_resident, "{allocated} allocated, {heap_resident} held");
-    assert!(heap_resident <= resident * 1.1, "{heap_resident} held by the heap, {resident} resident");
+    // jemalloc's `resident` is an upper bound (pages it mapped and may not have touched yet), so
+    // it is held to the process's resident memory only loosely.
+    assert!(heap_resident <= resident * 2.0, "{heap_resident} held by the heap, {resident} resident");
     let status = sigterm(&mut child);
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
