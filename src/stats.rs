@@ -123,9 +123,16 @@ fn p99(counts: &[u64]) -> Option<u64> {
     None
 }
 
-/// Samples `app` at once and then every [`INTERVAL`] until the relay shuts down.
-pub async fn sample_every_interval(app: Arc<AppState>) {
-    let mut ticks = tokio::time::interval(INTERVAL);
+/// Samples `app` now, before anything is served (so the admin API never finds the ring empty),
+/// and returns the task that samples it every [`INTERVAL`] from then on until the relay shuts
+/// down.
+pub fn sample_every_interval(app: Arc<AppState>) -> impl std::future::Future<Output = ()> {
+    app.stats.sample(&app);
+    sample_after_first(app)
+}
+
+async fn sample_after_first(app: Arc<AppState>) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + INTERVAL, INTERVAL);
     loop {
         tokio::select! {
             _ = ticks.tick() => app.stats.sample(&app),
