@@ -157,11 +157,10 @@ pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Re
 pub async fn preview(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
     require_json(&ctx)?;
     let changes = validate(&parse_body(&ctx)?)?;
-    let mut proposed = app.moderation.snapshot().effective_limits(&app.config.limits);
-    for (key, value) in changes {
-        proposed.tier_mut(key.tier).set(key.key, value);
-    }
-    let preview = app.limiter.preview(&proposed);
+    // The limits the PATCH would give: its values as overrides, on a copy of the state.
+    let mut state = app.moderation.snapshot();
+    state.limit_overrides.extend(changes);
+    let preview = app.limiter.preview(&state.effective_limits(&app.config.limits));
     let per_quota = |counts: [u64; 3], any: u64| {
         let mut out: serde_json::Map<String, Value> =
             Preview::QUOTAS.iter().zip(counts).map(|(quota, n)| (quota.as_str().to_string(), json!(n))).collect();

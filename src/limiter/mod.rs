@@ -275,13 +275,10 @@ impl Totals {
     }
 }
 
-fn count_metric(refused: &RateLimited) {
-    metrics::counter!(
-        "hearth_admission_rejections_total",
-        "reason" => refused.reason(),
-        "limit_type" => refused.limit_type.as_str()
-    )
-    .increment(1);
+/// How long until `cell`, billed under whatever rate it was, could take one more under `quota`
+/// (0 = now).
+fn cell_wait(quota: Quota, cell: Cell, now_ns: u64) -> u64 {
+    quota.wait(quota.rescale(cell.tat, now_ns, cell.interval), now_ns)
 }
 
 /// The admission limiter.
@@ -383,8 +380,7 @@ impl Limiter {
             },
         };
         let refused = RateLimited { limit_type, retry_after: Duration::from_nanos(refused) };
-        count_metric(&refused);
-        self.totals.refused(limit_type);
+        self.count_refused(&refused);
         Err(refused)
     }
 
@@ -435,13 +431,14 @@ impl Limiter {
         let principals = self.principals();
         let mut out = Preview { tracked: principals.len() as u64, ..Preview::default() };
         for principal in &principals {
+            let cells = self.states.read(principal, secs(now_ns), |s| s.cells).unwrap_or_default();
             let (mut now_any, mut then_any) = (false, false);
             for (i, limit_type) in QUOTAS.into_iter().enumerate() {
                 let refused = |policy: &Policy| {
                     policy
                         .quota(principal, limit_type)
                         .filter(|_| policy.config.enabled)
-                        .is_some_and(|quota| self.wait(principal, quota, limit_type, now_ns) > 0)
+                        .is_some_and(|quota| cell_wait(quota, cells.get(limit_type), now_ns) > 0)
                 };
                 if refused(&current) {
                     out.refused_now[i] += 1;
@@ -461,7 +458,18 @@ impl Limiter {
     /// How long until `principal` could take a cell of `limit_type` (0 = now).
     fn wait(&self, principal: &Principal, quota: Quota, limit_type: LimitType, now_ns: u64) -> u64 {
         let cell = self.states.read(principal, secs(now_ns), |s| s.cells.get(limit_type));
-        cell.map_or(0, |cell| quota.wait(quota.rescale(cell.tat, now_ns, cell.interval), now_ns))
+        cell.map_or(0, |cell| cell_wait(quota, cell, now_ns))
+    }
+
+    /// Counts a refusal in `/metrics` and in the running totals the admin page samples.
+    fn count_refused(&self, refused: &RateLimited) {
+        metrics::counter!(
+            "hearth_admission_rejections_total",
+            "reason" => refused.reason(),
+            "limit_type" => refused.limit_type.as_str()
+        )
+        .increment(1);
+        self.totals.refused(refused.limit_type);
     }
 
     fn count(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
@@ -488,8 +496,7 @@ impl Limiter {
             None => {
                 let refused = RateLimited { limit_type: LimitType::Unavailable, retry_after: Duration::from_secs(1) };
                 self.count(&billed.principal, refused.limit_type, self.clock.now_ns());
-                count_metric(&refused);
-                self.totals.refused(refused.limit_type);
+                self.count_refused(&refused);
                 Err(refused)
             }
         }

@@ -483,15 +483,13 @@ struct Progress {
 }
 
 impl Progress {
-    const EVERY: Duration = Duration::from_secs(3);
-
     fn every_few_seconds(what: &'static str) -> Progress {
         let (done, rx) = std::sync::mpsc::channel::<()>();
         let started = std::time::Instant::now();
         let thread = std::thread::Builder::new()
             .name("hearth-progress".into())
             .spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Progress::EVERY) {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PROGRESS_EVERY) {
                     tracing::info!(seconds = started.elapsed().as_secs(), "{what}: still working");
                 }
             })
