@@ -5,7 +5,9 @@
 //! (`migration.jsonl` in the data directory) and the old tree removed
 //! ([`crate::store::migrate::carry_out`]); the lines are imported under today's rules (verified,
 //! deduplicated, replaceable and deletion rules, moderation), exactly as `hearth import` would;
-//! then the file is removed. While it exists, a relay refuses the directory.
+//! then the file is removed. While it exists, a relay refuses the directory. Layout 3 needs none
+//! of this: its catalogue is converted where it is ([`crate::store::migrate::convert_in_place`]),
+//! as a relay's start would convert it.
 
 use std::sync::Arc;
 
@@ -24,7 +26,8 @@ pub struct Migrated {
     pub from: Option<u8>,
     /// Today's layout.
     pub to: u8,
-    /// Events read out of the old layout (null when this run found them written out already).
+    /// Events read out of the old layout, or, from layout 3, ids converted in place (null when
+    /// this run found them written out already).
     pub carried: Option<u64>,
     /// The import of those events, when there was one.
     pub import: Option<ImportSummary>,
@@ -40,7 +43,17 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
         .map_err(|e| StoreError::Task(e.to_string()))??;
     let pending = dir.join(migrate::PENDING);
     if !pending.exists() {
-        return Ok(Migrated { from: None, to: SCHEMA_VERSION, carried: None, import: None });
+        // Layout 3 needs no import: its catalogue is converted where it is.
+        let owned = dir.clone();
+        let converted = tokio::task::spawn_blocking(move || migrate::convert_in_place(&owned, cache))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))??;
+        return Ok(Migrated {
+            from: converted.map(|(layout, _)| layout),
+            to: SCHEMA_VERSION,
+            carried: converted.map(|(_, ids)| ids),
+            import: None,
+        });
     }
     let input = std::io::BufReader::new(std::fs::File::open(&pending)?);
     let store = Store::open_migrating(

@@ -7,6 +7,7 @@
 
 use sled::IVec;
 
+use super::catalogue;
 use super::index::IndexOp;
 use super::index::{self, Serial};
 use super::keys;
@@ -51,9 +52,8 @@ pub(super) fn read_u64(value: &IVec) -> u64 {
 
 /// Removes a stored event and everything that points at it. Returns the event.
 pub(super) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreError> {
-    let Some(serial) = p.get(&keys::id(id))? else { return Ok(None) };
-    let serial = super::decode_serial(&serial)?;
-    p.remove(keys::id(id));
+    let Some(serial) = catalogue::pending_get(p, id)? else { return Ok(None) };
+    catalogue::pending_remove(p, id)?;
     // The record stays in the log, unreachable.
     let stored = p.record(serial)?;
     let event = record::decode(&stored)?;
@@ -79,7 +79,7 @@ pub(super) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>
 /// Stores an event (verified by the caller) unless it is a duplicate, superseded or deleted.
 /// Its record goes into a new log frame, or, when replaying, is the frame at `replayed`.
 pub(super) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> Result<PutOutcome, StoreError> {
-    if p.contains(&keys::id(&event.id))? {
+    if catalogue::pending_get(p, &event.id)?.is_some() {
         return Ok(PutOutcome::Duplicate);
     }
     if let Some(deleter) = p.get(&keys::tombstone(&event.id))?
@@ -113,7 +113,7 @@ pub(super) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
         Some(serial) => serial,
         None => p.push_frame(&stored),
     };
-    p.insert(keys::id(&event.id), serial.to_be_bytes());
+    catalogue::pending_insert(p, &event.id, serial)?;
     p.op_index.push(IndexOp::Insert(serial, header, index::keys_of(&header, &event.tags)));
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
@@ -127,8 +127,8 @@ fn delete_targets(p: &mut Pending, deletion: &Event) -> Result<(), StoreError> {
     let author = deletion.pubkey;
     for value in deletion.tag_values("e") {
         let Some(id) = EventId::from_hex(value) else { continue };
-        if let Some(serial) = p.get(&keys::id(&id))? {
-            let target = record::header(&p.record(super::decode_serial(&serial)?)?)?;
+        if let Some(serial) = catalogue::pending_get(p, &id)? {
+            let target = record::header(&p.record(serial)?)?;
             // Only the author's own events; a deletion cannot delete a deletion.
             if target.pubkey != author || target.kind == Kind::DELETION {
                 continue;
@@ -220,7 +220,7 @@ mod tests {
     }
 
     fn stored(tree: &sled::Tree, e: &Event) -> bool {
-        tree.contains_key(keys::id(&e.id)).unwrap()
+        catalogue::get(tree, &e.id).unwrap().is_some()
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
 use super::index::Serial;
 use super::log::FRAME_HEADER;
-use super::{EVENTS_TREE, StoreError, decode_serial, keys, open_db, open_log, record};
+use super::{EVENTS_TREE, StoreError, catalogue, keys, open_db, open_log, record};
 use crate::protocol::{EventId, Timestamp};
 
 /// One inconsistency.
@@ -107,11 +107,9 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
     let (mut events, mut stored) = (0u64, HashSet::new());
     let mut versions: HashMap<Vec<u8>, Vec<(Timestamp, EventId)>> = HashMap::new();
     let mut address_tombstones: Vec<(Vec<u8>, Timestamp, EventId)> = Vec::new();
-    for item in tree.scan_prefix([keys::ID]) {
-        let (key, value) = item?;
+    for entry in catalogue::all(&tree) {
+        let (id, serial) = entry?;
         events += 1;
-        let id = id_of(&key);
-        let serial = decode_serial(&value)?;
         // Read where the catalogue says, even past a point the walk could not get beyond.
         let readable = if intact.contains(&serial) || at <= serial { log.read(serial).ok() } else { None };
         let Some(bytes) = readable else {
@@ -218,26 +216,31 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
     let mut batch = sled::Batch::default();
     let mut newest: HashMap<Vec<u8>, (Timestamp, EventId)> = HashMap::new();
     let (log, _) = open_log(dir, &tree)?;
-    for item in tree.scan_prefix([keys::ID]) {
-        let (key, value) = item?;
-        let id = id_of(&key);
-        if dropped.contains(&id.to_hex()) {
-            tracing::warn!(id = %id.to_hex(), "repair: dropping an inconsistent event");
-            batch.remove(key);
-            continue;
-        }
-        let Ok(event) =
-            log.read(decode_serial(&value)?).map_err(StoreError::from).and_then(|r| Ok(record::decode(&r)?))
-        else {
-            continue;
-        };
-        if let Some(address) = address_of(&event) {
-            let candidate = (event.created_at, id);
-            let entry = newest.entry(address).or_insert(candidate);
-            // Newest wins; ties: the lowest id (NIP-01).
-            if (std::cmp::Reverse(candidate.0), candidate.1) < (std::cmp::Reverse(entry.0), entry.1) {
-                *entry = candidate;
+    for bucket in catalogue::buckets(&tree) {
+        let (key, value) = bucket?;
+        let mut kept = Vec::with_capacity(value.len());
+        for (id, serial) in catalogue::entries(&value)? {
+            if dropped.contains(&id.to_hex()) {
+                tracing::warn!(id = %id.to_hex(), "repair: dropping an inconsistent event");
+                continue;
             }
+            kept = catalogue::with(Some(&kept), &id, serial)?;
+            let Ok(event) = log.read(serial).map_err(StoreError::from).and_then(|r| Ok(record::decode(&r)?)) else {
+                continue;
+            };
+            if let Some(address) = address_of(&event) {
+                let candidate = (event.created_at, id);
+                let entry = newest.entry(address).or_insert(candidate);
+                // Newest wins; ties: the lowest id (NIP-01).
+                if (std::cmp::Reverse(candidate.0), candidate.1) < (std::cmp::Reverse(entry.0), entry.1) {
+                    *entry = candidate;
+                }
+            }
+        }
+        match kept.len() {
+            n if n == value.len() => {}
+            0 => batch.remove(key),
+            _ => batch.insert(key, kept),
         }
     }
     for (address, (created_at, id)) in newest {

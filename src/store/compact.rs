@@ -32,8 +32,8 @@ use super::index::Serial;
 use super::indexes;
 use super::log::{self, Log};
 use super::writer::{WriteOp, Writer};
-use super::{Store, StoreError, View, keys};
-use crate::protocol::{EventId, Timestamp};
+use super::{Store, StoreError, View, catalogue, keys};
+use crate::protocol::Timestamp;
 
 /// The settings document that records the last compaction.
 pub const LAST_COMPACTION: &str = "last_compaction";
@@ -374,7 +374,7 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
             let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
             view.index.remapped(moved, &live, end, generation, &w.compaction.stopping)
         });
-        let batch = catalogue_batch(w, &live, moved);
+        let batch = catalogue_batch(w, moved);
         (index.join(), batch)
     });
     let index = match index {
@@ -404,17 +404,15 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
 
 /// The catalogue's changes of a compaction: every `i` entry at its new serial, and the removals
 /// that the old generation's index segments needed dropped.
-fn catalogue_batch(
-    w: &Writer,
-    live: &[(Serial, EventId)],
-    moved: &[(Serial, Serial)],
-) -> Result<sled::Batch, StoreError> {
+fn catalogue_batch(w: &Writer, moved: &[(Serial, Serial)]) -> Result<sled::Batch, StoreError> {
     let mut batch = sled::Batch::default();
-    for (serial, id) in live {
-        let at = moved
-            .binary_search_by_key(serial, |&(old, _)| old)
-            .map_err(|_| StoreError::Corrupt(format!("compaction lost the record at {serial}")))?;
-        batch.insert(keys::id(id), &moved[at].1.to_be_bytes());
+    let to = |serial: Serial| match moved.binary_search_by_key(&serial, |&(old, _)| old) {
+        Ok(at) => Ok(moved[at].1),
+        Err(_) => Err(StoreError::Corrupt(format!("compaction lost the record at {serial}"))),
+    };
+    for bucket in catalogue::buckets(&w.tree) {
+        let (key, value) = bucket?;
+        batch.insert(key, catalogue::remapped(&value, to)?);
     }
     for item in w.tree.scan_prefix([keys::REMOVED]) {
         batch.remove(item?.0);

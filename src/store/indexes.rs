@@ -246,7 +246,7 @@ impl Indexes {
                 }
             };
             // Stored while its `i` entry points at this frame (else replaced, deleted, expired).
-            let live = tree.get(keys::id(&header.id))?.map(|v| decode_serial(&v)).transpose()? == Some(serial);
+            let live = super::catalogue::get(tree, &header.id)? == Some(serial);
             if live {
                 batch.push((serial, header, super::index::keys_of(&header, &tags)));
             }
@@ -539,12 +539,10 @@ pub(super) fn live_events(
     below: Serial,
 ) -> Result<Vec<(Serial, crate::protocol::EventId)>, StoreError> {
     let mut out = Vec::new();
-    for item in tree.scan_prefix([keys::ID]) {
-        let (key, value) = item?;
-        let serial = decode_serial(&value)?;
-        let id = key.get(1..).and_then(|id| id.try_into().ok()).ok_or_else(|| StoreError::Corrupt("id key".into()))?;
+    for entry in super::catalogue::all(tree) {
+        let (id, serial) = entry?;
         if serial < below {
-            out.push((serial, crate::protocol::EventId(id)));
+            out.push((serial, id));
         }
     }
     out.sort_unstable_by_key(|&(serial, _)| serial);

@@ -5,7 +5,7 @@
 //!
 //! | prefix | key                                   | value                          |
 //! |--------|---------------------------------------|--------------------------------|
-//! | `i`    | id                                    | serial (the record's place in [`super::log`]) |
+//! | `i`    | the id's first 20 bits (3 bytes)      | (id + serial) × the ids of that bucket: [`super::catalogue`] |
 //! | `r`    | pubkey + kind + d                     | id + created_at                |
 //! | `x`    | expiration + id                       | —                              |
 //! | `d`    | id (tombstone)                        | deleting pubkey                |
@@ -13,14 +13,14 @@
 //! | `z`    | serial (in the current generation)    | frame bytes (u32): a removed event that an index segment still lists |
 //! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen`, `index` |
 //!
-//! The `i` entry is the event's identity: deduplication and `ids` filters go through it, and an
+//! The `i` entry (an id and the serial of its record, its place in [`super::log`]) is the event's identity: deduplication and `ids` filters go through it, and an
 //! event is stored exactly while its `i` entry exists. The records themselves are in the event
 //! log, and the secondary indexes (author, kind, tags, time) in index segments and memory
 //! (`super::indexes`).
 
 use crate::protocol::{EventId, Kind, PubKey, Timestamp};
 
-/// Id → serial.
+/// Id bucket → (id, serial) entries.
 pub const ID: u8 = b'i';
 /// Replaceable / addressable address → current version.
 pub const ADDRESS: u8 = b'r';
@@ -47,11 +47,6 @@ fn key(parts: &[&[u8]]) -> Vec<u8> {
         out.extend_from_slice(p);
     }
     out
-}
-
-/// `i` + id.
-pub fn id(id: &EventId) -> Vec<u8> {
-    key(&[&[ID], &id.0])
 }
 
 /// `r` + pubkey + kind + d: the address of a replaceable (`d` = "") or addressable event.

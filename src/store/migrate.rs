@@ -10,12 +10,22 @@
 //! |--------|-------------|----------------------------------------------------------|
 //! | 1      | `events_v1` | `e` + id → NIP-40 expiration (u64) + the event's JSON     |
 //! | 2      | `events_v2` | `e` + serial → an event record ([`super::record`], format 1) |
-//! | 3      | `events_v3` | records in `events.log` (today's)                        |
+//! | 3      | `events_v3` | records in `events.log`; one `i` key per id                |
+//! | 4      | `events_v3` | records in `events.log`; `i` keys in buckets ([`super::catalogue`]; today's) |
+//!
+//! Layout 3 differs from today's only in its `i` entries, so it is converted in place when the
+//! store opens ([`bucket_catalogue`]), without a `hearth migrate`.
 
 use std::io::Write;
 use std::path::Path;
 
-use super::{OLD_TREES, StoreError, flush_durably, open_db, record};
+use sled::Tree;
+
+use super::{OLD_TREES, StoreError, catalogue, decode_serial, flush_durably, keys, open_db, record};
+use crate::protocol::EventId;
+
+/// Ids a layout-3 conversion moves into buckets per sled batch.
+const CONVERT_BATCH: usize = 65_536;
 
 /// The file a migration leaves the carried-over events in until they are imported. While it
 /// exists the store refuses to open: a relay on a half-migrated directory would serve too little.
@@ -62,4 +72,101 @@ pub fn carry_out(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8, u64)>
     db.drop_tree(name)?;
     flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
     Ok(Some((layout, events)))
+}
+
+/// Converts a layout-3 directory in place (`hearth migrate`; a relay's start does the same):
+/// returns 3 and how many ids moved, or `None` when `dir` has another layout.
+pub fn convert_in_place(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8, u64)>, StoreError> {
+    let db = open_db(dir, cache_capacity_mb)?;
+    if !db.tree_names().iter().any(|n| n.as_ref() == super::EVENTS_TREE.as_bytes()) {
+        return Ok(None);
+    }
+    let tree = db.open_tree(super::EVENTS_TREE)?;
+    if tree.get(keys::meta("schema"))?.as_deref() != Some(&[3u8][..]) {
+        return Ok(None);
+    }
+    let ids = bucket_catalogue(&tree)?;
+    flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
+    Ok(Some((3, ids)))
+}
+
+/// Moves layout 3's `i` entries (one key per id: `i` + id → serial) into today's buckets, in
+/// place; the last batch records layout 4 as `schema`. Each batch is atomic: the entries it adds
+/// to buckets and the keys it removes go together, so a conversion cut off by a crash goes on
+/// where it stopped at the next open, and an id is in exactly one of the two forms throughout.
+/// Returns how many ids it moved.
+pub(super) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
+    let _progress = super::Progress::every_few_seconds("moving the catalogue's ids into buckets (layout 3 to 4)");
+    let mut moved = 0u64;
+    let mut buckets: std::collections::BTreeMap<[u8; 4], Vec<u8>> = std::collections::BTreeMap::new();
+    let mut batch = sled::Batch::default();
+    let mut in_batch = 0;
+    let apply = |buckets: &mut std::collections::BTreeMap<[u8; 4], Vec<u8>>, mut batch: sled::Batch, last: bool| {
+        for (key, value) in std::mem::take(buckets) {
+            batch.insert(&key[..], value);
+        }
+        if last {
+            batch.insert(keys::meta("schema"), &[4u8]);
+        }
+        tree.apply_batch(batch)
+    };
+    for item in tree.scan_prefix([keys::ID]) {
+        let (key, value) = item?;
+        // A bucket: made by this conversion, or by one that was cut off.
+        let Some(id) = key.get(1..).and_then(|id| <[u8; 32]>::try_from(id).ok()).map(EventId) else { continue };
+        let serial = decode_serial(&value)?;
+        let bucket_key = catalogue::key(&id);
+        let bucket = match buckets.entry(bucket_key) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(tree.get(bucket_key)?.map(|v| v.to_vec()).unwrap_or_default())
+            }
+        };
+        *bucket = catalogue::with(Some(bucket), &id, serial)?;
+        batch.remove(key);
+        moved += 1;
+        in_batch += 1;
+        if in_batch == CONVERT_BATCH {
+            apply(&mut buckets, std::mem::take(&mut batch), false)?;
+            in_batch = 0;
+        }
+    }
+    apply(&mut buckets, batch, true)?;
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(first: [u8; 3], last: u8) -> EventId {
+        let mut id = [0u8; 32];
+        id[..3].copy_from_slice(&first);
+        id[31] = last;
+        EventId(id)
+    }
+
+    #[test]
+    fn a_conversion_cut_off_inside_a_bucket_goes_on_where_it_stopped() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        // Three ids of one bucket and one of another; one of the three already moved (the
+        // batch that moved it was the last to land before the crash).
+        let ids = [id([1, 2, 0x30], 1), id([1, 2, 0x31], 2), id([1, 2, 0x3f], 3), id([9, 9, 9], 4)];
+        tree.insert(catalogue::key(&ids[1]), catalogue::with(None, &ids[1], 100).unwrap()).unwrap();
+        for (n, id) in ids.iter().enumerate().filter(|&(n, _)| n != 1) {
+            tree.insert([&[keys::ID][..], &id.0].concat(), &(n as u64 * 100).to_be_bytes()).unwrap();
+        }
+        tree.insert(keys::meta("schema"), &[3u8]).unwrap();
+        assert_eq!(bucket_catalogue(&tree).unwrap(), 3);
+        for (n, id) in ids.iter().enumerate() {
+            assert_eq!(catalogue::get(&tree, id).unwrap(), Some(n as u64 * 100), "id {n}");
+        }
+        let keys_left: Vec<usize> = tree.scan_prefix([keys::ID]).map(|item| item.unwrap().0.len()).collect();
+        assert_eq!(keys_left, vec![4, 4], "two buckets and no key of the old form");
+        assert_eq!(tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [4]);
+        // Again: nothing to move, nothing changed.
+        assert_eq!(bucket_catalogue(&tree).unwrap(), 0);
+        assert_eq!(catalogue::all(&tree).count(), 4);
+    }
 }

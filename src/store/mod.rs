@@ -15,6 +15,7 @@
 //! methods.
 
 mod apply;
+pub mod catalogue;
 mod check;
 mod compact;
 mod durable;
@@ -48,8 +49,9 @@ use indexes::Indexes;
 use log::Log;
 
 /// Current on-disk layout version.
-pub const SCHEMA_VERSION: u8 = 3;
-/// The tree of this layout; older layouts lived in other trees.
+pub const SCHEMA_VERSION: u8 = 4;
+/// The tree of this layout (and of layout 3, converted in place); older layouts lived in other
+/// trees.
 const EVENTS_TREE: &str = "events_v3";
 /// Small named JSON documents (admin overrides, moderation state, the last compaction).
 const SETTINGS_TREE: &str = "settings_v1";
@@ -288,6 +290,13 @@ impl Store {
                 db.flush()?;
             }
             Some(v) if v.as_ref() == [SCHEMA_VERSION] => {}
+            Some(v) if v.as_ref() == [3] => {
+                let started = std::time::Instant::now();
+                tracing::info!("the data directory has layout 3: moving its catalogue's ids into buckets");
+                let ids = migrate::bucket_catalogue(&tree)?;
+                flush_durably(&db, durable.as_deref())?;
+                tracing::info!(ids, ms = started.elapsed().as_millis() as u64, "the data directory has layout 4 now");
+            }
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
         }
         let committed = meta_u64(&tree, keys::LOG_END)?;
@@ -393,7 +402,7 @@ impl Store {
 
     /// True when an event with this id is stored.
     pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        Ok(self.inner.tree.contains_key(keys::id(id))?)
+        Ok(catalogue::get(&self.inner.tree, id)?.is_some())
     }
 
     /// Runs blocking read work on the blocking pool, off the async reactor.

@@ -58,13 +58,6 @@ impl<'t> Pending<'t> {
         }
     }
 
-    pub(super) fn contains(&self, key: &[u8]) -> Result<bool, StoreError> {
-        match self.op.get(key).or_else(|| self.group.get(key)) {
-            Some(value) => Ok(value.is_some()),
-            None => Ok(self.tree.contains_key(key)?),
-        }
-    }
-
     pub(super) fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
         self.op.insert(key.into(), Some(value.into()));
     }

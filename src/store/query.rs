@@ -10,17 +10,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::index::{Key, Serial};
 use super::log::{Log, LogError};
-use super::{MAX_PAIRS, Store, StoreError, View, decode_serial, keys, record, render};
+use super::{MAX_PAIRS, Store, StoreError, View, catalogue, keys, record, render};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 
 impl Store {
     /// The record of a stored event by id.
     fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
-        let read = self.read_view(true, |view| match self.inner.tree.get(keys::id(id))? {
-            Some(serial) => {
-                let serial = decode_serial(&serial)?;
-                Ok(Some((serial, view.log.read(serial).map_err(StoreError::from))))
-            }
+        let read = self.read_view(true, |view| match catalogue::get(&self.inner.tree, id)? {
+            Some(serial) => Ok(Some((serial, view.log.read(serial).map_err(StoreError::from)))),
             None => Ok(None),
         })?;
         // Judged damaged only once the read stands (a read that `read_view` threw away may have
@@ -118,8 +115,8 @@ impl Store {
         for item in self.inner.tree.range(from..=to) {
             let id = item?.0.get(9..).and_then(|id| id.try_into().ok()).map(EventId);
             let Some(id) = id else { continue };
-            if let Some(serial) = self.inner.tree.get(keys::id(&id))? {
-                out.insert(decode_serial(&serial)?);
+            if let Some(serial) = catalogue::get(&self.inner.tree, &id)? {
+                out.insert(serial);
             }
         }
         Ok(out)
@@ -174,14 +171,13 @@ impl Store {
             Plan::Ids(ids) => {
                 let check_tags = !filter.tags.is_empty();
                 for id in ids {
-                    let Some(serial) = self.inner.tree.get(keys::id(&id))? else { continue };
+                    let Some(serial) = catalogue::get(&self.inner.tree, &id)? else { continue };
                     // Looked at after the entry was read (a compaction sets it before its batch):
                     // the catalogue may be ahead of this view, and the entry a place in another
                     // file, not to be read here (`read_view` reads again with the new view).
                     if self.inner.catalogue.load(std::sync::atomic::Ordering::Acquire) != view.generation {
                         break;
                     }
-                    let serial = decode_serial(&serial)?;
                     // None: a write still in flight, not acknowledged yet. Another id's: a
                     // compaction's catalogue is ahead of this view (`read_view` reads again).
                     let Some(candidate) = self.candidate(view, serial, 0)? else { continue };

@@ -218,12 +218,52 @@ fn data_directories_of_older_layouts_are_refused() {
             Err(e) => assert_eq!(
                 e.to_string(),
                 format!(
-                    "storage: data directory has schema version {version}, this hearth reads 3: run `hearth migrate` to carry its events over"
+                    "storage: data directory has schema version {version}, this hearth reads 4: run `hearth migrate` to carry its events over"
                 )
             ),
             Ok(_) => panic!("a v{version} directory was opened"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_layout_3_directory_is_converted_at_open_and_every_event_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(8);
+    let events: Vec<_> = (0..300).map(|i| signed(&k, 1_000 + i, 1, &[&["t", "a"]])).collect();
+    {
+        let store = Store::open(dir.path(), 8).unwrap();
+        for e in &events {
+            store.put(e.clone()).await.unwrap();
+        }
+        store.shutdown().await.unwrap();
+    }
+    {
+        // Layout 3, made from today's: one `i` key per id, the serial its value.
+        let db = open_db(dir.path(), 8).unwrap();
+        let tree = db.open_tree(EVENTS_TREE).unwrap();
+        let buckets: Vec<_> = catalogue::buckets(&tree).map(Result::unwrap).collect();
+        assert_eq!(catalogue::all(&tree).count(), 300);
+        for (key, value) in buckets {
+            for (id, serial) in catalogue::entries(&value).unwrap() {
+                tree.insert([&[keys::ID][..], &id.0].concat(), &serial.to_be_bytes()).unwrap();
+            }
+            tree.remove(key).unwrap();
+        }
+        tree.insert(keys::meta("schema"), &[3u8]).unwrap();
+        db.flush().unwrap();
+    }
+    let store = Store::open(dir.path(), 8).unwrap();
+    assert_eq!(store.len(), 300);
+    for e in &events {
+        assert!(store.get(&e.id, Timestamp(2_000_000_000)).unwrap().is_some());
+    }
+    let want: Vec<EventId> = events.iter().rev().map(|e| e.id).collect();
+    assert_eq!(ids(&store, r##"{"#t":["a"]}"##), want);
+    assert!(matches!(store.put(events[7].clone()).await.unwrap(), PutOutcome::Duplicate));
+    let keys_left = store.inner.tree.scan_prefix([keys::ID]).filter(|item| item.as_ref().unwrap().0.len() != 4).count();
+    assert_eq!(keys_left, 0);
+    assert_eq!(store.inner.tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [SCHEMA_VERSION]);
 }
 
 #[tokio::test]

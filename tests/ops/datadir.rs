@@ -406,6 +406,23 @@ fn old_layout_dir(data: &Path, layout: u8, events: &[hearth::protocol::Event]) {
     db.flush().unwrap();
 }
 
+/// Turns today's data directory into layout 3, which kept one `i` key per id (`i` + id →
+/// serial) where today's keeps buckets (`i` + the id's first 20 bits → (id, serial) entries).
+fn layout_3_dir(data: &Path) {
+    let db = sled::open(data).unwrap();
+    let tree = db.open_tree("events_v3").unwrap();
+    let buckets: Vec<_> = tree.scan_prefix(b"i").map(Result::unwrap).collect();
+    for (key, value) in buckets {
+        assert_eq!((key.len(), value.len() % 40), (4, 0));
+        for entry in value.chunks_exact(40) {
+            tree.insert([&b"i"[..], &entry[..32]].concat(), &entry[32..]).unwrap();
+        }
+        tree.remove(key).unwrap();
+    }
+    tree.insert(b"mschema", &[3]).unwrap();
+    db.flush().unwrap();
+}
+
 #[test]
 fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
     let (alice, bob) = (keys(1), keys(2));
@@ -425,14 +442,14 @@ fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(
             stderr.contains(&format!(
-                "data directory has schema version {layout}, this hearth reads 3: run `hearth migrate`"
+                "data directory has schema version {layout}, this hearth reads 4: run `hearth migrate`"
             )),
             "{stderr}"
         );
         let out = hearth(&data).arg("migrate").output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         let done = summary(&out);
-        assert_eq!((&done["from"], &done["to"], &done["carried"]), (&json!(layout), &json!(3), &json!(7)), "{done}");
+        assert_eq!((&done["from"], &done["to"], &done["carried"]), (&json!(layout), &json!(4), &json!(7)), "{done}");
         assert_eq!((&done["import"]["stored"], &done["import"]["invalid"]), (&json!(7), &json!(0)), "{done}");
         let got: Vec<String> =
             String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
@@ -440,7 +457,27 @@ fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
         assert!(!data.join("migration.jsonl").exists());
         // Today's layout: nothing to do.
         let again = summary(&hearth(&data).arg("migrate").output().unwrap());
-        assert_eq!(again, json!({"from": null, "to": 3, "carried": null, "import": null}));
+        assert_eq!(again, json!({"from": null, "to": 4, "carried": null, "import": null}));
+    }
+
+    // Layout 3, made from today's by the test: one `i` key per id. A relay's start (here the
+    // export's open) converts it in place, and so does `hearth migrate`.
+    for by_migrate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        assert_eq!(summary(&import(&data, want.join("\n").as_bytes()))["stored"], 7);
+        layout_3_dir(&data);
+        if by_migrate {
+            let done = summary(&hearth(&data).arg("migrate").output().unwrap());
+            assert_eq!(done, json!({"from": 3, "to": 4, "carried": 7, "import": null}));
+        }
+        let got: Vec<String> =
+            String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
+        assert_eq!(got, want, "layout 3: every event, oldest first");
+        let checked = hearth(&data).arg("check").output().unwrap();
+        assert_eq!(checked.status.code(), Some(0), "{}", String::from_utf8_lossy(&checked.stdout));
+        let again = summary(&hearth(&data).arg("migrate").output().unwrap());
+        assert_eq!(again, json!({"from": null, "to": 4, "carried": null, "import": null}));
     }
 
     // Cut off after the old events were written out: the directory is refused until a second
