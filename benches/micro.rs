@@ -14,7 +14,7 @@ use hearth::config::LimitsConfig;
 use hearth::limiter::{Billed, LimitType, Limiter, SystemClock};
 use hearth::protocol::verify::verify;
 use hearth::protocol::{Event, Filter, Keys, Kind, Timestamp};
-use hearth::store::{Store, index, keys, record};
+use hearth::store::{Store, catalogue, index, record};
 
 /// A kind-1 event shaped like the bench's: a few `t` and `p` tags, 200 bytes of content.
 fn sample() -> String {
@@ -46,7 +46,7 @@ fn encoding(c: &mut Criterion) {
         b.iter(|| {
             let stored = record::encode(black_box(&event));
             let header = record::header(&stored).unwrap();
-            (keys::id(&event.id), index::keys_of(&header, &event.tags))
+            (catalogue::key(&event.id), index::keys_of(&header, &event.tags))
         })
     });
     c.bench_function("store: record render (stored → JSON)", |b| b.iter(|| record::render(black_box(&stored))));
