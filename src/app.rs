@@ -35,4 +35,8 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// The last 15 minutes, sampled for the admin page.
     pub stats: crate::stats::Stats,
+    /// When the relay started (uptime, for the admin page).
+    pub started: std::time::Instant,
+    /// The same, as Unix time.
+    pub started_at: crate::protocol::Timestamp,
 }

@@ -111,6 +111,8 @@ impl Relay {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             stats: stats::Stats::default(),
+            started: std::time::Instant::now(),
+            started_at: protocol::Timestamp::now(),
         });
         Ok(Relay { app })
     }

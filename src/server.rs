@@ -106,7 +106,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
 
 /// True for the routes of the admin surface, which `admin.bind` moves to a port of its own.
 pub fn is_admin(method: &str, path: &str) -> bool {
-    path.starts_with("/admin/") || (method, path) == ("POST", "/")
+    path == "/admin" || path.starts_with("/admin/") || (method, path) == ("POST", "/")
 }
 
 /// Every (method, path) the relay's port answers; the OpenAPI document must describe exactly
@@ -131,9 +131,13 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/usage/{pubkey}"),
     ("GET", "/admin/v1/usage/ip/{addr}"),
     ("GET", "/admin/v1/stats"),
+    ("GET", "/admin/v1/relay"),
     ("GET", "/admin/v1/audit"),
     ("GET", "/admin/v1/export"),
     ("GET", "/admin/v1/store"),
     ("POST", "/admin/v1/store/compact"),
     ("POST", "/admin/v1/rpc"),
+    ("GET", "/admin"),
+    ("GET", "/admin/"),
+    ("GET", "/admin/{file}"),
 ];

@@ -8,6 +8,7 @@
 mod limits;
 mod nip86;
 mod store;
+pub mod ui;
 mod usage;
 
 use std::convert::Infallible;
@@ -231,6 +232,37 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, stats));
+    // GET /admin/v1/relay
+    let relay = base
+        .and(warp::path("relay"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, relay));
+    // GET /admin/ and /admin/{file}: the admin page; `/admin` itself redirects to `/admin/`, where
+    // the page's relative links resolve. No credential is needed to load it (it holds none).
+    let enabled = app.config.admin.enabled();
+    let page = warp::path("admin").and(warp::path::tail()).and(warp::path::full()).and(warp::get()).and_then(
+        move |tail: warp::path::Tail, full: warp::path::FullPath| async move {
+            if !enabled {
+                return Err(warp::reject::not_found());
+            }
+            if full.as_str() == "/admin" {
+                let mut response = Response::new(Vec::<u8>::new().into());
+                *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
+                response
+                    .headers_mut()
+                    .insert(warp::http::header::LOCATION, warp::http::HeaderValue::from_static("/admin/"));
+                return Ok(response);
+            }
+            // The API's own paths are the routes above; everything else under /admin/ is the page.
+            if tail.as_str().starts_with("v1/") || tail.as_str() == "v1" {
+                return Err(warp::reject::not_found());
+            }
+            ui::file(tail.as_str()).ok_or_else(warp::reject::not_found)
+        },
+    );
     // GET /admin/v1/audit
     let audit_log = base
         .and(warp::path("audit"))
@@ -267,12 +299,14 @@ pub fn routes(app: Arc<AppState>) -> Route {
         usage_pubkey.boxed(),
         busiest.boxed(),
         stats.boxed(),
+        relay.boxed(),
         audit_log.boxed(),
         export.boxed(),
         store_stats.boxed(),
         store_compact.boxed(),
         rpc.boxed(),
         nip86_root.boxed(),
+        page.boxed(),
     ])
 }
 
@@ -281,6 +315,22 @@ async fn stats(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, 
     ok_json(&serde_json::json!({
         "interval_secs": crate::stats::INTERVAL.as_secs(),
         "samples": app.stats.samples(),
+    }))
+}
+
+/// `GET /admin/v1/relay`: what the relay is and says of itself (the admin page's header, its
+/// overview's uptime and version, and the relay information it edits).
+async fn relay(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    let state = app.moderation.snapshot();
+    let info = &app.config.info;
+    ok_json(&serde_json::json!({
+        "software": "hearth",
+        "version": env!("CARGO_PKG_VERSION"),
+        "started_at": app.started_at.0,
+        "uptime_secs": app.started.elapsed().as_secs(),
+        "name": state.name.unwrap_or_else(|| info.name.clone()),
+        "description": state.description.unwrap_or_else(|| info.description.clone()),
+        "icon": state.icon.unwrap_or_else(|| info.icon.clone()),
     }))
 }
 

@@ -219,12 +219,16 @@ async fn openapi(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> 
 }
 
 /// The OpenAPI document as served: with this relay's `limitation.max_filters`, so that a
-/// request the document allows is one the relay takes.
+/// request the document allows is one the relay takes, and the admin page's files.
 fn openapi_document(max_filters: usize) -> Result<serde_json::Value, ApiError> {
     let mut doc: serde_json::Value = serde_json::from_str(OPENAPI).map_err(internal)?;
     let filters = doc
         .pointer_mut("/components/schemas/Filters/properties/filters/maxItems")
         .ok_or_else(|| internal("the OpenAPI document has no Filters.filters.maxItems"))?;
     *filters = max_filters.into();
+    let files = doc
+        .pointer_mut("/paths/~1admin~1{file}/get/parameters/0/schema/enum")
+        .ok_or_else(|| internal("the OpenAPI document has no /admin/{file} parameter"))?;
+    *files = crate::admin::ui::FILES.iter().map(|(name, ..)| serde_json::Value::from(*name)).collect();
     Ok(doc)
 }

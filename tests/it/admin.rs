@@ -780,3 +780,79 @@ async fn the_relay_compacts_on_its_own_once_half_its_log_is_dead_and_when_asked(
     let mut reader = relay.connect().await;
     assert_eq!(reader.req_ids("one", vec![json!({"ids": [later.id.to_hex()]})]).await, vec![later.id.to_hex()]);
 }
+
+/// The page's headers, checked on every file.
+fn assert_page_headers(resp: &reqwest::Response, content_type: &str, what: &str) {
+    let header = |name: &str| resp.headers().get(name).map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(header("content-type").as_deref(), Some(content_type), "{what}");
+    assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"), "{what}");
+    let csp = header("content-security-policy").unwrap_or_default();
+    for directive in ["default-src 'self'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'"] {
+        assert!(csp.split(';').any(|d| d.trim() == directive), "{what}: {directive} missing from {csp}");
+    }
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{what}: {csp}");
+}
+
+#[tokio::test]
+async fn the_admin_page_is_served_with_its_headers_where_the_admin_api_is() {
+    let relay = TestRelay::start(with_admin).await;
+    let base = format!("http://{}", relay.addr);
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = http.get(format!("{base}/admin/")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_page_headers(&page, "text/html; charset=utf-8", "/admin/");
+    let html = page.text().await.unwrap();
+    assert_eq!(html, std::fs::read_to_string("admin-ui/index.html").unwrap());
+    for name in ["index.html", "style.css", "app.js", "api.js", "dom.js", "chart.js"] {
+        let resp = http.get(format!("{base}/admin/{name}")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{name}");
+        let want = match name.rsplit('.').next().unwrap() {
+            "html" => "text/html; charset=utf-8",
+            "css" => "text/css; charset=utf-8",
+            _ => "text/javascript; charset=utf-8",
+        };
+        assert_page_headers(&resp, want, name);
+        assert_eq!(resp.bytes().await.unwrap(), std::fs::read(format!("admin-ui/{name}")).unwrap(), "{name}");
+    }
+    // `/admin` itself sends the browser to `/admin/`, where the page's relative links resolve.
+    let bare = http.get(format!("{base}/admin")).send().await.unwrap();
+    assert_eq!(bare.status(), StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(bare.headers()["location"], "/admin/");
+    for missing in ["/admin/nope.js", "/admin/tests/admin.spec.js", "/admin/..%2FCargo.toml", "/admin/v1/nope"] {
+        let resp = http.get(format!("{base}{missing}")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{missing}");
+        assert_eq!(resp.json::<Value>().await.unwrap(), json!({"error": "not found"}), "{missing}");
+    }
+    // The API the page's header and overview read.
+    let api = AdminApi::new(&relay);
+    let (status, about) = api.token(Method::GET, "/admin/v1/relay", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((&about["software"], &about["version"]), (&json!("hearth"), &json!(env!("CARGO_PKG_VERSION"))));
+    assert!(about["uptime_secs"].as_u64().unwrap() < 600 && about["started_at"].as_u64().unwrap() <= now());
+    assert!(about["name"].is_string() && about["description"].is_string() && about["icon"].is_string(), "{about}");
+    assert_eq!(api.call(Method::GET, "/admin/v1/relay", None, None).await.0, StatusCode::UNAUTHORIZED);
+    let (_, renamed) = api
+        .token(Method::POST, "/admin/v1/rpc", Some(json!({"method": "changerelayname", "params": ["the den"]})))
+        .await;
+    assert_eq!(renamed["result"], true);
+    assert_eq!(api.token(Method::GET, "/admin/v1/relay", None).await.1["name"], "the den");
+}
+
+#[tokio::test]
+async fn the_admin_page_is_not_served_while_the_admin_api_is_off_nor_off_its_bind() {
+    let off = TestRelay::start(generous).await;
+    for path in ["/admin/", "/admin/app.js", "/admin"] {
+        let resp = reqwest::get(format!("http://{}{path}", off.addr)).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let moved = TestRelay::start(|c| {
+        with_admin(c);
+        c.admin.bind = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let on_relay_port = reqwest::get(format!("http://{}/admin/", moved.addr)).await.unwrap();
+    assert_eq!(on_relay_port.status(), StatusCode::NOT_FOUND);
+    let on_admin_port = reqwest::get(format!("http://{}/admin/", moved.admin_addr.unwrap())).await.unwrap();
+    assert_eq!(on_admin_port.status(), StatusCode::OK);
+    assert_page_headers(&on_admin_port, "text/html; charset=utf-8", "on admin.bind");
+}

@@ -363,7 +363,8 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
             .replace("{pubkey}", &"0".repeat(64))
             .replace("{addr}", "127.0.0.1")
             .replace("{tier}", "human")
-            .replace("{key}", "ws_events_per_sec");
+            .replace("{key}", "ws_events_per_sec")
+            .replace("{file}", "app.js");
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         // NIP-86 at POST / is selected by its content type.
         let content_type = if concrete == "/" { "application/nostr+json+rpc" } else { "application/json" };

@@ -2,7 +2,7 @@
 # The HTTP API against its own OpenAPI document: schemathesis (pinned, from PyPI, into a venv
 # under target/) runs every check with a fixed seed against a relay started here on an ephemeral
 # port, a temporary data directory and the admin API on. What it may refuse is in
-# schemathesis.toml, each refusal named. .ci/run calls this after `cargo test`.
+# schemathesis.toml, each refusal named. .ci/run calls this before `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SCHEMATHESIS_VERSION=4.32.5

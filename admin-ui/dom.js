@@ -1,0 +1,78 @@
+// Building the page's elements. Text always goes in as text (never as HTML), so nothing a client
+// sent (a reason, a relay name) can become markup.
+
+/** `el('p', {class: 'x'}, 'text', child)`; attributes starting with `on` are listeners. */
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? '' : String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** Replaces a node's children. */
+export function fill(node, ...children) {
+  node.replaceChildren();
+  append(node, children);
+}
+
+/** A message in a status or alert element; hidden when empty. */
+export function say(node, text) {
+  if (!node) return;
+  node.textContent = text ?? '';
+  node.hidden = !text;
+}
+
+/** `<dl>` of [term, value] pairs. */
+export function figures(node, pairs) {
+  fill(node, pairs.map(([term, value]) => el('div', { class: 'figure' }, el('dt', {}, term), el('dd', {}, value))));
+}
+
+/** A table with a header row and body rows (cells are nodes or text). */
+export function table(node, headings, rows, empty = 'Nothing yet.') {
+  const head = el('thead', {}, el('tr', {}, headings.map((h) => el('th', { scope: 'col' }, h))));
+  const body = rows.length
+    ? el('tbody', {}, rows.map((cells) => el('tr', {}, cells.map((c) => el('td', {}, c)))))
+    : el('tbody', {}, el('tr', {}, el('td', { colspan: headings.length }, empty)));
+  fill(node, head, body);
+}
+
+export const short = (text) => (text.length > 20 ? `${text.slice(0, 8)}…${text.slice(-6)}` : text);
+
+export function when(unixSeconds) {
+  if (!unixSeconds) return '—';
+  return new Date(unixSeconds * 1000).toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC');
+}
+
+export function duration(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  if (d) return `${d} d ${h} h`;
+  if (h) return `${h} h ${m} min`;
+  if (m) return `${m} min ${s % 60} s`;
+  return `${s} s`;
+}
+
+export function bytes(n) {
+  if (n === null || n === undefined) return '—';
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let value = n;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
+}

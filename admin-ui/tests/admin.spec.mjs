@@ -1,0 +1,291 @@
+// The admin page in a real browser against the real relay: sign-in, limits (preview, validation,
+// apply, a stale write, reset), usage of a fresh pubkey's traffic, tier change and ban, moderation,
+// the audit log, a 401 mid-session, keyboard use, accessibility (axe) and layout at each size.
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { test, expect } from '@playwright/test';
+import AxeBuilder from '@axe-core/playwright';
+
+const HTTP = () => process.env.HEARTH_HTTP;
+const TOKEN = () => process.env.HEARTH_TOKEN;
+const SHOTS = join(import.meta.dirname, 'screenshots');
+mkdirSync(SHOTS, { recursive: true });
+
+/** The admin API from the test's side, to confirm what the page did. */
+async function api(method, path, body) {
+  const response = await fetch(`${HTTP()}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${TOKEN()}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null, headers: response.headers };
+}
+
+/** Runs the hearth binary: `{code, stdout, stderr}`. */
+function hearth(args, input = '') {
+  return new Promise((ok, fail) => {
+    const child = spawn(process.env.HEARTH_BIN, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c) => { stdout += c; });
+    child.stderr.on('data', (c) => { stderr += c; });
+    child.on('error', fail);
+    child.on('exit', (code) => ok({ code, stdout, stderr }));
+    child.stdin.end(input);
+  });
+}
+
+async function freshKey() {
+  const { stdout } = await hearth(['keygen']);
+  return JSON.parse(stdout);
+}
+
+/**
+ * Publishes `n` kind-1 notes signed by `key`; the CLI's per-event lines. Over REST, where each
+ * request is NIP-98 signed and so billed to the key from the first one (over WebSocket the CLI's
+ * first event can leave before its AUTH and is then billed to the address).
+ */
+async function publish(key, n, content = 'note') {
+  const drafts = Array.from({ length: n }, (_, i) => JSON.stringify({ kind: 1, content: `${content} ${i}` })).join('\n');
+  const out = await hearth(['publish', '--rest', '--relay', HTTP(), '--key', key.secret], `${drafts}\n`);
+  return { code: out.code, lines: out.stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)), stderr: out.stderr };
+}
+
+// Console errors fail a test, except those it expects (a 401 the test provoked).
+let consoleErrors = [];
+let allowed = [];
+test.beforeEach(async ({ page }) => {
+  consoleErrors = [];
+  allowed = [];
+  page.on('console', (msg) => { if (msg.type() === 'error') consoleErrors.push(msg.text()); });
+  page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
+  // Every flow starts from the configured limits.
+  expect((await api('DELETE', '/admin/v1/limits/overrides')).status).toBe(200);
+});
+test.afterEach(async () => {
+  expect(consoleErrors.filter((e) => !allowed.some((re) => re.test(e)))).toEqual([]);
+});
+
+async function signIn(page) {
+  await page.goto(`${HTTP()}/admin/`);
+  await page.getByLabel('Admin token').fill(TOKEN());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByRole('heading', { name: 'Overview' })).toBeVisible();
+}
+
+async function view(page, name) {
+  await page.getByRole('navigation', { name: 'Views' }).getByRole('link', { name, exact: true }).click();
+  await expect(page.getByRole('heading', { name, level: 2 })).toBeVisible();
+}
+
+/** No axe violation of serious or critical impact, and no horizontal scrolling. */
+async function accessible(page, what) {
+  const { violations } = await new AxeBuilder({ page }).analyze();
+  const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+  expect(bad, what).toEqual([]);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  expect(overflow, `${what} scrolls sideways`).toBeLessThanOrEqual(0);
+}
+
+test('sign in: a wrong token is refused with an alert, the right one enters, the token stays in this tab only', async ({ page }) => {
+  allowed = [/401/];
+  await page.goto(`${HTTP()}/admin/`);
+  await accessible(page, 'sign-in');
+  await page.getByLabel('Admin token').fill('not-the-token');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByRole('alert')).toHaveText('That token was not accepted.');
+  await page.getByLabel('Admin token').fill(TOKEN());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByRole('heading', { name: 'Overview' })).toBeVisible();
+  const stored = await page.evaluate(() => ({ session: sessionStorage.getItem('hearth-admin-token'), local: localStorage.length }));
+  expect(stored).toEqual({ session: TOKEN(), local: 0 });
+  expect(page.url()).not.toContain(TOKEN());
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await expect(page.getByLabel('Admin token')).toBeVisible();
+  expect(await page.evaluate(() => sessionStorage.getItem('hearth-admin-token'))).toBeNull();
+});
+
+test('overview: uptime, version, connections, subscriptions, events stored and both charts', async ({ page }, info) => {
+  await signIn(page);
+  const figures = page.locator('#overview-figures');
+  for (const term of ['Uptime', 'Version', 'Connections', 'Subscriptions', 'Events stored']) {
+    await expect(figures.getByText(term, { exact: true })).toBeVisible();
+  }
+  const relay = (await api('GET', '/admin/v1/relay')).body;
+  await expect(figures.locator('.figure', { hasText: 'Version' }).locator('dd')).toHaveText(relay.version);
+  const store = (await api('GET', '/admin/v1/store')).body;
+  await expect(figures.locator('.figure', { hasText: 'Events stored' }).locator('dd')).toHaveText(String(store.events));
+  await expect(page.getByRole('img', { name: /^Events stored per second: latest/ })).toBeVisible();
+  await expect(page.getByRole('img', { name: /^Refusals per second, all limit types: latest/ })).toBeVisible();
+  await accessible(page, 'overview');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-overview.png`), fullPage: true });
+});
+
+test('limits: preview, a refused value beside its field, apply, a stale write, reset', async ({ page }, info) => {
+  allowed = [/status of 400/, /status of 412/];
+  await signIn(page);
+  await view(page, 'Limits');
+  await expect(page.getByLabel('human ws_events_per_sec', { exact: true })).toHaveValue(/\d+/);
+  // Preview: what the value would do, nothing changed.
+  await page.getByLabel('human messages_per_min', { exact: true }).fill('1');
+  await expect(page.locator('#limits-preview')).toHaveText(/^Would refuse \d+ principals? now \(\d+ under the limits in force, of \d+ tracked\)\.$/);
+  expect((await api('GET', '/admin/v1/limits')).body.human.messages_per_min.source).not.toBe('admin');
+  await page.getByLabel('human messages_per_min', { exact: true }).fill('');
+  // A value the API refuses: its message next to the field, nothing applied.
+  await page.getByLabel('human ws_events_per_sec', { exact: true }).fill('0');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await expect(page.locator('#limit-human-ws_events_per_sec-error')).toHaveText('`human.ws_events_per_sec` must be a positive integer of at most 10000000');
+  await expect(page.getByLabel('human ws_events_per_sec', { exact: true })).toHaveAttribute('aria-invalid', 'true');
+  await accessible(page, 'limits with an error');
+  // Applied, shown without a reload, and so in the API.
+  await page.getByLabel('human ws_events_per_sec', { exact: true }).fill('23');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await expect(page.locator('#limits-message')).toHaveText('Applied.');
+  await expect(page.locator('#limit-human-ws_events_per_sec-source')).toHaveText('admin');
+  expect((await api('GET', '/admin/v1/limits')).body.human.ws_events_per_sec).toEqual({ value: 23, source: 'admin' });
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-limits.png`), fullPage: true });
+  // Another admin changes the document meanwhile: this page's write is refused, the current shown.
+  expect((await api('PATCH', '/admin/v1/limits', { agent: { api_calls_per_min: 77 } })).status).toBe(200);
+  await page.getByLabel('human ws_events_per_sec', { exact: true }).fill('24');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await expect(page.locator('#limits-message')).toHaveText(/^Another admin changed the limits meanwhile/);
+  await expect(page.getByLabel('agent api_calls_per_min', { exact: true })).toHaveValue('77');
+  await expect(page.getByLabel('human ws_events_per_sec', { exact: true })).toHaveValue('23');
+  expect((await api('GET', '/admin/v1/limits')).body.human.ws_events_per_sec.value).toBe(23);
+  // Reset one value, then all.
+  await page.getByRole('button', { name: 'Reset human ws_events_per_sec' }).click();
+  await expect(page.locator('#limit-human-ws_events_per_sec-source')).not.toHaveText('admin');
+  expect((await api('GET', '/admin/v1/limits')).body.human.ws_events_per_sec.source).not.toBe('admin');
+  await page.getByRole('button', { name: 'Reset all' }).click();
+  await expect(page.locator('#limits-message')).toHaveText('Every limit is back to its configured value.');
+  expect((await api('GET', '/admin/v1/limits')).body.agent.api_calls_per_min.source).not.toBe('admin');
+});
+
+test('usage: a fresh pubkey\'s traffic in exact counts, its tier changed, banned, refused, audited', async ({ page }, info) => {
+  const key = await freshKey();
+  const sent = await publish(key, 3);
+  expect(sent.lines.map((l) => l.accepted), sent.stderr).toEqual([true, true, true]);
+  await signIn(page);
+  await view(page, 'Usage');
+  await page.getByLabel('Pubkey or IP').fill(key.npub);
+  await page.getByRole('button', { name: 'Look up', exact: true }).click();
+  const report = page.locator('#usage-report');
+  await expect(report.getByRole('heading', { level: 3 })).toHaveText(key.pubkey);
+  // Four messages a minute for humans (global-setup): three used, one cell back every 15 s.
+  await expect(report.getByText('used 3 of 4, 1 remaining', { exact: false })).toBeVisible();
+  await expect(page.getByRole('meter', { name: 'messages' })).toHaveAttribute('value', '3');
+  await expect(report.locator('.figure', { hasText: 'Stored events' }).locator('dd')).toHaveText('3');
+  await expect(report.locator('.figure', { hasText: 'Refusals' }).locator('dd')).toHaveText('admin_auth 0, api_calls 0, messages 0, unavailable 0, ws_events 0');
+  const usage = (await api('GET', `/admin/v1/usage/${key.pubkey}`)).body;
+  expect(usage.limits.messages.used).toBe(3);
+  await accessible(page, 'usage');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-usage.png`), fullPage: true });
+  // The busiest table lists it, with its actions.
+  await expect(page.locator('#busiest').getByRole('button', { name: `Look up ${key.pubkey.slice(0, 8)}…${key.pubkey.slice(-6)}` })).toBeVisible({ timeout: 10_000 });
+  // Tier.
+  await page.getByLabel('Tier', { exact: true }).selectOption('agent');
+  await page.getByRole('button', { name: 'Change tier' }).click();
+  await expect(page.locator('#usage-message')).toHaveText(/is in the agent tier now\.$/);
+  expect((await api('GET', `/admin/v1/usage/${key.pubkey}`)).body.tier).toBe('agent');
+  // Ban: its next event is refused.
+  await page.getByRole('button', { name: 'Ban this pubkey' }).click();
+  await expect(page.locator('#usage-message')).toHaveText(/is banned\.$/);
+  const banned = (await api('POST', '/admin/v1/rpc', { method: 'listbannedpubkeys', params: [] })).body.result;
+  expect(banned.map((b) => b.pubkey)).toContain(key.pubkey);
+  const refused = await publish(key, 1, 'after the ban');
+  expect(refused.lines.map((l) => [l.accepted, l.message.split(':')[0]])).toEqual([[false, 'blocked']]);
+  // Audit: both changes, newest first.
+  await view(page, 'Audit');
+  const rows = page.locator('#audit tbody tr');
+  await expect(rows.first()).toContainText('banpubkey');
+  await expect(page.locator('#audit tbody tr', { hasText: 'tier.set' }).first()).toContainText('human → agent');
+  await accessible(page, 'audit');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-audit.png`), fullPage: true });
+});
+
+test('moderation: ban by npub, the lists, unban, an allowed kind, the relay name', async ({ page }, info) => {
+  const key = await freshKey();
+  await signIn(page);
+  await view(page, 'Moderation');
+  await page.getByLabel('Pubkey to ban').fill(key.npub);
+  await page.getByRole('button', { name: 'Ban', exact: true }).click();
+  await expect(page.locator('#moderation-message')).toHaveText(/^Banned /);
+  const short = `${key.pubkey.slice(0, 8)}…${key.pubkey.slice(-6)}`;
+  await expect(page.getByRole('button', { name: `Unban ${short}` })).toBeVisible();
+  let banned = (await api('POST', '/admin/v1/rpc', { method: 'listbannedpubkeys', params: [] })).body.result;
+  expect(banned.map((b) => b.pubkey)).toContain(key.pubkey);
+  await accessible(page, 'moderation');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-moderation.png`), fullPage: true });
+  await page.getByRole('button', { name: `Unban ${short}` }).click();
+  await expect(page.getByRole('button', { name: `Unban ${short}` })).toHaveCount(0);
+  banned = (await api('POST', '/admin/v1/rpc', { method: 'listbannedpubkeys', params: [] })).body.result;
+  expect(banned.map((b) => b.pubkey)).not.toContain(key.pubkey);
+  // An allowed kind restricts every publisher: added and taken away again.
+  await page.getByLabel('Kind to allow').fill('30023');
+  await page.getByRole('button', { name: 'Allow kind' }).click();
+  await expect(page.getByRole('button', { name: 'Remove 30023' })).toBeVisible();
+  expect((await api('POST', '/admin/v1/rpc', { method: 'listallowedkinds', params: [] })).body.result).toEqual([30023]);
+  await page.getByRole('button', { name: 'Remove 30023' }).click();
+  await expect(page.getByRole('button', { name: 'Remove 30023' })).toHaveCount(0);
+  expect((await api('POST', '/admin/v1/rpc', { method: 'listallowedkinds', params: [] })).body.result).toEqual([]);
+  const name = `den of ${info.project.name}`;
+  await page.getByLabel('Relay name').fill(name);
+  await page.getByRole('button', { name: 'Save relay information' }).click();
+  await expect(page.locator('#relay-message')).toHaveText('Saved.');
+  expect((await api('GET', '/admin/v1/relay')).body.name).toBe(name);
+});
+
+test('store: the figures, and a compaction started from the page', async ({ page }, info) => {
+  allowed = [/status of 409/];
+  await signIn(page);
+  await view(page, 'Store');
+  const store = (await api('GET', '/admin/v1/store')).body;
+  await expect(page.locator('#store-figures .figure', { hasText: 'Events' }).first().locator('dd')).toHaveText(String(store.events));
+  await page.getByRole('button', { name: 'Compact now' }).click();
+  await expect(page.locator('#store-message')).toHaveText(/^(A compaction has started\.|A compaction is already running\.)$/);
+  await expect.poll(async () => (await api('GET', '/admin/v1/store')).body.last_compaction !== null, { timeout: 20_000 }).toBe(true);
+  await accessible(page, 'store');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-store.png`), fullPage: true });
+});
+
+test('a 401 mid-session stops polling and asks to sign in again', async ({ page }) => {
+  allowed = [/401/];
+  await signIn(page);
+  await view(page, 'Store');
+  await page.evaluate(() => sessionStorage.setItem('hearth-admin-token', 'revoked'));
+  // The next refresh (every 5 s) meets the 401.
+  await expect(page.getByRole('alert')).toHaveText('The relay did not accept the admin token. Sign in again.', { timeout: 15_000 });
+  await expect(page.getByLabel('Admin token')).toBeVisible();
+  expect(await page.evaluate(() => sessionStorage.getItem('hearth-admin-token'))).toBeNull();
+  // Polling stopped: no further request in the next refresh period.
+  let requests = 0;
+  page.on('request', (r) => { if (r.url().includes('/admin/v1/')) requests += 1; });
+  await page.waitForTimeout(6_000);
+  expect(requests).toBe(0);
+});
+
+test('keyboard alone: sign in, reach a view, look up a principal', async ({ page }) => {
+  await page.goto(`${HTTP()}/admin/`);
+  await page.getByLabel('Admin token').focus();
+  await page.keyboard.type(TOKEN());
+  await page.keyboard.press('Enter');
+  await expect(page.getByRole('heading', { name: 'Overview' })).toBeVisible();
+  // Tab to the Usage link and follow it.
+  for (let i = 0; i < 12; i += 1) {
+    await page.keyboard.press('Tab');
+    if ((await page.evaluate(() => document.activeElement?.textContent)) === 'Usage') break;
+  }
+  expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Usage');
+  await page.keyboard.press('Enter');
+  await expect(page.getByRole('heading', { name: 'Usage', level: 2 })).toBeVisible();
+  await page.keyboard.press('Tab');
+  for (let i = 0; i < 5 && (await page.evaluate(() => document.activeElement?.id)) !== 'usage-who'; i += 1) {
+    await page.keyboard.press('Tab');
+  }
+  await page.keyboard.type('127.0.0.1');
+  await page.keyboard.press('Enter');
+  await expect(page.locator('#usage-report').getByRole('heading', { level: 3 })).toHaveText('127.0.0.1');
+});

@@ -1,0 +1,96 @@
+//! The admin page (`admin-ui/` in the repository): its files, embedded in the binary so that a
+//! build never needs Node, and how they are served at `/admin/`.
+//!
+//! Owns the table of files and their content types, and the headers every one of them carries:
+//! a Content-Security-Policy that allows only this origin's own files (no inline script or
+//! style, no framing), `nosniff`, and no caching, so a new build's page is the one loaded. The
+//! page is served only where the admin API is (404 while it is off; on `admin.bind` when set);
+//! it holds no secret, and everything it shows comes from the authenticated API.
+
+use warp::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+};
+use warp::http::{HeaderValue, StatusCode};
+use warp::reply::Response;
+
+/// The page's Content-Security-Policy.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'";
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// Every file of the page: its name under `/admin/`, its content type, its bytes.
+pub const FILES: &[(&str, &str, &[u8])] = &[
+    ("index.html", HTML, include_bytes!("../../admin-ui/index.html")),
+    ("style.css", CSS, include_bytes!("../../admin-ui/style.css")),
+    ("app.js", JS, include_bytes!("../../admin-ui/app.js")),
+    ("api.js", JS, include_bytes!("../../admin-ui/api.js")),
+    ("dom.js", JS, include_bytes!("../../admin-ui/dom.js")),
+    ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
+];
+
+/// The file at `name` (`""`: the page itself), with the page's headers; `None` for any other name.
+pub fn file(name: &str) -> Option<Response> {
+    let name = if name.is_empty() { "index.html" } else { name };
+    let (_, content_type, bytes) = FILES.iter().find(|(file, ..)| *file == name)?;
+    let mut response = Response::new(bytes.to_vec().into());
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Some(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_the_page_is_embedded_and_nothing_else() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("admin-ui");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap())
+            .filter(|entry| entry.file_type().unwrap().is_file())
+            .map(|entry| entry.file_name().into_string().unwrap())
+            .collect();
+        on_disk.sort();
+        let mut embedded: Vec<String> = FILES.iter().map(|(name, ..)| name.to_string()).collect();
+        embedded.sort();
+        assert_eq!(embedded, on_disk, "admin-ui/ (its top level; tests/ is not served) and FILES differ");
+        for (name, content_type, bytes) in FILES {
+            let want = match name.rsplit('.').next() {
+                Some("html") => HTML,
+                Some("css") => CSS,
+                Some("js") => JS,
+                other => panic!("no content type for {other:?}"),
+            };
+            assert_eq!(*content_type, want, "{name}");
+            assert_eq!(std::fs::read(dir.join(name)).unwrap(), *bytes, "{name} is embedded as it is");
+        }
+    }
+
+    #[test]
+    fn the_page_loads_no_inline_script_or_style() {
+        for (name, _, bytes) in FILES {
+            let text = std::str::from_utf8(bytes).unwrap();
+            assert!(!text.contains("<style"), "{name}");
+            assert!(!text.contains(" style="), "{name}");
+            assert!(!text.contains("onclick=\""), "{name}");
+            if name.ends_with(".html") {
+                assert_eq!(
+                    text.matches("<script").count(),
+                    text.matches("<script type=\"module\" src=").count(),
+                    "{name}"
+                );
+            }
+        }
+        assert!(file("nope.js").is_none());
+        assert!(file("../Cargo.toml").is_none());
+    }
+}
