@@ -14,7 +14,7 @@
 //! | 4      | `events_v3` | records in `events.log`; `i` keys in buckets ([`super::catalogue`]; today's) |
 //!
 //! Layout 3 differs from today's only in its `i` entries, so it is converted in place when the
-//! store opens ([`bucket_catalogue`]), without a `hearth migrate`.
+//! store opens (as [`convert_in_place`] does for `hearth migrate`).
 
 use std::io::Write;
 use std::path::Path;
