@@ -172,16 +172,19 @@ pub(super) fn pending_remove(p: &mut Pending, id: &EventId) -> Result<(), StoreE
     Ok(())
 }
 
+/// An id beginning with `first` and ending with `last` (zeros between), for tests of buckets.
+#[cfg(test)]
+pub(super) fn test_id(first: [u8; 3], last: u8) -> EventId {
+    let mut id = [0u8; 32];
+    id[..3].copy_from_slice(&first);
+    id[31] = last;
+    EventId(id)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_id as id;
     use super::*;
-
-    fn id(first: [u8; 3], last: u8) -> EventId {
-        let mut id = [0u8; 32];
-        id[..3].copy_from_slice(&first);
-        id[31] = last;
-        EventId(id)
-    }
 
     #[test]
     fn ids_share_a_bucket_exactly_when_their_first_20_bits_agree() {

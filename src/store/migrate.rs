@@ -137,14 +137,8 @@ pub(super) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use super::catalogue::test_id as id;
     use super::*;
-
-    fn id(first: [u8; 3], last: u8) -> EventId {
-        let mut id = [0u8; 32];
-        id[..3].copy_from_slice(&first);
-        id[31] = last;
-        EventId(id)
-    }
 
     #[test]
     fn a_conversion_cut_off_inside_a_bucket_goes_on_where_it_stopped() {
