@@ -338,7 +338,8 @@ async function loadUsage(first) {
 }
 
 function usageMessage(where, text) {
-  const node = where === 'report' ? $('usage-message') : $('page-error');
+  // A row's action is reported below the report; the report's own, inside it.
+  const node = where === 'report' ? $('usage-message') : $('usage-status');
   if (node) say(node, text);
 }
 
