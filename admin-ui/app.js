@@ -290,11 +290,9 @@ function renderReport(report) {
     el('button', { type: 'submit' }, 'Change tier'));
   fill($('usage-report'),
     el('h3', {}, el('code', { class: 'wrap' }, report.principal)),
-    el('dl', { class: 'figures' },
-      [['Tier', report.tier], ['Connections', report.connections], ['Subscriptions', report.subscriptions],
-        ['Stored events', report.stored_events], ['Refusals', refusals || 'none'],
-        ['First seen', when(report.first_seen)], ['Last seen', when(report.last_seen)]]
-        .map(([t, v]) => el('div', { class: 'figure' }, el('dt', {}, t), el('dd', {}, v)))),
+    figures(el('dl', { class: 'figures' }), [['Tier', report.tier], ['Connections', report.connections],
+      ['Subscriptions', report.subscriptions], ['Stored events', report.stored_events], ['Refusals', refusals || 'none'],
+      ['First seen', when(report.first_seen)], ['Last seen', when(report.last_seen)]]),
     el('div', { class: 'meters' }, meters),
     tierSelect,
     el('div', { class: 'actions' }, el('button', { type: 'button', class: 'danger', onclick: () => ban(report.principal, 'report') }, isIp(report.principal) ? 'Block this IP' : 'Ban this pubkey')),

@@ -33,9 +33,10 @@ export function say(node, text) {
   node.hidden = !text;
 }
 
-/** `<dl>` of [term, value] pairs. */
+/** Fills a `<dl>` with [term, value] pairs; returns it. */
 export function figures(node, pairs) {
   fill(node, pairs.map(([term, value]) => el('div', { class: 'figure' }, el('dt', {}, term), el('dd', {}, value))));
+  return node;
 }
 
 /** A table with a header row and body rows (cells are nodes or text). */

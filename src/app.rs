@@ -37,6 +37,4 @@ pub struct AppState {
     pub stats: crate::stats::Stats,
     /// When the relay started (uptime, for the admin page).
     pub started: std::time::Instant,
-    /// The same, as Unix time.
-    pub started_at: crate::protocol::Timestamp,
 }

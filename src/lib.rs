@@ -112,7 +112,6 @@ impl Relay {
             tasks: TaskTracker::new(),
             stats: stats::Stats::default(),
             started: std::time::Instant::now(),
-            started_at: protocol::Timestamp::now(),
         });
         Ok(Relay { app })
     }

@@ -14,14 +14,14 @@ pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70];
 /// The NIP-11 document.
 #[derive(Debug, Serialize)]
 pub struct RelayInfo {
-    name: String,
-    description: String,
+    pub(crate) name: String,
+    pub(crate) description: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pubkey: Option<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     contact: String,
     #[serde(skip_serializing_if = "String::is_empty")]
-    icon: String,
+    pub(crate) icon: String,
     supported_nips: &'static [u16],
     software: &'static str,
     version: &'static str,

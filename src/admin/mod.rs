@@ -256,10 +256,7 @@ pub fn routes(app: Arc<AppState>) -> Route {
                     .insert(warp::http::header::LOCATION, warp::http::HeaderValue::from_static("/admin/"));
                 return Ok(response);
             }
-            // The API's own paths are the routes above; everything else under /admin/ is the page.
-            if tail.as_str().starts_with("v1/") || tail.as_str() == "v1" {
-                return Err(warp::reject::not_found());
-            }
+            // The API's own paths are the routes above; no file of the page has a `/` in its name.
             ui::file(tail.as_str()).ok_or_else(warp::reject::not_found)
         },
     );
@@ -321,16 +318,17 @@ async fn stats(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, 
 /// `GET /admin/v1/relay`: what the relay is and says of itself (the admin page's header, its
 /// overview's uptime and version, and the relay information it edits).
 async fn relay(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
-    let state = app.moderation.snapshot();
-    let info = &app.config.info;
+    // Name, description and icon exactly as NIP-11 serves them.
+    let info = crate::nip11::RelayInfo::new(&app.config, app.limiter.limits(), &app.moderation);
+    let uptime = app.started.elapsed().as_secs();
     ok_json(&serde_json::json!({
         "software": "hearth",
         "version": env!("CARGO_PKG_VERSION"),
-        "started_at": app.started_at.0,
-        "uptime_secs": app.started.elapsed().as_secs(),
-        "name": state.name.unwrap_or_else(|| info.name.clone()),
-        "description": state.description.unwrap_or_else(|| info.description.clone()),
-        "icon": state.icon.unwrap_or_else(|| info.icon.clone()),
+        "started_at": Timestamp::now().0.saturating_sub(uptime),
+        "uptime_secs": uptime,
+        "name": info.name,
+        "description": info.description,
+        "icon": info.icon,
     }))
 }
 

@@ -92,12 +92,18 @@ pub fn without(bucket: &[u8], id: &EventId) -> Result<Option<Vec<u8>>, StoreErro
     }
 }
 
-/// `bucket` with every entry's serial passed through `to` (a compaction's moves).
-pub fn remapped(bucket: &[u8], to: impl Fn(Serial) -> Result<Serial, StoreError>) -> Result<Vec<u8>, StoreError> {
+/// `bucket` rebuilt entry by entry: `keep` gives each id's serial in the new bucket (a
+/// compaction's move), or `None` to drop it (a repair).
+pub fn rebuilt(
+    bucket: &[u8],
+    mut keep: impl FnMut(EventId, Serial) -> Result<Option<Serial>, StoreError>,
+) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::with_capacity(bucket.len());
     for (id, serial) in entries(bucket)? {
-        out.extend_from_slice(&id.0);
-        out.extend_from_slice(&to(serial)?.to_be_bytes());
+        if let Some(serial) = keep(id, serial)? {
+            out.extend_from_slice(&id.0);
+            out.extend_from_slice(&serial.to_be_bytes());
+        }
     }
     Ok(out)
 }

@@ -218,17 +218,14 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
     let (log, _) = open_log(dir, &tree)?;
     for bucket in catalogue::buckets(&tree) {
         let (key, value) = bucket?;
-        let mut kept = Vec::with_capacity(value.len());
-        for (id, serial) in catalogue::entries(&value)? {
+        let kept = catalogue::rebuilt(&value, |id, serial| {
             if dropped.contains(&id.to_hex()) {
                 tracing::warn!(id = %id.to_hex(), "repair: dropping an inconsistent event");
-                continue;
+                return Ok(None);
             }
-            kept = catalogue::with(Some(&kept), &id, serial)?;
-            let Ok(event) = log.read(serial).map_err(StoreError::from).and_then(|r| Ok(record::decode(&r)?)) else {
-                continue;
-            };
-            if let Some(address) = address_of(&event) {
+            if let Ok(event) = log.read(serial).map_err(StoreError::from).and_then(|r| Ok(record::decode(&r)?))
+                && let Some(address) = address_of(&event)
+            {
                 let candidate = (event.created_at, id);
                 let entry = newest.entry(address).or_insert(candidate);
                 // Newest wins; ties: the lowest id (NIP-01).
@@ -236,7 +233,8 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
                     *entry = candidate;
                 }
             }
-        }
+            Ok(Some(serial))
+        })?;
         match kept.len() {
             n if n == value.len() => {}
             0 => batch.remove(key),

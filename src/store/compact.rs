@@ -406,13 +406,13 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
 /// that the old generation's index segments needed dropped.
 fn catalogue_batch(w: &Writer, moved: &[(Serial, Serial)]) -> Result<sled::Batch, StoreError> {
     let mut batch = sled::Batch::default();
-    let to = |serial: Serial| match moved.binary_search_by_key(&serial, |&(old, _)| old) {
-        Ok(at) => Ok(moved[at].1),
+    let to = |_, serial: Serial| match moved.binary_search_by_key(&serial, |&(old, _)| old) {
+        Ok(at) => Ok(Some(moved[at].1)),
         Err(_) => Err(StoreError::Corrupt(format!("compaction lost the record at {serial}"))),
     };
     for bucket in catalogue::buckets(&w.tree) {
         let (key, value) = bucket?;
-        batch.insert(key, catalogue::remapped(&value, to)?);
+        batch.insert(key, catalogue::rebuilt(&value, to)?);
     }
     for item in w.tree.scan_prefix([keys::REMOVED]) {
         batch.remove(item?.0);
