@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::client::session::Options;
-use crate::client::{PublishError, Session, rest};
+use crate::client::{Progress, PublishError, RestSession, Session};
 use crate::protocol::{Event, Filter, Keys, Kind, Timestamp};
 
 /// Exit code: everything succeeded.
@@ -104,6 +104,71 @@ fn code_of(error: &PublishError) -> u8 {
     }
 }
 
+/// The relay, over the transport the user chose.
+enum Relay {
+    Ws(Session),
+    Rest(RestSession),
+}
+
+impl Relay {
+    /// Connects over WebSocket, or over the REST API with `rest`; a failure is printed.
+    async fn connect(url: &str, rest: bool, keys: Option<Keys>) -> Result<Relay, u8> {
+        let relay = if rest {
+            RestSession::connect(url, keys, Options::default()).await.map(Relay::Rest)
+        } else {
+            Session::connect(url, keys, Options::default()).await.map(Relay::Ws)
+        };
+        relay.map_err(|e| {
+            eprintln!("hearth: {e}");
+            NETWORK
+        })
+    }
+
+    async fn publish(&self, event: Event) -> Result<String, PublishError> {
+        match self {
+            Relay::Ws(s) => s.publish(event).await,
+            Relay::Rest(s) => s.publish(event).await,
+        }
+    }
+
+    async fn fetch(&self, filters: Vec<Filter>) -> Result<Vec<Value>, String> {
+        match self {
+            Relay::Ws(s) => s.fetch(filters).await,
+            Relay::Rest(s) => s.fetch(filters).await,
+        }
+    }
+
+    async fn count(&self, filters: Vec<Filter>) -> Result<u64, String> {
+        match self {
+            Relay::Ws(s) => s.count(filters).await,
+            Relay::Rest(s) => s.count(filters).await,
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        match self {
+            Relay::Ws(s) => s.progress(),
+            Relay::Rest(s) => s.progress(),
+        }
+    }
+}
+
+/// The progress line of a publish run: `done` of `total` finished, and what the client did.
+fn progress_line(done: usize, total: usize, p: &Progress, now: Instant) -> String {
+    let mut line = format!(
+        "published {done}/{total}: sent {}, accepted {}, refused {}, rate-limited {}",
+        p.sent, p.accepted, p.refused, p.limited
+    );
+    if let Some(until) = p.gate_until.filter(|&u| u > now) {
+        let secs = until.saturating_duration_since(now).as_secs_f64().ceil();
+        line.push_str(&format!(", waiting for the gate {secs:.0}s"));
+    }
+    line
+}
+
+/// How often the progress line is redrawn while nothing finishes (the gate's countdown).
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
 /// `hearth publish`: one event from flags, or JSON lines from stdin.
 pub async fn publish(
     relay: &str,
@@ -133,37 +198,33 @@ pub async fn publish(
     };
     let total = events.len();
     let progress = total > 1 && std::io::stderr().is_terminal();
-    let session = if use_rest {
-        None
-    } else {
-        match Session::connect(relay, keys.clone(), Options::default()).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("hearth: {e}");
-                return NETWORK;
-            }
-        }
+    let relay = match Relay::connect(relay, use_rest, keys).await {
+        Ok(relay) => relay,
+        Err(code) => return code,
     };
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap_or_default();
-    let base = rest::http_base(relay);
     let mut pending = FuturesUnordered::new();
     let mut done = 0usize;
     let mut iter = events.into_iter();
+    let mut redraw = tokio::time::interval(PROGRESS_EVERY);
     loop {
         while pending.len() < 64 {
             let Some(next) = iter.next() else { break };
-            let (session, http, base, keys) = (&session, &http, &base, keys.as_ref());
+            let relay = &relay;
             pending.push(async move {
                 let event = next?;
                 let id = event.id.to_hex();
-                let result = match session {
-                    Some(s) => s.publish(event).await,
-                    None => rest::publish(http, base, &event, keys).await,
-                };
-                Ok::<_, String>((id, result))
+                Ok::<_, String>((id, relay.publish(event).await))
             });
         }
-        let Some(outcome) = pending.next().await else { break };
+        let outcome = tokio::select! {
+            outcome = pending.next() => outcome,
+            _ = redraw.tick(), if progress => {
+                eprint!("\r{}\x1b[K", progress_line(done, total, &relay.progress(), Instant::now()));
+                let _ = std::io::stderr().flush();
+                continue;
+            }
+        };
+        let Some(outcome) = outcome else { break };
         done += 1;
         match outcome {
             Ok((id, Ok(message))) => println!("{}", json!({"id": id, "accepted": true, "message": message})),
@@ -176,37 +237,29 @@ pub async fn publish(
                 eprintln!("hearth: skipped a line: {e}");
             }
         }
-        if progress {
-            eprint!("\rpublished {done}/{total}");
-            let _ = std::io::stderr().flush();
-        }
     }
     if progress {
-        eprintln!();
+        eprintln!("\r{}\x1b[K", progress_line(done, total, &relay.progress(), Instant::now()));
     }
     worst
 }
 
 /// Parses the filter argument and connects: the shared start of `req` and `count`.
-async fn connect_with_filter(relay: &str, keys: Option<Keys>, filter: &str) -> Result<(Session, Filter), u8> {
+async fn connect_with_filter(relay: &str, rest: bool, keys: Option<Keys>, filter: &str) -> Result<(Relay, Filter), u8> {
     let filter: Filter = serde_json::from_str(filter).map_err(|e| {
         eprintln!("hearth: bad filter: {e}");
         INVALID
     })?;
-    let session = Session::connect(relay, keys, Options::default()).await.map_err(|e| {
-        eprintln!("hearth: {e}");
-        NETWORK
-    })?;
-    Ok((session, filter))
+    Ok((Relay::connect(relay, rest, keys).await?, filter))
 }
 
 /// `hearth req`: stored events matching the filter, as JSON lines.
-pub async fn req(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
-    let (session, filter) = match connect_with_filter(relay, keys, filter).await {
+pub async fn req(relay: &str, rest: bool, keys: Option<Keys>, filter: &str) -> u8 {
+    let (relay, filter) = match connect_with_filter(relay, rest, keys, filter).await {
         Ok(pair) => pair,
         Err(code) => return code,
     };
-    match session.fetch(vec![filter]).await {
+    match relay.fetch(vec![filter]).await {
         Ok(events) => {
             for e in events {
                 println!("{e}");
@@ -221,12 +274,12 @@ pub async fn req(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
 }
 
 /// `hearth count`: `{"count": n}`.
-pub async fn count(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
-    let (session, filter) = match connect_with_filter(relay, keys, filter).await {
+pub async fn count(relay: &str, rest: bool, keys: Option<Keys>, filter: &str) -> u8 {
+    let (relay, filter) = match connect_with_filter(relay, rest, keys, filter).await {
         Ok(pair) => pair,
         Err(code) => return code,
     };
-    match session.count(vec![filter]).await {
+    match relay.count(vec![filter]).await {
         Ok(n) => {
             println!("{}", json!({"count": n}));
             OK
@@ -235,5 +288,27 @@ pub async fn count(relay: &str, keys: Option<Keys>, filter: &str) -> u8 {
             eprintln!("hearth: {why}");
             REFUSED
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_line_counts_what_was_sent_and_the_gate_it_waits_for() {
+        let now = Instant::now();
+        let mut p = Progress { sent: 70, accepted: 61, refused: 1, limited: 9, gate_waits: 9, gate_until: None };
+        assert_eq!(
+            progress_line(62, 300, &p, now),
+            "published 62/300: sent 70, accepted 61, refused 1, rate-limited 9"
+        );
+        p.gate_until = Some(now + Duration::from_millis(2300));
+        assert_eq!(
+            progress_line(62, 300, &p, now),
+            "published 62/300: sent 70, accepted 61, refused 1, rate-limited 9, waiting for the gate 3s"
+        );
+        // A gate that has opened is not shown.
+        assert!(!progress_line(62, 300, &p, now + Duration::from_secs(3)).contains("gate"));
     }
 }

@@ -54,6 +54,9 @@ enum Command {
     Req {
         #[arg(long)]
         relay: String,
+        /// Ask over the REST API (POST /api/v1/query) instead of the WebSocket.
+        #[arg(long)]
+        rest: bool,
         #[command(flatten)]
         key: hearth::cli::KeyArgs,
         /// A NIP-01 filter as JSON.
@@ -94,6 +97,9 @@ enum Command {
     Count {
         #[arg(long)]
         relay: String,
+        /// Ask over the REST API (POST /api/v1/count) instead of the WebSocket.
+        #[arg(long)]
+        rest: bool,
         #[command(flatten)]
         key: hearth::cli::KeyArgs,
         /// A NIP-01 filter as JSON.
@@ -117,12 +123,12 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::publish(&relay, rest, keys, kind, content, tags).await,
             Err(code) => return code,
         },
-        Command::Req { relay, key, filter } => match load(&key) {
-            Ok(keys) => hearth::cli::req(&relay, keys, &filter).await,
+        Command::Req { relay, rest, key, filter } => match load(&key) {
+            Ok(keys) => hearth::cli::req(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
-        Command::Count { relay, key, filter } => match load(&key) {
-            Ok(keys) => hearth::cli::count(&relay, keys, &filter).await,
+        Command::Count { relay, rest, key, filter } => match load(&key) {
+            Ok(keys) => hearth::cli::count(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
         Command::Export { filter } => return offline(Offline::Export { filter }, config).await,

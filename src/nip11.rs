@@ -26,8 +26,10 @@ pub struct RelayInfo {
     software: &'static str,
     version: &'static str,
     limitation: Limitation,
-    /// hearth's own per-tier quotas (no NIP describes rate limits; clients ignore unknown fields).
-    hearth_limits: HearthLimits,
+    /// hearth's own per-tier quotas (no NIP describes rate limits; clients ignore unknown fields);
+    /// absent when the limiter is off, so that clients do not pace for quotas nobody enforces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hearth_limits: Option<HearthLimits>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,7 +88,11 @@ impl RelayInfo {
                 created_at_lower_limit: lim.created_at_lower_limit,
                 created_at_upper_limit: lim.created_at_upper_limit,
             },
-            hearth_limits: HearthLimits { human: limits.human, agent: limits.agent, ip: limits.ip },
+            hearth_limits: limits.enabled.then_some(HearthLimits {
+                human: limits.human,
+                agent: limits.agent,
+                ip: limits.ip,
+            }),
         }
     }
 }

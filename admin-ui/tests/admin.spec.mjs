@@ -43,13 +43,12 @@ async function freshKey() {
 }
 
 /**
- * Publishes `n` kind-1 notes signed by `key`; the CLI's per-event lines. Over REST, where each
- * request is NIP-98 signed and so billed to the key from the first one (over WebSocket the CLI's
- * first event can leave before its AUTH and is then billed to the address).
+ * Publishes `n` kind-1 notes signed by `key` over WebSocket; the CLI's per-event lines. The CLI
+ * holds its events until the relay has said OK to its AUTH, so every one is billed to the key.
  */
 async function publish(key, n, content = 'note') {
   const drafts = Array.from({ length: n }, (_, i) => JSON.stringify({ kind: 1, content: `${content} ${i}` })).join('\n');
-  const out = await hearth(['publish', '--rest', '--relay', HTTP(), '--key', key.secret], `${drafts}\n`);
+  const out = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', key.secret], `${drafts}\n`);
   return { code: out.code, lines: out.stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)), stderr: out.stderr };
 }
 

@@ -5,12 +5,13 @@
 //! ([`super::session`]) only moves frames between this core and a socket, so every rule is tested
 //! with a fake clock through this same code.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::protocol::{Event, EventId, Filter, Keys, Kind, Timestamp};
+use crate::config::Tier;
+use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Kind, Timestamp};
 
 /// Parses the `retry in Ns` hint of a `rate-limited:` message.
 pub fn retry_hint(message: &str) -> Option<Duration> {
@@ -62,6 +63,150 @@ pub struct Pace {
     pub burst: f64,
 }
 
+/// Share of an advertised rate the client paces at: requests bunched by the network must not
+/// arrive faster than the relay admits them once the burst is spent.
+const PACE_MARGIN: f64 = 0.9;
+
+/// Which quota a transport's requests are billed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// EVENT/REQ/COUNT frames: `ws_events`, `ws_events_per_sec` with a burst window.
+    WebSocket,
+    /// REST calls: `api_calls`, `api_calls_per_min` with a burst of as many.
+    Rest,
+}
+
+impl Pace {
+    /// The pace for `transport` at `tier` from a relay's NIP-11 document (`hearth_limits`): a
+    /// little under the lower of the tier's quota and the IP ceiling's, which every request of
+    /// the address is billed to as well. `None` when the relay advertises no limits.
+    pub fn advertised(nip11: &Value, tier: Tier, transport: Transport) -> Option<Pace> {
+        let limits = &nip11["hearth_limits"];
+        let of = |tier: Tier| -> Option<(f64, f64)> {
+            let t = &limits[tier.as_str()];
+            match transport {
+                Transport::WebSocket => {
+                    let per_sec = t["ws_events_per_sec"].as_f64()?;
+                    Some((per_sec, per_sec * t["ws_burst_window_secs"].as_f64().unwrap_or(1.0)))
+                }
+                Transport::Rest => {
+                    let per_min = t["api_calls_per_min"].as_f64()?;
+                    Some((per_min / 60.0, per_min))
+                }
+            }
+        };
+        let (mut per_sec, mut burst) = of(tier)?;
+        if let Some((ip_rate, ip_burst)) = of(Tier::Ip) {
+            per_sec = per_sec.min(ip_rate);
+            burst = burst.min(ip_burst);
+        }
+        if per_sec <= 0.0 {
+            return None;
+        }
+        Some(Pace { per_sec: per_sec * PACE_MARGIN, burst: (burst - 1.0).max(1.0) })
+    }
+}
+
+/// What the relay's reply is about, when it names a wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A published event.
+    Event(EventId),
+    /// A subscription or COUNT, by its id.
+    Sub(String),
+}
+
+/// A relay's answer, whatever transport carried it: the WebSocket session parses frames into
+/// these, the REST session maps HTTP responses onto them, and the rules are the same.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// An event's verdict (`OK`, or a REST publish answer that names no wait).
+    Ok {
+        /// The event.
+        id: EventId,
+        /// Stored (or a duplicate).
+        accepted: bool,
+        /// The relay's message.
+        message: String,
+    },
+    /// A refusal that names how long to wait: `rate-limited: …; retry in Ns`, or HTTP 429/503
+    /// with `Retry-After: N`.
+    Limited {
+        /// What was refused.
+        target: Target,
+        /// The relay's message.
+        message: String,
+        /// How long the relay asks the client to wait.
+        wait: Duration,
+    },
+    /// A subscription or COUNT ended by the relay (or refused without a wait).
+    Closed {
+        /// Its id.
+        sub: String,
+        /// The relay's message.
+        message: String,
+    },
+    /// A stored or live event for a subscription.
+    Event(String, Value),
+    /// End of stored events.
+    Eose(String),
+    /// A COUNT answer.
+    Count(String, u64),
+    /// A NOTICE.
+    Notice(String),
+    /// A NIP-42 challenge.
+    Auth(String),
+}
+
+impl Reply {
+    /// A relay frame as a reply; `None` for what is not a relay frame.
+    pub fn parse(text: &str) -> Option<Reply> {
+        let Ok(Value::Array(frame)) = serde_json::from_str::<Value>(text) else { return None };
+        let s = |i: usize| frame.get(i).and_then(Value::as_str).unwrap_or("").to_string();
+        Some(match frame.first().and_then(Value::as_str)? {
+            "OK" => {
+                let id = EventId::from_hex(&s(1))?;
+                let accepted = frame.get(2).and_then(Value::as_bool).unwrap_or(false);
+                let message = s(3);
+                match retry_hint(&message) {
+                    Some(wait) if !accepted => Reply::Limited { target: Target::Event(id), message, wait },
+                    _ => Reply::Ok { id, accepted, message },
+                }
+            }
+            "CLOSED" => {
+                let (sub, message) = (s(1), s(2));
+                match retry_hint(&message) {
+                    Some(wait) => Reply::Limited { target: Target::Sub(sub), message, wait },
+                    None => Reply::Closed { sub, message },
+                }
+            }
+            "NOTICE" => Reply::Notice(s(1)),
+            "AUTH" => Reply::Auth(s(1)),
+            "EVENT" => Reply::Event(s(1), frame.get(2).cloned().unwrap_or(Value::Null)),
+            "EOSE" => Reply::Eose(s(1)),
+            "COUNT" => Reply::Count(s(1), frame.get(2).and_then(|c| c["count"].as_u64()).unwrap_or(0)),
+            _ => return None,
+        })
+    }
+}
+
+/// What the client has done so far, for a progress line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Requests sent (EVENT, REQ, COUNT, or REST calls), resends included.
+    pub sent: u64,
+    /// Events the relay accepted (duplicates included).
+    pub accepted: u64,
+    /// Requests that failed for good.
+    pub refused: u64,
+    /// Refusals that named a wait (each armed the gate or found it armed).
+    pub limited: u64,
+    /// Times the gate was armed while it was open.
+    pub gate_waits: u64,
+    /// When the gate opens, if it is armed.
+    pub gate_until: Option<Instant>,
+}
+
 #[derive(Debug)]
 enum Frame {
     Event(EventId),
@@ -71,7 +216,9 @@ enum Frame {
 
 struct Publish {
     event: Event,
-    deadline: Instant,
+    /// Set when it is first sent: time spent queued behind the client's own pacing is not the
+    /// relay's to answer for.
+    deadline: Option<Instant>,
     resent: bool,
 }
 
@@ -86,11 +233,17 @@ pub struct Core {
     refilled_at: Option<Instant>,
     queue: VecDeque<Frame>,
     /// AUTH and CLOSE frames: never billed, never gated.
-    urgent: VecDeque<String>,
+    urgent: VecDeque<ClientMessage>,
     publishes: HashMap<EventId, Publish>,
     reqs: HashMap<String, Vec<Filter>>,
     counts: HashMap<String, Vec<Filter>>,
+    /// Until when queued requests wait for the NIP-42 handshake, and the AUTH event it awaits.
+    auth_hold: Option<Instant>,
+    auth_sent: Option<EventId>,
+    /// Subscriptions and COUNTs re-issued once after a wait, until they are answered.
+    resent_subs: HashSet<String>,
     updates: VecDeque<Update>,
+    progress: Progress,
 }
 
 impl Core {
@@ -109,7 +262,11 @@ impl Core {
             publishes: HashMap::new(),
             reqs: HashMap::new(),
             counts: HashMap::new(),
+            auth_hold: None,
+            auth_sent: None,
+            resent_subs: HashSet::new(),
             updates: VecDeque::new(),
+            progress: Progress::default(),
         }
     }
 
@@ -119,20 +276,41 @@ impl Core {
         self.pace = Some(pace);
     }
 
+    /// Paces at another tier's `pace` once the relay named it: its burst, less what has been sent
+    /// already, since the relay billed those calls to that tier's bucket from the start.
+    pub fn set_tier_pace(&mut self, pace: Pace) {
+        self.tokens = (pace.burst - self.progress.sent as f64).max(0.0);
+        self.pace = Some(pace);
+    }
+
     /// When the gate opens, if it is armed.
     pub fn gate(&self) -> Option<Instant> {
         self.gate_until
     }
 
+    /// Holds queued requests until the relay's NIP-42 challenge has been answered and the relay
+    /// said `OK` to the AUTH, or until `until`: requests sent before it are billed to the address.
+    pub fn hold_for_auth(&mut self, until: Instant) {
+        self.auth_hold = Some(until);
+    }
+
+    /// What the client has done so far.
+    pub fn progress(&self) -> Progress {
+        Progress { gate_until: self.gate_until, ..self.progress }
+    }
+
     fn arm(&mut self, now: Instant, wait: Duration) {
+        if self.gate_until.is_none_or(|g| g <= now) {
+            self.progress.gate_waits += 1;
+        }
         let until = now + wait;
         self.gate_until = Some(self.gate_until.map_or(until, |g| g.max(until)));
     }
 
     /// Queues an event for publishing.
-    pub fn publish(&mut self, event: Event, now: Instant) {
+    pub fn publish(&mut self, event: Event) {
         let id = event.id;
-        self.publishes.insert(id, Publish { event, deadline: now + self.publish_timeout, resent: false });
+        self.publishes.insert(id, Publish { event, deadline: None, resent: false });
         self.queue.push_back(Frame::Event(id));
     }
 
@@ -151,99 +329,115 @@ impl Core {
     /// Closes a subscription.
     pub fn close(&mut self, sub_id: &str) {
         self.reqs.remove(sub_id);
-        self.urgent.push_back(json!(["CLOSE", sub_id]).to_string());
+        self.resent_subs.remove(sub_id);
+        self.urgent.push_back(ClientMessage::Close(sub_id.to_string()));
     }
 
     fn fail(&mut self, id: EventId, error: PublishError) {
         if self.publishes.remove(&id).is_some() {
+            self.progress.refused += 1;
             self.updates.push_back(Update::Published(id, Err(error)));
         }
     }
 
+    /// Ends a subscription or COUNT with the relay's reason.
+    fn close_sub(&mut self, sub: String, message: String) {
+        let known = self.reqs.remove(&sub).is_some() | self.counts.remove(&sub).is_some();
+        if self.resent_subs.remove(&sub) | known {
+            self.progress.refused += 1;
+        }
+        self.updates.push_back(Update::Closed(sub, message));
+    }
+
     /// Handles one frame from the relay.
     pub fn on_frame(&mut self, text: &str, now: Instant) {
-        let Ok(Value::Array(frame)) = serde_json::from_str::<Value>(text) else { return };
-        let kind = frame.first().and_then(Value::as_str).unwrap_or("");
-        let s = |i: usize| frame.get(i).and_then(Value::as_str).unwrap_or("").to_string();
-        match kind {
-            "OK" => {
-                let Some(id) = EventId::from_hex(&s(1)) else { return };
-                let accepted = frame.get(2).and_then(Value::as_bool).unwrap_or(false);
-                let message = s(3);
-                if accepted {
-                    if self.publishes.remove(&id).is_some() {
-                        self.updates.push_back(Update::Published(id, Ok(message)));
-                    }
-                    return;
-                }
-                let Some(publish) = self.publishes.get_mut(&id) else { return };
-                match retry_hint(&message) {
-                    // Exactly one resend, and only if the gate clears before the deadline.
-                    Some(wait) if !publish.resent && now + wait < publish.deadline => {
-                        publish.resent = true;
-                        self.arm(now, wait);
-                        self.queue.push_front(Frame::Event(id));
-                    }
-                    Some(wait) => {
-                        self.arm(now, wait);
-                        self.fail(id, PublishError::Refused(message));
-                    }
-                    None => self.fail(id, PublishError::Refused(message)),
+        if let Some(reply) = Reply::parse(text) {
+            self.on_reply(reply, now);
+        }
+    }
+
+    /// Handles one answer from the relay, whatever carried it.
+    pub fn on_reply(&mut self, reply: Reply, now: Instant) {
+        match reply {
+            Reply::Ok { id, .. } if self.auth_sent == Some(id) => {
+                // The relay's verdict on our AUTH: whichever it is, nothing waits for it longer.
+                self.auth_sent = None;
+                self.auth_hold = None;
+            }
+            Reply::Ok { id, accepted: true, message } => {
+                if self.publishes.remove(&id).is_some() {
+                    self.progress.accepted += 1;
+                    self.updates.push_back(Update::Published(id, Ok(message)));
                 }
             }
-            "CLOSED" => {
-                let (sub, message) = (s(1), s(2));
-                if let Some(wait) = retry_hint(&message) {
-                    self.arm(now, wait);
-                    if self.reqs.contains_key(&sub) {
-                        self.queue.push_front(Frame::Req(sub));
-                        return;
+            Reply::Ok { id, accepted: false, message } => self.fail(id, PublishError::Refused(message)),
+            Reply::Limited { target, message, wait } => {
+                self.progress.limited += 1;
+                self.arm(now, wait);
+                match target {
+                    Target::Event(id) => {
+                        let Some(publish) = self.publishes.get_mut(&id) else { return };
+                        // Exactly one resend, alone at the head of the queue, and only if the
+                        // gate clears before the deadline.
+                        if !publish.resent && publish.deadline.is_none_or(|d| now + wait < d) {
+                            publish.resent = true;
+                            self.queue.push_front(Frame::Event(id));
+                        } else {
+                            self.fail(id, PublishError::Refused(message));
+                        }
                     }
-                    if self.counts.contains_key(&sub) {
-                        self.queue.push_front(Frame::Count(sub));
-                        return;
+                    Target::Sub(sub) => {
+                        let pending = self.reqs.contains_key(&sub) || self.counts.contains_key(&sub);
+                        if pending && self.resent_subs.insert(sub.clone()) {
+                            let frame = if self.reqs.contains_key(&sub) { Frame::Req(sub) } else { Frame::Count(sub) };
+                            self.queue.push_front(frame);
+                        } else {
+                            self.close_sub(sub, message);
+                        }
                     }
                 }
-                self.reqs.remove(&sub);
-                self.counts.remove(&sub);
-                self.updates.push_back(Update::Closed(sub, message));
             }
-            "NOTICE" => {
-                let message = s(1);
+            Reply::Closed { sub, message } => self.close_sub(sub, message),
+            Reply::Notice(message) => {
                 // Uncorrelated: it may be about any frame, so it arms the gate and resends nothing.
                 if let Some(wait) = retry_hint(&message) {
                     self.arm(now, wait);
                 }
                 self.updates.push_back(Update::Notice(message));
             }
-            "AUTH" => {
+            Reply::Auth(challenge) => {
                 if let Some(keys) = &self.keys {
-                    let tags = vec![vec!["relay".into(), self.relay_url.clone()], vec!["challenge".into(), s(1)]];
+                    let tags = vec![vec!["relay".into(), self.relay_url.clone()], vec!["challenge".into(), challenge]];
                     let auth = keys.sign(Timestamp::now(), Kind::AUTH, tags, "");
-                    self.urgent.push_back(json!(["AUTH", auth]).to_string());
+                    self.auth_sent = Some(auth.id);
+                    self.urgent.push_back(ClientMessage::Auth(Box::new(auth)));
                 }
             }
-            "EVENT" => self.updates.push_back(Update::Event(s(1), frame.get(2).cloned().unwrap_or(Value::Null))),
-            "EOSE" => self.updates.push_back(Update::Eose(s(1))),
-            "COUNT" => {
-                let sub = s(1);
+            Reply::Event(sub, event) => self.updates.push_back(Update::Event(sub, event)),
+            Reply::Eose(sub) => {
+                self.resent_subs.remove(&sub);
+                self.updates.push_back(Update::Eose(sub));
+            }
+            Reply::Count(sub, n) => {
                 self.counts.remove(&sub);
-                let n = frame.get(2).and_then(|c| c["count"].as_u64()).unwrap_or(0);
+                self.resent_subs.remove(&sub);
                 self.updates.push_back(Update::Count(sub, n));
             }
-            _ => {}
         }
     }
 
     /// Fails publishes past their deadline (cancelling any pending resend).
     pub fn on_tick(&mut self, now: Instant) {
         let expired: Vec<EventId> =
-            self.publishes.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
+            self.publishes.iter().filter(|(_, p)| p.deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id).collect();
         for id in expired {
             self.fail(id, PublishError::Timeout);
         }
         if self.gate_until.is_some_and(|g| g <= now) {
             self.gate_until = None;
+        }
+        if self.auth_hold.is_some_and(|h| h <= now) {
+            self.auth_hold = None;
         }
     }
 
@@ -269,58 +463,54 @@ impl Core {
         }
     }
 
-    /// The next frame to send now, if the gate and the pace allow one.
-    pub fn poll_transmit(&mut self, now: Instant) -> Option<String> {
+    /// The next request to send now, if the gate and the pace allow one. AUTH and CLOSE go first
+    /// and are never paced or gated.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<ClientMessage> {
         if let Some(frame) = self.urgent.pop_front() {
             return Some(frame);
         }
         self.on_tick(now);
-        if self.gate_until.is_some() {
+        if self.gate_until.is_some() || self.auth_hold.is_some() {
             return None;
         }
         loop {
-            let frame = self.queue.front()?;
-            let text = match frame {
-                Frame::Event(id) => match self.publishes.get(id) {
-                    Some(p) => json!(["EVENT", p.event]).to_string(),
-                    None => {
-                        self.queue.pop_front();
-                        continue;
-                    }
-                },
-                Frame::Req(sub) => match self.reqs.get(sub) {
-                    Some(filters) => req_frame("REQ", sub, filters),
-                    None => {
-                        self.queue.pop_front();
-                        continue;
-                    }
-                },
-                Frame::Count(sub) => match self.counts.get(sub) {
-                    Some(filters) => req_frame("COUNT", sub, filters),
-                    None => {
-                        self.queue.pop_front();
-                        continue;
-                    }
-                },
+            let message = match self.queue.front()? {
+                Frame::Event(id) => self.publishes.get(id).map(|p| ClientMessage::Event(Box::new(p.event.clone()))),
+                Frame::Req(sub) => {
+                    self.reqs.get(sub).map(|f| ClientMessage::Req { sub_id: sub.clone(), filters: f.clone() })
+                }
+                Frame::Count(sub) => {
+                    self.counts.get(sub).map(|f| ClientMessage::Count { sub_id: sub.clone(), filters: f.clone() })
+                }
+            };
+            let Some(message) = message else {
+                // Answered, failed or closed while it waited.
+                self.queue.pop_front();
+                continue;
             };
             if !self.take_token(now) {
                 return None;
             }
-            self.queue.pop_front();
-            return Some(text);
+            if let Some(Frame::Event(id)) = self.queue.pop_front()
+                && let Some(publish) = self.publishes.get_mut(&id)
+            {
+                publish.deadline.get_or_insert(now + self.publish_timeout);
+            }
+            self.progress.sent += 1;
+            return Some(message);
         }
     }
 
     /// When the core next needs attention without a frame arriving (gate, pace, deadline).
     pub fn next_wakeup(&self, now: Instant) -> Option<Instant> {
-        let deadline = self.publishes.values().map(|p| p.deadline).min();
+        let deadline = self.publishes.values().filter_map(|p| p.deadline).min();
         let pace = match (self.pace, self.queue.is_empty()) {
             (Some(p), false) if self.tokens < 1.0 => {
                 Some(now + Duration::from_secs_f64((1.0 - self.tokens) / p.per_sec))
             }
             _ => None,
         };
-        [self.gate_until, deadline, pace].into_iter().flatten().min()
+        [self.gate_until, self.auth_hold, deadline, pace].into_iter().flatten().min()
     }
 
     /// The next update for callers.
@@ -332,12 +522,6 @@ impl Core {
     pub fn idle(&self) -> bool {
         self.queue.is_empty() && self.publishes.is_empty() && self.urgent.is_empty()
     }
-}
-
-fn req_frame(verb: &str, sub: &str, filters: &[Filter]) -> String {
-    let mut frame = vec![json!(verb), json!(sub)];
-    frame.extend(filters.iter().map(|f| json!(f)));
-    Value::Array(frame).to_string()
 }
 
 #[cfg(test)]

@@ -1,48 +1,385 @@
-//! Publishing over the REST API with the same rule as WebSocket: on 429/503 wait `Retry-After`
-//! and retry exactly once.
+//! A REST session: the relay's HTTP API (`/api/v1/events`, `/query`, `/count`) driven by the same
+//! [`Core`] as a WebSocket session, so the gate, the one resend and the pacing are the same rules.
+//!
+//! Owns the HTTP side: mapping each request the core lets out onto a call, and each answer
+//! (status, `Retry-After`, body) back onto a [`Reply`]. Calls go one at a time, so a refusal is
+//! seen before the next call leaves: a gate window costs at most one `429`. The pace is the
+//! caller's tier's `api_calls_per_min`, which the relay names in every answer's `X-Hearth-Tier`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use super::core::PublishError;
+use super::core::{Core, Pace, Progress, PublishError, Reply, Target, Transport, Update};
+use super::session::Options;
+use crate::config::Tier;
 use crate::protocol::nip98;
-use crate::protocol::{Event, Keys, Timestamp};
+use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Timestamp};
 
-/// Publishes `event` to the relay at `base` (`http://host:port`); NIP-98 signed when `keys` is
-/// given. `Ok(message)` for an accepted event.
-pub async fn publish(
-    http: &reqwest::Client,
-    base: &str,
-    event: &Event,
-    keys: Option<&Keys>,
-) -> Result<String, PublishError> {
-    let url = format!("{}/api/v1/events", base.trim_end_matches('/'));
-    let body = event.to_json().map_err(|e| PublishError::Refused(format!("invalid: {e}")))?;
-    for attempt in 0..2 {
-        let mut req = http.post(&url).header("content-type", "application/json").body(body.clone());
-        if let Some(keys) = keys {
-            let request = nip98::Request { url: &url, method: "POST", body: body.as_bytes() };
-            let header = nip98::header(keys, &request, Timestamp::now())
-                .map_err(|e| PublishError::Refused(format!("invalid: {e}")))?;
-            req = req.header("authorization", header);
-        }
-        let resp = req.send().await.map_err(|e| PublishError::Disconnected(e.to_string()))?;
-        let status = resp.status();
-        let retry_after =
-            resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        let json: Value = resp.json().await.unwrap_or(Value::Null);
-        let message = json["message"].as_str().or(json["error"].as_str()).unwrap_or("").to_string();
-        match (status.as_u16(), retry_after) {
-            (200, _) => return Ok(message),
-            (429 | 503, Some(secs)) if attempt == 0 => tokio::time::sleep(Duration::from_secs(secs.max(1))).await,
-            _ => return Err(PublishError::Refused(if message.is_empty() { status.to_string() } else { message })),
-        }
-    }
-    Err(PublishError::Timeout)
-}
+/// The response header that names the caller's quota tier.
+pub const TIER_HEADER: &str = "x-hearth-tier";
 
 /// The `http(s)://` base of a `ws(s)://` relay URL.
 pub fn http_base(relay_url: &str) -> String {
     relay_url.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1).trim_end_matches('/').to_string()
+}
+
+/// The relay's NIP-11 document: `Ok(None)` when it serves none, `Err` when it cannot be reached.
+pub async fn nip11(http: &reqwest::Client, base: &str) -> Result<Option<Value>, String> {
+    let response = http
+        .get(format!("{base}/"))
+        .header("Accept", "application/nostr+json")
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| format!("cannot connect to {base}: {e}"))?;
+    Ok(response.json().await.ok())
+}
+
+/// Where a caller waits for its result.
+type Waiter<T, E = String> = oneshot::Sender<Result<T, E>>;
+
+enum Command {
+    Publish(Box<Event>, Waiter<String, PublishError>),
+    Query(Vec<Filter>, Waiter<Vec<Value>>),
+    Count(Vec<Filter>, Waiter<u64>),
+}
+
+/// A relay reached over its REST API.
+pub struct RestSession {
+    commands: mpsc::Sender<Command>,
+    progress: watch::Receiver<Progress>,
+    tier: watch::Receiver<Option<Tier>>,
+}
+
+/// What the session task needs besides the core.
+struct Driver {
+    http: reqwest::Client,
+    base: String,
+    keys: Option<Keys>,
+    nip11: Option<Value>,
+    /// The pace was given by the caller: the tier does not change it.
+    fixed_pace: bool,
+}
+
+/// One call's outcome, as the transport saw it.
+enum Answer {
+    /// The relay answered: the reply for the core, and the tier it named.
+    Reply(Vec<Reply>, Option<Tier>),
+    /// No answer: the relay is unreachable or the connection broke.
+    Lost(String),
+}
+
+impl RestSession {
+    /// A session with the relay at `relay_url` (`ws(s)://` or `http(s)://`); `keys` sign every
+    /// call (NIP-98), so it is billed to the key.
+    pub async fn connect(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<RestSession, String> {
+        let base = http_base(relay_url);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        // An unreachable relay fails here, like a WebSocket connect.
+        let nip11 = nip11(&http, &base).await?;
+        // Until the relay names the tier, the human tier's pace; only one call is out before it
+        // does, so a different tier costs at most that call's share of the burst.
+        let pace =
+            options.pace.or_else(|| nip11.as_ref().and_then(|d| Pace::advertised(d, Tier::Human, Transport::Rest)));
+        let core = Core::new(&base, None, options.publish_timeout, pace);
+        let (commands, rx) = mpsc::channel(1024);
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let (tier_tx, tier) = watch::channel(None);
+        let driver = Driver { http, base, keys, nip11, fixed_pace: options.pace.is_some() };
+        tokio::spawn(driver.run(core, rx, progress_tx, tier_tx));
+        Ok(RestSession { commands, progress, tier })
+    }
+
+    /// What the session has done so far.
+    pub fn progress(&self) -> Progress {
+        *self.progress.borrow()
+    }
+
+    /// The caller's tier, as the relay last named it.
+    pub fn tier(&self) -> Option<Tier> {
+        *self.tier.borrow()
+    }
+
+    /// Publishes an event: `Ok("")`, `Ok("duplicate: …")`, or why not.
+    pub async fn publish(&self, event: Event) -> Result<String, PublishError> {
+        let (tx, rx) = oneshot::channel();
+        let closed = || PublishError::Disconnected("session closed".into());
+        self.commands.send(Command::Publish(Box::new(event), tx)).await.map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    /// Stored events matching `filters` (`POST /api/v1/query`).
+    pub async fn fetch(&self, filters: Vec<Filter>) -> Result<Vec<Value>, String> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(Command::Query(filters, tx)).await.map_err(|_| "session closed".to_string())?;
+        rx.await.map_err(|_| "connection lost".to_string())?
+    }
+
+    /// How many stored events match `filters` (`POST /api/v1/count`).
+    pub async fn count(&self, filters: Vec<Filter>) -> Result<u64, String> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(Command::Count(filters, tx)).await.map_err(|_| "session closed".to_string())?;
+        rx.await.map_err(|_| "connection lost".to_string())?
+    }
+}
+
+impl Driver {
+    async fn run(
+        self,
+        mut core: Core,
+        mut commands: mpsc::Receiver<Command>,
+        progress: watch::Sender<Progress>,
+        tier: watch::Sender<Option<Tier>>,
+    ) {
+        use std::collections::HashMap;
+        let mut publishes: HashMap<EventId, Waiter<String, PublishError>> = HashMap::new();
+        let mut queries: HashMap<String, (Vec<Value>, Waiter<Vec<Value>>)> = HashMap::new();
+        let mut counts: HashMap<String, Waiter<u64>> = HashMap::new();
+        let (answers_tx, mut answers) = mpsc::channel::<Answer>(1);
+        let mut in_flight = false;
+        let mut next_sub = 0u64;
+        let mut open = true;
+        while open || in_flight {
+            if !in_flight && let Some(message) = core.poll_transmit(Instant::now()) {
+                in_flight = true;
+                let call = self.call(message);
+                let answers_tx = answers_tx.clone();
+                tokio::spawn(async move {
+                    let _ = answers_tx.send(call.await).await;
+                });
+            }
+            while let Some(update) = core.poll_update() {
+                match update {
+                    Update::Published(id, result) => {
+                        if let Some(tx) = publishes.remove(&id) {
+                            let _ = tx.send(result);
+                        }
+                    }
+                    Update::Event(sub, event) => {
+                        if let Some((events, _)) = queries.get_mut(&sub) {
+                            events.push(event);
+                        }
+                    }
+                    Update::Eose(sub) => {
+                        if let Some((events, tx)) = queries.remove(&sub) {
+                            let _ = tx.send(Ok(events));
+                        }
+                    }
+                    Update::Count(sub, n) => {
+                        if let Some(tx) = counts.remove(&sub) {
+                            let _ = tx.send(Ok(n));
+                        }
+                    }
+                    Update::Closed(sub, why) => {
+                        if let Some((_, tx)) = queries.remove(&sub) {
+                            let _ = tx.send(Err(why));
+                        } else if let Some(tx) = counts.remove(&sub) {
+                            let _ = tx.send(Err(why));
+                        }
+                    }
+                    Update::Notice(_) => {}
+                }
+            }
+            progress.send_replace(core.progress());
+            let wake = core.next_wakeup(Instant::now());
+            tokio::select! {
+                Some(answer) = answers.recv() => {
+                    in_flight = false;
+                    match answer {
+                        Answer::Reply(replies, named) => {
+                            if let Some(named) = named
+                                && *tier.borrow() != Some(named)
+                            {
+                                tier.send_replace(Some(named));
+                                let pace = self.nip11.as_ref().and_then(|d| Pace::advertised(d, named, Transport::Rest));
+                                if let (false, Some(pace)) = (self.fixed_pace, pace) {
+                                    core.set_tier_pace(pace);
+                                }
+                            }
+                            let now = Instant::now();
+                            for reply in replies {
+                                core.on_reply(reply, now);
+                            }
+                        }
+                        Answer::Lost(why) => {
+                            core.on_disconnect(&why);
+                            // Dropping the senders tells every waiting read the relay is gone.
+                            queries.clear();
+                            counts.clear();
+                        }
+                    }
+                }
+                command = commands.recv(), if open => match command {
+                    Some(Command::Publish(event, tx)) => {
+                        publishes.insert(event.id, tx);
+                        core.publish(*event);
+                    }
+                    Some(Command::Query(filters, tx)) => {
+                        next_sub += 1;
+                        let sub = format!("q{next_sub}");
+                        queries.insert(sub.clone(), (Vec::new(), tx));
+                        core.req(&sub, filters);
+                    }
+                    Some(Command::Count(filters, tx)) => {
+                        next_sub += 1;
+                        let sub = format!("c{next_sub}");
+                        counts.insert(sub.clone(), tx);
+                        core.count(&sub, filters);
+                    }
+                    None => {
+                        core.on_disconnect("session closed");
+                        open = false;
+                    }
+                },
+                _ = sleep_until(wake) => core.on_tick(Instant::now()),
+            }
+        }
+    }
+
+    /// The HTTP call for one request, and what it came to.
+    fn call(&self, message: ClientMessage) -> impl Future<Output = Answer> + Send + 'static {
+        let (path, target, body) = match &message {
+            ClientMessage::Event(event) => ("events", Target::Event(event.id), event.to_json().ok()),
+            ClientMessage::Req { sub_id, filters } => {
+                ("query", Target::Sub(sub_id.clone()), Some(json!({ "filters": filters }).to_string()))
+            }
+            ClientMessage::Count { sub_id, filters } => {
+                ("count", Target::Sub(sub_id.clone()), Some(json!({ "filters": filters }).to_string()))
+            }
+            // No challenge comes over HTTP, and REST reads are not subscriptions.
+            ClientMessage::Auth(_) | ClientMessage::Close(_) => ("", Target::Sub(String::new()), None),
+        };
+        let url = format!("{}/api/v1/{path}", self.base);
+        let request = body.map(|body| {
+            let mut request = self.http.post(&url).header("content-type", "application/json");
+            if let Some(keys) = &self.keys {
+                let signed = nip98::Request { url: &url, method: "POST", body: body.as_bytes() };
+                if let Ok(header) = nip98::header(keys, &signed, Timestamp::now()) {
+                    request = request.header("authorization", header);
+                }
+            }
+            request.body(body)
+        });
+        async move {
+            let Some(request) = request else { return Answer::Reply(Vec::new(), None) };
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => return Answer::Lost(format!("connection lost: {e}")),
+            };
+            let status = response.status().as_u16();
+            let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let retry_after = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok());
+            let tier = header(TIER_HEADER).and_then(|t| Tier::parse(t.trim()));
+            let body: Value = match response.bytes().await {
+                Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                Err(e) => return Answer::Lost(format!("connection lost: {e}")),
+            };
+            Answer::Reply(replies_of(target, status, retry_after, &body), tier)
+        }
+    }
+}
+
+/// What one HTTP answer tells the core.
+fn replies_of(target: Target, status: u16, retry_after: Option<u64>, body: &Value) -> Vec<Reply> {
+    let text = |key: &str| body[key].as_str().filter(|m| !m.is_empty()).map(str::to_string);
+    let reason = text("error").or_else(|| text("message")).unwrap_or_else(|| format!("HTTP {status}"));
+    if let (429 | 503, Some(secs)) = (status, retry_after) {
+        return vec![Reply::Limited { target, message: reason, wait: Duration::from_secs(secs.max(1)) }];
+    }
+    match target {
+        Target::Event(id) if status == 200 => {
+            vec![Reply::Ok { id, accepted: true, message: text("message").unwrap_or_default() }]
+        }
+        Target::Event(id) => vec![Reply::Ok { id, accepted: false, message: reason }],
+        Target::Sub(sub) if status != 200 => vec![Reply::Closed { sub, message: reason }],
+        Target::Sub(sub) => match (body.get("events").and_then(Value::as_array), body["count"].as_u64()) {
+            (Some(events), _) => {
+                let mut replies: Vec<Reply> = events.iter().map(|e| Reply::Event(sub.clone(), e.clone())).collect();
+                replies.push(Reply::Eose(sub));
+                replies
+            }
+            (None, Some(n)) => vec![Reply::Count(sub, n)],
+            (None, None) => {
+                vec![Reply::Closed { sub, message: "error: the relay's answer has no events or count".into() }]
+            }
+        },
+    }
+}
+
+async fn sleep_until(wake: Option<Instant>) {
+    match wake {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_429_or_503_with_retry_after_is_a_wait_for_the_core() {
+        let id = EventId([1; 32]);
+        let body = json!({"error": "rate-limited: quota exceeded (messages); retry in 2s"});
+        for status in [429, 503] {
+            assert_eq!(
+                replies_of(Target::Event(id), status, Some(2), &body),
+                vec![Reply::Limited {
+                    target: Target::Event(id),
+                    message: "rate-limited: quota exceeded (messages); retry in 2s".into(),
+                    wait: Duration::from_secs(2),
+                }]
+            );
+        }
+        // Without Retry-After there is no wait to honour: a refusal like any other.
+        assert_eq!(
+            replies_of(Target::Event(id), 429, None, &body),
+            vec![Reply::Ok {
+                id,
+                accepted: false,
+                message: "rate-limited: quota exceeded (messages); retry in 2s".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn publish_and_read_answers_map_onto_the_core_replies() {
+        let id = EventId([2; 32]);
+        let accepted = json!({"accepted": true, "id": "", "message": "duplicate: already have this event"});
+        assert_eq!(
+            replies_of(Target::Event(id), 200, None, &accepted),
+            vec![Reply::Ok { id, accepted: true, message: "duplicate: already have this event".into() }]
+        );
+        let refused = json!({"accepted": false, "message": "invalid: bad sig", "error": "invalid: bad sig"});
+        assert_eq!(
+            replies_of(Target::Event(id), 400, None, &refused),
+            vec![Reply::Ok { id, accepted: false, message: "invalid: bad sig".into() }]
+        );
+        let sub = || Target::Sub("q1".into());
+        assert_eq!(
+            replies_of(sub(), 200, None, &json!({"events": [{"id": "a"}]})),
+            vec![Reply::Event("q1".into(), json!({"id": "a"})), Reply::Eose("q1".into())]
+        );
+        assert_eq!(replies_of(sub(), 200, None, &json!({"count": 7})), vec![Reply::Count("q1".into(), 7)]);
+        assert_eq!(
+            replies_of(sub(), 400, None, &json!({"error": "too many filters"})),
+            vec![Reply::Closed { sub: "q1".into(), message: "too many filters".into() }]
+        );
+        assert_eq!(
+            replies_of(sub(), 502, None, &Value::Null),
+            vec![Reply::Closed { sub: "q1".into(), message: "HTTP 502".into() }]
+        );
+    }
+
+    #[test]
+    fn ws_urls_map_to_their_http_base() {
+        assert_eq!(http_base("wss://relay.example/"), "https://relay.example");
+        assert_eq!(http_base("ws://127.0.0.1:7777"), "http://127.0.0.1:7777");
+        assert_eq!(http_base("http://127.0.0.1:7777/"), "http://127.0.0.1:7777");
+    }
 }

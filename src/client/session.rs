@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use super::core::{Core, Pace, PublishError, Update};
+use super::core::{Core, Pace, Progress, PublishError, Transport, Update};
+use super::rest;
+use crate::config::Tier;
 use crate::protocol::{Event, EventId, Filter, Keys};
 
 /// Bytes read from the socket at once: tungstenite's default of 128 KiB is zero-filled on every
@@ -27,7 +29,8 @@ pub fn socket_config() -> WebSocketConfig {
 /// Session settings.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// How long a publish may take, waits for the gate included.
+    /// How long a publish may take from when it is first sent, waits for the gate included
+    /// (time queued behind the client's own pacing does not count).
     pub publish_timeout: Duration,
     /// Outbound pace; `None` = read it from the relay's NIP-11 document (no pacing if absent).
     pub pace: Option<Pace>,
@@ -50,46 +53,42 @@ enum Command {
 pub struct Session {
     commands: mpsc::Sender<Command>,
     next_sub: std::sync::atomic::AtomicU64,
+    progress: watch::Receiver<Progress>,
 }
 
-/// Share of the advertised rate the client paces at.
-const PACE_MARGIN: f64 = 0.9;
-
-/// The relay's advertised pace: `hearth_limits.human` from NIP-11, if it has one.
-pub async fn advertised_pace(relay_url: &str) -> Option<Pace> {
-    let http_url = relay_url.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1);
-    let doc: Value = reqwest::Client::new()
-        .get(http_url)
-        .header("Accept", "application/nostr+json")
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    let tier = &doc["hearth_limits"]["human"];
-    let per_sec = tier["ws_events_per_sec"].as_f64()?;
-    let window = tier["ws_burst_window_secs"].as_f64().unwrap_or(1.0);
-    // A little under the limit: frames bunched by the network must not arrive faster than the
-    // relay admits them once the burst is spent.
-    Some(Pace { per_sec: per_sec * PACE_MARGIN, burst: (per_sec * window - 1.0).max(1.0) })
-}
+/// How long a session with keys holds its first requests for the relay's NIP-42 challenge and the
+/// answer to its AUTH, so that they are billed to the key and not to the address. hearth sends
+/// the challenge as its first frame; a relay that sends none costs this wait once.
+const AUTH_HOLD: Duration = Duration::from_secs(2);
 
 impl Session {
     /// Connects to `relay_url`; `keys` answer NIP-42 challenges.
     pub async fn connect(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
         let pace = match options.pace {
             Some(p) => Some(p),
-            None => advertised_pace(relay_url).await,
+            None => rest::nip11(&reqwest::Client::new(), &rest::http_base(relay_url))
+                .await
+                .ok()
+                .flatten()
+                .and_then(|doc| Pace::advertised(&doc, Tier::Human, Transport::WebSocket)),
         };
         let (ws, _) = tokio_tungstenite::connect_async_with_config(relay_url, Some(socket_config()), true)
             .await
             .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
-        let core = Core::new(relay_url, keys, options.publish_timeout, pace);
+        let with_keys = keys.is_some();
+        let mut core = Core::new(relay_url, keys, options.publish_timeout, pace);
+        if with_keys {
+            core.hold_for_auth(Instant::now() + AUTH_HOLD);
+        }
         let (commands, rx) = mpsc::channel(1024);
-        tokio::spawn(drive(ws, core, rx));
-        Ok(Session { commands, next_sub: std::sync::atomic::AtomicU64::new(0) })
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        tokio::spawn(drive(ws, core, rx, progress_tx));
+        Ok(Session { commands, next_sub: std::sync::atomic::AtomicU64::new(0), progress })
+    }
+
+    /// What the session has done so far.
+    pub fn progress(&self) -> Progress {
+        *self.progress.borrow()
     }
 
     /// Publishes an event: `Ok("")`, `Ok("duplicate: …")`, or why not.
@@ -149,7 +148,7 @@ impl Session {
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
+async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, progress: watch::Sender<Progress>) {
     let (mut sink, mut stream) = ws.split();
     let mut publishes: HashMap<EventId, oneshot::Sender<Result<String, PublishError>>> = HashMap::new();
     let mut subs: HashMap<String, mpsc::Sender<Update>> = HashMap::new();
@@ -158,7 +157,8 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
     let mut connected = true;
     while open {
         let now = Instant::now();
-        while let Some(text) = core.poll_transmit(now) {
+        while let Some(message) = core.poll_transmit(now) {
+            let Ok(text) = serde_json::to_string(&message) else { continue };
             if !connected || sink.send(Message::text(text)).await.is_err() {
                 connected = false;
                 core.on_disconnect("connection reset");
@@ -192,6 +192,7 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
                 Update::Notice(_) => {}
             }
         }
+        progress.send_replace(core.progress());
         if !connected {
             // Dropping the senders tells every waiting subscriber and COUNT the connection is gone.
             subs.clear();
@@ -214,7 +215,7 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>) {
             command = commands.recv() => match command {
                 Some(Command::Publish(event, tx)) => {
                     publishes.insert(event.id, tx);
-                    core.publish(*event, Instant::now());
+                    core.publish(*event);
                 }
                 Some(Command::Req(sub, filters, tx)) => {
                     subs.insert(sub.clone(), tx);

@@ -326,9 +326,51 @@ impl Serialize for RelayMessage {
     }
 }
 
+/// The client side's writer: a frame as compact JSON, as `parse` reads it back.
+impl Serialize for ClientMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        match self {
+            ClientMessage::Event(event) | ClientMessage::Auth(event) => {
+                seq.serialize_element(if matches!(self, ClientMessage::Event(_)) { "EVENT" } else { "AUTH" })?;
+                seq.serialize_element(event)?;
+            }
+            ClientMessage::Req { sub_id, filters } | ClientMessage::Count { sub_id, filters } => {
+                seq.serialize_element(if matches!(self, ClientMessage::Req { .. }) { "REQ" } else { "COUNT" })?;
+                seq.serialize_element(sub_id)?;
+                for filter in filters {
+                    seq.serialize_element(filter)?;
+                }
+            }
+            ClientMessage::Close(sub_id) => {
+                seq.serialize_element("CLOSE")?;
+                seq.serialize_element(sub_id)?;
+            }
+        }
+        seq.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_frames_written_are_read_back_the_same() {
+        let keys = crate::protocol::Keys::from_bytes([3; 32]).unwrap();
+        let event = keys.sign(crate::protocol::Timestamp(1), crate::protocol::Kind(1), vec![], "a \"quoted\" note");
+        let filter: Filter = serde_json::from_str(r##"{"kinds":[1],"#t":["x"],"limit":2}"##).unwrap();
+        for message in [
+            ClientMessage::Event(Box::new(event.clone())),
+            ClientMessage::Auth(Box::new(event)),
+            ClientMessage::Req { sub_id: "s\n1".into(), filters: vec![filter.clone(), filter.clone()] },
+            ClientMessage::Count { sub_id: "c".into(), filters: vec![filter] },
+            ClientMessage::Close("s".into()),
+        ] {
+            let text = serde_json::to_string(&message).unwrap();
+            assert_eq!(ClientMessage::parse(&text).unwrap(), message, "{text}");
+        }
+    }
 
     #[test]
     fn garbage_is_uncorrelated() {

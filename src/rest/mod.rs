@@ -6,11 +6,13 @@
 //! [`crate::ingest`] and reads through [`crate::query`], exactly like WebSocket frames; the HTTP
 //! plumbing (request context, errors, client IP, NIP-98) is [`crate::http`]'s.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use warp::Filter;
 use warp::http::StatusCode;
+use warp::http::header::HeaderValue;
 use warp::reply::Response;
 
 use crate::app::AppState;
@@ -19,7 +21,7 @@ use crate::http::{
     require_json, respond, with_app,
 };
 use crate::ingest::{self, Outcome, Publisher};
-use crate::limiter::{Billed, LimitType, Principal};
+use crate::limiter::{Billed, LimitType, Principal, Tier};
 use crate::protocol::nip98::AuthError;
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, Timestamp};
@@ -28,6 +30,10 @@ use crate::query::{self, QueryError};
 /// The OpenAPI 3 document of every HTTP route hearth answers.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
+/// The response header naming the quota tier the caller is billed at (`human` or `agent`), so a
+/// client can pace itself at its own tier's `api_calls_per_min` from NIP-11 `hearth_limits`.
+pub const TIER_HEADER: &str = "x-hearth-tier";
+
 /// Who is calling, once identified and billed.
 #[derive(Debug)]
 struct Caller {
@@ -35,26 +41,61 @@ struct Caller {
     billed: Billed,
 }
 
-/// Identifies the caller (NIP-98, else IP) and bills one `api_calls`. A failed auth is billed to
-/// the IP, so bad headers cannot be sent for free.
-async fn caller(app: &AppState, ctx: &RequestCtx) -> Result<Caller, ApiError> {
+/// Identifies the caller (NIP-98, else IP) and bills one `api_calls`; the tier it is billed at
+/// comes back either way. A failed auth is billed to the IP, so bad headers cannot be sent for
+/// free.
+async fn caller(app: &AppState, ctx: &RequestCtx) -> (Tier, Result<Caller, ApiError>) {
     let ip_addr = ctx.client_ip(app);
-    client_ip::check_blocked(app, Some(ip_addr))?;
     let ip = Billed::ip(ip_addr);
+    let ip_tier = app.limiter.tier(&ip.principal);
+    if let Err(e) = client_ip::check_blocked(app, Some(ip_addr)) {
+        return (ip_tier, Err(e));
+    }
+    let refused = |e: ApiError| match app.limiter.admit(&ip, LimitType::ApiCalls) {
+        Ok(()) => e,
+        Err(limited) => limited.into(),
+    };
     let authed = match ctx.nip98(app).await {
         Ok(authed) => authed,
-        Err(e) => {
-            app.limiter.admit(&ip, LimitType::ApiCalls)?;
-            return Err(ApiError::Unauthorized(e));
-        }
+        Err(e) => return (ip_tier, Err(refused(ApiError::Unauthorized(e)))),
     };
     if authed.is_none() && app.config.auth.required {
-        app.limiter.admit(&ip, LimitType::ApiCalls)?;
-        return Err(ApiError::Unauthorized(AuthError::Required));
+        return (ip_tier, Err(refused(ApiError::Unauthorized(AuthError::Required))));
     }
     let billed = authed.map_or(ip, |pk| Billed::new(Principal::Pubkey(pk), ip_addr));
-    app.limiter.admit(&billed, LimitType::ApiCalls)?;
-    Ok(Caller { authed, billed })
+    let tier = app.limiter.tier(&billed.principal);
+    match app.limiter.admit(&billed, LimitType::ApiCalls) {
+        Ok(()) => (tier, Ok(Caller { authed, billed })),
+        Err(limited) => (tier, Err(limited.into())),
+    }
+}
+
+/// The `/api/v1` operations, each answered by [`serve`].
+enum Endpoint {
+    Publish,
+    Get(String),
+    Query,
+    Count,
+    OpenApi,
+}
+
+/// Identifies and bills the caller, then answers `endpoint`; every answer names the caller's
+/// tier in [`TIER_HEADER`].
+async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Result<Response, Infallible> {
+    let (tier, caller) = caller(&app, &ctx).await;
+    let result = match caller {
+        Err(e) => Err(e),
+        Ok(caller) => match endpoint {
+            Endpoint::Publish => publish(&app, ctx, caller).await,
+            Endpoint::Get(id) => get_event(&app, &id).await,
+            Endpoint::Query => query(&app, ctx, caller).await,
+            Endpoint::Count => count(&app, ctx, caller).await,
+            Endpoint::OpenApi => openapi(&app),
+        },
+    };
+    let mut response = respond(result)?;
+    response.headers_mut().insert(TIER_HEADER, HeaderValue::from_static(tier.as_str()));
+    Ok(response)
 }
 
 /// Every `/api/v1` route.
@@ -65,30 +106,31 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(warp::post())
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
-        .and_then(|app: Arc<AppState>, ctx: RequestCtx| async move { respond(publish(&app, ctx).await) });
+        .and_then(|app, ctx| serve(app, ctx, Endpoint::Publish));
     // GET /api/v1/events/{id}
-    let get =
-        warp::path!("api" / "v1" / "events" / Segment).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
-            |Segment(id), app: Arc<AppState>, ctx: RequestCtx| async move { respond(get_event(&app, ctx, &id).await) },
-        );
+    let get = warp::path!("api" / "v1" / "events" / Segment)
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(id), app, ctx| serve(app, ctx, Endpoint::Get(id)));
     // POST /api/v1/query
     let query = warp::path!("api" / "v1" / "query")
         .and(warp::post())
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
-        .and_then(|app: Arc<AppState>, ctx: RequestCtx| async move { respond(query(&app, ctx).await) });
+        .and_then(|app, ctx| serve(app, ctx, Endpoint::Query));
     // POST /api/v1/count
     let count = warp::path!("api" / "v1" / "count")
         .and(warp::post())
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
-        .and_then(|app: Arc<AppState>, ctx: RequestCtx| async move { respond(count(&app, ctx).await) });
+        .and_then(|app, ctx| serve(app, ctx, Endpoint::Count));
     // GET /api/v1/openapi.json
     let openapi = warp::path!("api" / "v1" / "openapi.json")
         .and(warp::get())
         .and(with_app(app))
         .and(ctx())
-        .and_then(|app: Arc<AppState>, ctx: RequestCtx| async move { respond(openapi(&app, ctx).await) });
+        .and_then(|app, ctx| serve(app, ctx, Endpoint::OpenApi));
     first_of([publish.boxed(), get.boxed(), query.boxed(), count.boxed(), openapi.boxed()])
 }
 
@@ -121,9 +163,8 @@ fn status_of(outcome: &Outcome) -> StatusCode {
     }
 }
 
-async fn publish(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
+async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
     require_json(&ctx)?;
-    let caller = caller(app, &ctx).await?;
     // An unreadable event is answered in the publish shape, like every other refusal.
     let unreadable = |message: String| {
         let body = PublishBody { accepted: false, id: "", message: &message, error: Some(&message) };
@@ -152,8 +193,7 @@ async fn publish(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> 
     Ok(response)
 }
 
-async fn get_event(app: &AppState, ctx: RequestCtx, id: &str) -> Result<Response, ApiError> {
-    caller(app, &ctx).await?;
+async fn get_event(app: &AppState, id: &str) -> Result<Response, ApiError> {
     let id = EventId::from_hex(id)
         .ok_or_else(|| ApiError::BadRequest("event id must be 64 lowercase hex characters".into()))?;
     let found = app.store.get_async(id, Timestamp::now()).await.map_err(internal)?;
@@ -194,8 +234,7 @@ struct EventsBody {
     events: Vec<EventJson>,
 }
 
-async fn query(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
-    let caller = caller(app, &ctx).await?;
+async fn query(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
     let filters = filters_of(app, &ctx)?;
     let events = query::events(app, &caller.billed, filters, |_| {}).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &EventsBody { events }))
@@ -206,15 +245,13 @@ struct CountBody {
     count: u64,
 }
 
-async fn count(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
-    let caller = caller(app, &ctx).await?;
+async fn count(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
     let filters = filters_of(app, &ctx)?;
     let count = query::count(app, &caller.billed, filters).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &CountBody { count }))
 }
 
-async fn openapi(app: &AppState, ctx: RequestCtx) -> Result<Response, ApiError> {
-    caller(app, &ctx).await?;
+fn openapi(app: &AppState) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &openapi_document(app.config.limitation.max_filters)?))
 }
 

@@ -38,6 +38,14 @@ async fn nip11_document_reflects_the_config_with_cors() {
 }
 
 #[tokio::test]
+async fn a_relay_with_its_limiter_off_advertises_no_quotas() {
+    let relay = TestRelay::start(|c| c.limits.enabled = false).await;
+    let doc = relay.nip11().await;
+    assert_eq!(doc["software"], "hearth");
+    assert!(doc.get("hearth_limits").is_none(), "{doc}");
+}
+
+#[tokio::test]
 async fn plain_get_is_a_human_pointer_and_unknown_routes_are_json_404() {
     let relay = TestRelay::start(generous).await;
     let client = reqwest::Client::new();

@@ -164,6 +164,39 @@ async fn api_calls_429_carries_a_truthful_retry_after() {
 }
 
 #[tokio::test]
+async fn every_answer_names_the_callers_tier_refusals_included() {
+    let agent = keys(60);
+    let relay = TestRelay::start(|c| {
+        c.limits.human.api_calls_per_min = 1;
+        c.limits.agent.api_calls_per_min = 1;
+        c.limits.agent_pubkeys = vec![agent.public_key()];
+    })
+    .await;
+    let api = Api::new(&relay);
+    let filters = json!({"filters": [{"kinds": [1]}]});
+    let tier =
+        |r: &reqwest::Response| (r.status().as_u16(), r.headers()["x-hearth-tier"].to_str().unwrap().to_string());
+    // By IP, and by a key that is not an agent: the human tier; the second call is refused.
+    assert_eq!(tier(&api.post("/api/v1/count", &filters, None).await), (200, "human".into()));
+    assert_eq!(tier(&api.post("/api/v1/count", &filters, None).await), (429, "human".into()));
+    assert_eq!(tier(&api.post("/api/v1/query", &filters, Some(&keys(61))).await), (200, "human".into()));
+    // An agent's key: the agent tier, on its answer and on its refusal.
+    assert_eq!(tier(&api.post("/api/v1/query", &filters, Some(&agent)).await), (200, "agent".into()));
+    assert_eq!(tier(&api.post("/api/v1/count", &filters, Some(&agent)).await), (429, "agent".into()));
+    // Bad auth is billed to the address, at its tier.
+    relay.clock.advance(Duration::from_secs(60));
+    let resp = reqwest::Client::new()
+        .post(relay.http_url("/api/v1/count"))
+        .header("content-type", "application/json")
+        .header("authorization", "Nostr e30=")
+        .body(filters.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tier(&resp), (401, "human".into()));
+}
+
+#[tokio::test]
 async fn each_nip98_failure_is_a_401_with_its_reason() {
     let relay = TestRelay::start(generous).await;
     let api = Api::new(&relay);

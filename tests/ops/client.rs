@@ -6,8 +6,11 @@ use std::process::{Command, Stdio};
 use crate::common::*;
 use hearth::client::Session;
 use hearth::client::session::Options;
-use hearth::protocol::Filter;
+use hearth::config::Config;
+use hearth::limiter::{Principal, Tier};
+use hearth::protocol::{Filter, Keys};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// Runs `hearth publish` with `stdin` lines; returns (exit code, stdout JSON lines).
 fn cli_publish(relay: &TestRelay, secret: &str, extra: &[&str], stdin: &str) -> (i32, Vec<Value>) {
@@ -70,25 +73,101 @@ async fn cli_publishes_300_events_through_tight_limits_exactly_once() {
     assert_eq!(stored_by(&relay, &keys.public_key().to_hex()).await.len(), 300);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cli_publishes_300_events_over_rest_exactly_once() {
+/// Runs `hearth <verb> --rest` (`req` or `count`) with `filter`; returns (exit code, stdout lines).
+fn cli_read_rest(relay: &TestRelay, verb: &str, secret: &str, filter: &str) -> (i32, Vec<Value>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args([verb, "--rest", "--relay", &relay.ws_url(), filter])
+        .env("HEARTH_KEY", secret)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (out.status.code().unwrap_or(-1), lines)
+}
+
+/// Quotas for a REST run: `tier`'s `api_calls_per_min` and `messages_per_min`, the IP ceiling out
+/// of the way, and reads of up to 1000 events.
+fn rest_quotas(c: &mut Config, tier: Tier, api_calls: u64, messages: u64) {
+    let t = if tier == Tier::Agent { &mut c.limits.agent } else { &mut c.limits.human };
+    t.api_calls_per_min = api_calls;
+    t.messages_per_min = messages;
+    c.limits.ip.api_calls_per_min = 100_000;
+    c.limits.ip.messages_per_min = 100_000;
+    c.limitation.max_limit = 1000;
+}
+
+/// Publishes 68 events over REST as `keys` at `tier`, whose `messages_per_min` is 60: the first
+/// 60 are the burst, and each of the other 8 meets a 429 (Retry-After 1), waits for the gate and
+/// is resent once. Checks that every event is stored exactly once and that no gate window saw a
+/// second 429.
+async fn rest_publish_through_the_gate(tier: Tier, keys: Keys) {
+    let pk = keys.public_key();
     let relay = TestRelay::start_real_clock(|c| {
-        c.limits.human.api_calls_per_min = 1000;
-        c.limits.human.messages_per_min = 100_000;
-        // The client's pacing follows the human tier only (issue 18); the IP ceiling is raised
-        // out of its way here.
-        c.limits.ip.api_calls_per_min = 1000;
-        c.limits.ip.messages_per_min = 100_000;
-        c.limitation.max_limit = 1000;
+        rest_quotas(c, tier, 600, 60);
+        if tier == Tier::Agent {
+            c.limits.agent_pubkeys = vec![pk];
+            // Paced at the human tier this run would take ten minutes.
+            c.limits.human.api_calls_per_min = 6;
+        }
     })
     .await;
-    let keys = keys(41);
+    let started = std::time::Instant::now();
     let (code, lines) =
-        tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &["--rest"], &drafts(300)));
+        tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &["--rest"], &drafts(68)));
+    let took = started.elapsed();
     assert_eq!(code, 0, "{lines:?}");
-    assert_eq!(lines.len(), 300);
-    assert!(lines.iter().all(|l| l["accepted"] == true));
-    assert_eq!(stored_by(&relay, &keys.public_key().to_hex()).await.len(), 300);
+    assert_eq!(lines.len(), 68);
+    assert!(lines.iter().all(|l| l["accepted"] == true && l["message"] == ""), "{lines:?}");
+    let mut stored = stored_by(&relay, &pk.to_hex()).await;
+    stored.sort();
+    stored.dedup();
+    assert_eq!(stored.len(), 68);
+    let usage = relay.limiter.usage(&Principal::Pubkey(pk));
+    assert_eq!(usage.tier, tier);
+    let refused = usage.refusals["messages"];
+    assert!((5..=8).contains(&refused), "{refused} refusals: the run should have waited for the gate 5-8 times");
+    assert_eq!(usage.refusals["api_calls"], 0, "the pace kept every call within api_calls");
+    // Each 429 said "Retry-After: 1" and the next call left only after it: had two 429s shared a
+    // window, the run would have taken less than a second per refusal.
+    assert!(took >= Duration::from_secs(refused), "{refused} gate windows in {took:?}");
+    assert!(took < Duration::from_secs(30), "the run took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_publish_waits_for_the_gate_and_stores_every_event_once() {
+    rest_publish_through_the_gate(Tier::Human, keys(41)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_publish_of_an_agent_is_paced_and_gated_at_the_agent_tier() {
+    rest_publish_through_the_gate(Tier::Agent, keys(44)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_calls_are_paced_at_api_calls_and_reads_wait_for_the_gate_too() {
+    let relay = TestRelay::start_real_clock(|c| rest_quotas(c, Tier::Human, 60, 100_000)).await;
+    let keys = keys(45);
+    let pk = keys.public_key();
+    // A burst of 59 calls, then 0.9 a second: 66 events take about 8 s without one refusal.
+    let (code, lines) =
+        tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &["--rest"], &drafts(66)));
+    assert_eq!(code, 0, "{lines:?}");
+    assert!(lines.iter().all(|l| l["accepted"] == true), "{lines:?}");
+    let usage = relay.limiter.usage(&Principal::Pubkey(pk));
+    assert_eq!(usage.refusals["api_calls"], 0);
+    // A new process starts with a full burst of its own but the relay's bucket is nearly empty:
+    // a read may meet a 429, waits for the gate, and is asked once more.
+    let filter = json!({"authors": [pk.to_hex()], "limit": 1000}).to_string();
+    let (code, events) = tokio::task::block_in_place(|| cli_read_rest(&relay, "req", &keys.secret_hex(), &filter));
+    assert_eq!(code, 0);
+    let mut ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 66);
+    let (code, count) = tokio::task::block_in_place(|| cli_read_rest(&relay, "count", &keys.secret_hex(), &filter));
+    assert_eq!((code, count), (0, vec![json!({"count": 66})]));
+    let refused = relay.limiter.usage(&Principal::Pubkey(pk)).refusals["api_calls"];
+    assert!(refused <= 2, "at most one 429 for each read, got {refused}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,4 +221,50 @@ async fn keygen_prints_a_usable_key_pair() {
     assert_eq!(keys.public_key().to_hex(), v["pubkey"].as_str().unwrap());
     assert_eq!(keys.secret_hex(), v["secret"].as_str().unwrap());
     assert!(v["npub"].as_str().unwrap().starts_with("npub1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_shows_sent_accepted_refused_and_the_gate_it_waits_for() {
+    let relay = TestRelay::start_real_clock(|c| rest_quotas(c, Tier::Human, 600, 60)).await;
+    let keys = keys(46);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("drafts.jsonl");
+    std::fs::write(&input, drafts(63)).unwrap();
+    // script(1) gives the CLI a terminal for its stdout and stderr; the drafts come from a file.
+    let command =
+        format!("{} publish --rest --relay {} < {}", env!("CARGO_BIN_EXE_hearth"), relay.ws_url(), input.display());
+    let out = tokio::task::block_in_place(|| {
+        Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env("HEARTH_KEY", keys.secret_hex())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    });
+    assert!(out.status.success(), "{out:?}");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("waiting for the gate 1s"), "{screen}");
+    let refused = relay.limiter.usage(&Principal::Pubkey(keys.public_key())).refusals["messages"];
+    assert!(refused >= 1);
+    let last = format!("published 63/63: sent {}, accepted 63, refused 0, rate-limited {refused}", 63 + refused);
+    assert!(screen.contains(&last), "{last:?} not in {screen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_with_a_key_is_billed_to_the_key_from_its_first_frame() {
+    let relay = TestRelay::start_real_clock(|c| {
+        generous(c);
+        // A minute's refill of 10: three events stay visible in the bucket for seconds.
+        c.limits.human.messages_per_min = 10;
+    })
+    .await;
+    let keys = keys(47);
+    let (code, lines) = tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &[], &drafts(3)));
+    assert_eq!(code, 0, "{lines:?}");
+    // The EVENTs waited for the AUTH handshake: the key paid for them, the address for none.
+    let by_key = relay.limiter.usage(&Principal::Pubkey(keys.public_key()));
+    assert!(by_key.limits["messages"].used >= 2, "{by_key:?}");
+    let by_ip = relay.limiter.usage(&Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1])));
+    assert_eq!(by_ip.limits["messages"].used, 0, "{by_ip:?}");
 }
