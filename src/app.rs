@@ -37,4 +37,6 @@ pub struct AppState {
     pub stats: crate::stats::Stats,
     /// When the relay started (uptime, for the admin page).
     pub started: std::time::Instant,
+    /// Every WebSocket frame in and out on stderr, when set (`hearth dev`).
+    pub frame_log: std::sync::OnceLock<crate::dev::FrameLog>,
 }

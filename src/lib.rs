@@ -21,9 +21,11 @@
 
 pub(crate) mod admin;
 pub(crate) mod app;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod dev;
 pub(crate) mod fanout;
 pub mod fuzz;
 pub(crate) mod http;
@@ -40,6 +42,7 @@ pub(crate) mod rest;
 pub(crate) mod server;
 pub(crate) mod stats;
 pub mod store;
+pub mod testing;
 pub(crate) mod ws;
 
 pub use metrics::{Heap, report_heap_with};
@@ -79,6 +82,9 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
+    /// A setting is out of range.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A relay with its storage open, ready to serve.
@@ -112,6 +118,7 @@ impl Relay {
             tasks: TaskTracker::new(),
             stats: stats::Stats::default(),
             started: std::time::Instant::now(),
+            frame_log: std::sync::OnceLock::new(),
         });
         Ok(Relay { app })
     }
@@ -119,6 +126,20 @@ impl Relay {
     /// The shared state, for the offline commands that work on it without serving.
     pub(crate) fn app(self) -> Arc<AppState> {
         self.app
+    }
+
+    /// Stores JSON lines of signed events before the relay serves, by the publish rules without
+    /// quotas (what `hearth import` does); bad lines are reported on stderr and counted.
+    pub async fn import(
+        &self,
+        input: Box<dyn std::io::BufRead + Send>,
+    ) -> Result<offline::ImportSummary, offline::OfflineError> {
+        offline::import_into(self.app.clone(), input).await
+    }
+
+    /// Logs every WebSocket frame in and out on stderr, one line each (`hearth dev`).
+    pub fn log_frames(&self, log: dev::FrameLog) {
+        let _ = self.app.frame_log.set(log);
     }
 
     /// The relay's limiter (tests and embedding programs tune it live).

@@ -93,6 +93,26 @@ enum Command {
     /// {"from","to","carried","import"}. Run it again if it was cut off. Back the directory up
     /// first: an older hearth cannot read it afterwards. The relay must not be running.
     Migrate,
+    /// A throwaway relay for local development: 127.0.0.1:7777, a temporary data directory
+    /// removed on exit, quotas off, the admin API on with a random token, every frame in and out
+    /// logged on stderr. Prints one ready line {"ws","http","admin_token","data_dir"} on stdout.
+    Dev {
+        /// The port on 127.0.0.1 (0: any free port; the ready line names it).
+        #[arg(long, default_value_t = hearth::dev::DEFAULT_PORT)]
+        port: u16,
+        /// Keep the data in DIR (created if missing) instead of a temporary directory.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// Bill and refuse by the configured quotas, as production does.
+        #[arg(long)]
+        limits: bool,
+        /// Do not log frames.
+        #[arg(long)]
+        quiet: bool,
+        /// JSON lines of signed events to store (by the import rules) before it is ready.
+        #[arg(long, value_name = "FILE")]
+        seed: Option<PathBuf>,
+    },
     /// Print how many stored events match a filter (NIP-45).
     Count {
         #[arg(long)]
@@ -131,6 +151,10 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::count(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
+        Command::Dev { port, data, limits, quiet, seed } => {
+            let options = hearth::dev::DevOptions { port, data, limits, quiet, seed };
+            return dev(options, config).await;
+        }
         Command::Export { filter } => return offline(Offline::Export { filter }, config).await,
         Command::Import { file } => return offline(Offline::Import { file }, config).await,
         Command::Compact => return offline(Offline::Compact, config).await,
@@ -147,6 +171,22 @@ fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config,
         eprintln!("hearth: {e}");
         ExitCode::from(2)
     })
+}
+
+/// `hearth dev` on the configuration, until SIGINT/SIGTERM.
+async fn dev(options: hearth::dev::DevOptions, config: Option<&std::path::Path>) -> ExitCode {
+    let config = match load_config(config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let shutdown = match shutdown_signal() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("hearth: cannot install the SIGINT/SIGTERM handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    ExitCode::from(hearth::dev::run(options, config, shutdown).await)
 }
 
 /// The subcommands that work on the data directory of the configuration, not on a relay.

@@ -53,11 +53,15 @@ type Checked = (u64, Result<VerifiedEvent, String>);
 /// Imports the JSON lines of `input` into the configured data directory; bad lines are
 /// reported on stderr.
 pub async fn import(config: Config, input: Box<dyn BufRead + Send>) -> Result<ImportSummary, OfflineError> {
-    import_into(open(config, true)?, input).await
+    let app = open(config, true)?;
+    let summary = import_into(app.clone(), input).await;
+    app.store.shutdown().await?;
+    summary
 }
 
-/// [`import`] into an open relay state.
-pub(super) async fn import_into(
+/// [`import`] into an open relay state, which goes on serving (or is shut down by the caller):
+/// every event counted as stored was durably written.
+pub(crate) async fn import_into(
     app: Arc<AppState>,
     input: Box<dyn BufRead + Send>,
 ) -> Result<ImportSummary, OfflineError> {
@@ -108,9 +112,7 @@ pub(super) async fn import_into(
     if progress {
         eprintln!("\r{} read, {} stored, {} invalid", summary.read, summary.stored, summary.invalid);
     }
-    let read = reader.join().unwrap_or_else(|_| Err(std::io::Error::other("the import's reader panicked")));
-    app.store.shutdown().await?;
-    read?;
+    reader.join().unwrap_or_else(|_| Err(std::io::Error::other("the import's reader panicked")))?;
     Ok(summary)
 }
 

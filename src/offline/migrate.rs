@@ -61,7 +61,9 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
         crate::store::Tuning { cache_capacity_mb: cache, index_memory_events: crate::store::INDEX_MEMORY_EVENTS },
     )?;
     let app = crate::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
-    let import = import_into(app, Box::new(input)).await?;
+    let import = import_into(app.clone(), Box::new(input)).await;
+    app.store.shutdown().await?;
+    let import = import?;
     std::fs::remove_file(&pending)?;
     std::fs::File::open(&dir)?.sync_all()?;
     Ok(Migrated {

@@ -11,6 +11,7 @@ mod import;
 mod migrate;
 
 pub use export::export;
+pub(crate) use import::import_into;
 pub use import::{ImportSummary, import};
 pub use migrate::{Migrated, migrate};
 
@@ -67,6 +68,7 @@ impl From<RunError> for OfflineError {
             RunError::Store(e) => OfflineError::Store(e),
             RunError::Io(e) => OfflineError::Io(e),
             RunError::DataDir { path, source } => OfflineError::Store(StoreError::Open { path, source }),
+            RunError::Config(e) => OfflineError::Io(std::io::Error::other(e.to_string())),
         }
     }
 }

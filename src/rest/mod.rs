@@ -82,6 +82,7 @@ enum Endpoint {
 /// Identifies and bills the caller, then answers `endpoint`; every answer names the caller's
 /// tier in [`TIER_HEADER`].
 async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Result<Response, Infallible> {
+    let (method, path) = (ctx.method.clone(), ctx.path.clone());
     let (tier, caller) = caller(&app, &ctx).await;
     let result = match caller {
         Err(e) => Err(e),
@@ -93,8 +94,15 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
             Endpoint::OpenApi => openapi(&app),
         },
     };
+    let error = match (&result, app.frame_log.get()) {
+        (Err(e), Some(_)) => Some(e.to_string()),
+        _ => None,
+    };
     let mut response = respond(result)?;
     response.headers_mut().insert(TIER_HEADER, HeaderValue::from_static(tier.as_str()));
+    if let Some(log) = app.frame_log.get() {
+        log.call(&format!("{method} {path}"), response.status().as_u16(), error.as_deref());
+    }
     Ok(response)
 }
 

@@ -24,6 +24,7 @@ use super::handle::{self, Action, Done};
 use super::session::Session;
 use super::upgrade::Socket as WebSocket;
 use crate::app::AppState;
+use crate::dev::FrameLog;
 use crate::fanout::{ConnId, Registration};
 use crate::http::client_ip;
 use crate::limiter::Principal;
@@ -39,6 +40,13 @@ pub struct ConnInfo {
     pub client_ip: Option<IpAddr>,
     /// The `Host` header of the upgrade request.
     pub host: Option<String>,
+}
+
+/// Where a connection's frames are logged, when the frame log is on (`hearth dev`).
+#[derive(Clone, Copy)]
+struct Tap<'a> {
+    log: Option<&'a FrameLog>,
+    conn: ConnId,
 }
 
 type Sink = SplitSink<WebSocket, Message>;
@@ -71,12 +79,16 @@ pub async fn serve(app: Arc<AppState>, ws: Box<WebSocket>, info: ConnInfo) {
 /// own state stays small.
 async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut Registration, info: ConnInfo) {
     tracing::debug!("connected");
+    let tap = Tap { log: app.frame_log.get(), conn: reg.id };
+    if let Some(log) = tap.log {
+        log.connected(reg.id, info.peer);
+    }
     let mut session = Session::new(info.client_ip.unwrap_or(client_ip::UNKNOWN), handle::challenge());
     let relay_match = match app.config.server.public_url.as_str() {
         "" => info.host.map(RelayMatch::Host),
         url => Some(RelayMatch::Url(url.to_string())),
     };
-    if !Box::pin(send(&mut sink, &RelayMessage::Auth(session.challenge.clone()))).await {
+    if !Box::pin(send(&mut sink, &RelayMessage::Auth(session.challenge.clone()), tap)).await {
         return;
     }
     let mut in_flight: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
@@ -115,7 +127,7 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                 let batch = async {
                     let mut more = Some(done);
                     while let Some(done) = more.take() {
-                        if !deliver(&mut sink, &mut session, app, reg.id, done).await {
+                        if !deliver(&mut sink, &mut session, app, tap, done).await {
                             return false;
                         }
                         more = in_flight.next().now_or_never().flatten();
@@ -133,7 +145,7 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                     let mut next = Some(live);
                     let mut written = 0;
                     while let Some(frame) = next.take() {
-                        if !feed(&mut sink, &frame).await {
+                        if !feed(&mut sink, &frame, tap).await {
                             return false;
                         }
                         reg.written(&frame);
@@ -163,6 +175,9 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                 let action = match &msg {
                     Message::Close(_) => break,
                     Message::Text(text) => {
+                        if let Some(log) = tap.log {
+                            log.inbound(reg.id, text.as_str());
+                        }
                         handle::frame(app, &mut session, reg.id, text.as_str(), relay_match.as_ref())
                     }
                     Message::Binary(_) => {
@@ -173,7 +188,7 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                 };
                 match action {
                     Action::Reply(reply) => {
-                        if !Box::pin(guarded(send(&mut sink, &reply), &guard)).await {
+                        if !Box::pin(guarded(send(&mut sink, &reply, tap), &guard)).await {
                             break;
                         }
                     }
@@ -183,7 +198,10 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
             }
         }
     }
-    Box::pin(finish(app, sink, session, reg, in_flight, close)).await;
+    Box::pin(finish(app, sink, session, reg, in_flight, close, tap)).await;
+    if let Some(log) = tap.log {
+        log.closed(reg.id);
+    }
     tracing::debug!("disconnected");
 }
 
@@ -196,6 +214,7 @@ async fn finish(
     reg: &Registration,
     mut in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
     mut close: Option<CloseFrame>,
+    tap: Tap<'_>,
 ) {
     if reg.slow.is_cancelled() {
         tracing::info!("disconnecting a slow consumer");
@@ -203,7 +222,7 @@ async fn finish(
         let notice =
             RelayMessage::Notice("error: disconnected: the client is not reading its events fast enough".into());
         // The socket is full: give the client a while to drain it and learn why.
-        let _ = tokio::time::timeout(SLOW_NOTICE_WAIT, send(&mut sink, &notice)).await;
+        let _ = tokio::time::timeout(SLOW_NOTICE_WAIT, send(&mut sink, &notice, tap)).await;
     }
     // Finish what was accepted for processing: EVENTs complete (durable either way) and get
     // their OK while the client still reads, within a deadline so a stuck client cannot hold
@@ -212,8 +231,7 @@ async fn finish(
     let mut writable = !reg.slow.is_cancelled();
     while let Ok(Some(done)) = tokio::time::timeout_at(deadline, in_flight.next()).await {
         if writable {
-            let write =
-                async { deliver(&mut sink, &mut session, app, reg.id, done).await && sink.flush().await.is_ok() };
+            let write = async { deliver(&mut sink, &mut session, app, tap, done).await && sink.flush().await.is_ok() };
             writable = tokio::time::timeout_at(deadline, write).await.unwrap_or(false);
         }
     }
@@ -269,12 +287,15 @@ struct Guard {
 }
 
 /// Writes one frame and flushes it.
-async fn send(sink: &mut Sink, msg: &RelayMessage) -> bool {
-    feed(sink, msg).await && sink.flush().await.is_ok()
+async fn send(sink: &mut Sink, msg: &RelayMessage, tap: Tap<'_>) -> bool {
+    feed(sink, msg, tap).await && sink.flush().await.is_ok()
 }
 
 /// Queues one frame for the next flush.
-async fn feed(sink: &mut Sink, msg: &RelayMessage) -> bool {
+async fn feed(sink: &mut Sink, msg: &RelayMessage, tap: Tap<'_>) -> bool {
+    if let Some(log) = tap.log {
+        log.outbound(tap.conn, msg);
+    }
     match text_of(msg) {
         Some(text) => sink.feed(text).await.is_ok(),
         None => false,
@@ -294,7 +315,8 @@ fn text_of(msg: &RelayMessage) -> Option<Message> {
 }
 
 /// Queues the frames of one finished piece of work; the caller flushes.
-async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: ConnId, done: Done) -> bool {
+async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, tap: Tap<'_>, done: Done) -> bool {
+    let conn = tap.conn;
     let frames = match done {
         Done::Frames(frames) => frames,
         Done::Query { sub_id, generation, frames } => {
@@ -322,7 +344,7 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, conn: C
         },
     };
     for frame in &frames {
-        if !feed(sink, frame).await {
+        if !feed(sink, frame, tap).await {
             return false;
         }
     }

@@ -13,7 +13,6 @@ use hearth::limiter::{Limiter, ManualClock};
 use hearth::protocol::{Event, Keys, Kind, Timestamp};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -33,21 +32,27 @@ pub fn listening_addr(child: &mut std::process::Child) -> String {
     addr
 }
 
+/// The NIP-11 document served at `url`.
+pub async fn nip11_at(url: &str) -> Value {
+    let response = reqwest::Client::new().get(url).header("Accept", "application/nostr+json").send();
+    tokio::time::timeout(STEP, response).await.unwrap().unwrap().json().await.unwrap()
+}
+
 /// How long any single network step may take.
 pub const STEP: Duration = Duration::from_secs(10);
 
-/// A running relay.
+/// A running relay: [`hearth::testing::TestRelay`] (the API other crates' tests use, so it is
+/// exercised by every test here) with the production limits as its defaults, and the helpers
+/// these tests share.
 pub struct TestRelay {
     pub addr: SocketAddr,
     /// Where the admin API listens when `admin.bind` is set.
     pub admin_addr: Option<SocketAddr>,
-    /// The limiter's clock: tests advance it instead of sleeping.
+    /// The limiter's clock: tests advance it instead of sleeping (unused on the real clock).
     pub clock: Arc<ManualClock>,
     /// The relay's limiter.
     pub limiter: Arc<Limiter>,
-    pub dir: Option<tempfile::TempDir>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), hearth::RunError>>>,
+    relay: Option<hearth::testing::TestRelay>,
 }
 
 impl TestRelay {
@@ -68,43 +73,30 @@ impl TestRelay {
     }
 
     async fn start_inner(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config), real_clock: bool) -> TestRelay {
-        let mut config = Config::default();
-        config.server.bind = "127.0.0.1:0".parse().unwrap();
-        config.storage.data_dir = dir.path().join("data");
-        tweak(&mut config);
-        config.validate().unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let admin_listener = match config.admin.bind {
-            None => None,
-            Some(bind) => Some(tokio::net::TcpListener::bind(bind).await.unwrap()),
+        let options = hearth::testing::Options {
+            limits: Some(Config::default().limits),
+            manual_clock: !real_clock,
+            dir: Some(dir),
+            ..Default::default()
         };
-        let admin_addr = admin_listener.as_ref().map(|l| l.local_addr().unwrap());
-        let (stop, rx) = oneshot::channel::<()>();
-        let clock = Arc::new(ManualClock::new());
-        let limiter_clock: Arc<dyn hearth::limiter::Clock> =
-            if real_clock { Arc::new(hearth::limiter::SystemClock::default()) } else { clock.clone() };
-        let relay = hearth::Relay::open(config, limiter_clock).unwrap();
-        let limiter = relay.limiter();
-        let task = tokio::spawn(relay.serve(listener, admin_listener, async move {
-            let _ = rx.await;
-        }));
-        TestRelay { addr, admin_addr, clock, limiter, dir: Some(dir), stop: Some(stop), task: Some(task) }
+        let relay = hearth::testing::TestRelay::start_configured(options, tweak).await.unwrap();
+        TestRelay {
+            addr: relay.addr(),
+            admin_addr: relay.admin_addr(),
+            clock: relay.clock().cloned().unwrap_or_else(|| Arc::new(ManualClock::new())),
+            limiter: relay.limiter().clone(),
+            relay: Some(relay),
+        }
     }
 
     /// Stops the relay gracefully and waits for it; returns the data directory.
     pub async fn stop(mut self) -> tempfile::TempDir {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(STEP, task).await.unwrap().unwrap().unwrap();
-        }
-        self.dir.take().unwrap()
+        let relay = self.relay.take().unwrap();
+        tokio::time::timeout(STEP, relay.stop()).await.unwrap().unwrap()
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.as_ref().unwrap().path().join("data")
+        self.relay.as_ref().unwrap().data_dir()
     }
 
     pub fn ws_url(&self) -> String {
@@ -117,27 +109,11 @@ impl TestRelay {
 
     /// The NIP-11 document.
     pub async fn nip11(&self) -> Value {
-        reqwest::Client::new()
-            .get(self.http_url("/"))
-            .header("Accept", "application/nostr+json")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        nip11_at(&self.http_url("/")).await
     }
 
     pub async fn connect(&self) -> Client {
         Client::connect(&self.ws_url()).await
-    }
-}
-
-impl Drop for TestRelay {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
     }
 }
 

@@ -15,4 +15,5 @@ mod hostile;
 mod http;
 mod nip01;
 mod rest;
+mod testing;
 mod vectors;

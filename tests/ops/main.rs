@@ -12,6 +12,7 @@ mod bench_smoke;
 mod binary;
 mod client;
 mod datadir;
+mod dev;
 mod durability;
 mod fuzz_corpus;
 mod limiter;
