@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::config::Tier;
-use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Kind, Timestamp};
+use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Kind, Tier, Timestamp};
 
 /// Parses the `retry in Ns` hint of a `rate-limited:` message.
 pub fn retry_hint(message: &str) -> Option<Duration> {
@@ -294,6 +293,11 @@ impl Core {
         self.auth_hold = Some(until);
     }
 
+    fn auth_answered(&mut self) {
+        self.auth_sent = None;
+        self.auth_hold = None;
+    }
+
     /// What the client has done so far.
     pub fn progress(&self) -> Progress {
         Progress { gate_until: self.gate_until, ..self.progress }
@@ -359,10 +363,12 @@ impl Core {
     /// Handles one answer from the relay, whatever carried it.
     pub fn on_reply(&mut self, reply: Reply, now: Instant) {
         match reply {
-            Reply::Ok { id, .. } if self.auth_sent == Some(id) => {
-                // The relay's verdict on our AUTH: whichever it is, nothing waits for it longer.
-                self.auth_sent = None;
-                self.auth_hold = None;
+            // The relay's verdict on our AUTH: whichever it is, nothing waits for it longer (a
+            // refused AUTH leaves the requests to the address).
+            Reply::Ok { id, .. } if self.auth_sent == Some(id) => self.auth_answered(),
+            Reply::Limited { target: Target::Event(id), wait, .. } if self.auth_sent == Some(id) => {
+                self.auth_answered();
+                self.arm(now, wait);
             }
             Reply::Ok { id, accepted: true, message } => {
                 if self.publishes.remove(&id).is_some() {

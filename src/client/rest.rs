@@ -13,12 +13,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::core::{Core, Pace, Progress, PublishError, Reply, Target, Transport, Update};
 use super::session::Options;
-use crate::config::Tier;
-use crate::protocol::nip98;
-use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Timestamp};
 
-/// The response header that names the caller's quota tier.
-pub const TIER_HEADER: &str = "x-hearth-tier";
+use crate::protocol::nip98;
+use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, TIER_HEADER, Tier, Timestamp};
 
 /// The `http(s)://` base of a `ws(s)://` relay URL.
 pub fn http_base(relay_url: &str) -> String {

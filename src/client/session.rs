@@ -14,8 +14,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use super::core::{Core, Pace, Progress, PublishError, Transport, Update};
 use super::rest;
-use crate::config::Tier;
-use crate::protocol::{Event, EventId, Filter, Keys};
+
+use crate::protocol::{Event, EventId, Filter, Keys, Tier};
 
 /// Bytes read from the socket at once: tungstenite's default of 128 KiB is zero-filled on every
 /// read, which costs more than the frames of a relay session.

@@ -1,6 +1,6 @@
 //! The quota tiers and quota keys: the one list of their names.
 //!
-//! Owns [`Tier`], [`QuotaKey`], a tier's values ([`TierLimits`]) and [`LimitKey`], the
+//! Owns [`QuotaKey`], a tier's values ([`TierLimits`]) and [`LimitKey`], the
 //! `<tier>.<key>` name the admin API, the saved overrides and the configuration sources use.
 //! Every other module names a quota through these types, never through a string.
 
@@ -9,36 +9,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Quota tiers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// Everyone by default.
-    Human,
-    /// Pubkeys listed in `limits.agent_pubkeys` (or set to it by an admin).
-    Agent,
-    /// The IP ceiling: what one client address (an IPv6 /64) may do under all its keys.
-    Ip,
-}
-
-impl Tier {
-    /// Every tier, in report order.
-    pub const ALL: [Tier; 3] = [Tier::Human, Tier::Agent, Tier::Ip];
-
-    /// The name, as in `[limits.<tier>]`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Human => "human",
-            Tier::Agent => "agent",
-            Tier::Ip => "ip",
-        }
-    }
-
-    /// The tier named `name`.
-    pub fn parse(name: &str) -> Option<Tier> {
-        Tier::ALL.into_iter().find(|t| t.as_str() == name)
-    }
-}
+pub use crate::protocol::Tier;
 
 /// One quota of a tier: the keys of `[limits.human]` and `[limits.agent]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

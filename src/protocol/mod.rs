@@ -13,10 +13,16 @@ pub mod nip19;
 pub mod nip42;
 pub mod nip98;
 pub mod refusal;
+pub mod tier;
 pub mod verify;
 
 pub use event::{Event, EventId, EventJson, Kind, KindClass, PubKey, Sig, Timestamp};
 pub use filter::Filter;
 pub use keys::Keys;
 pub use message::{ClientMessage, Correlation, ParseError, RelayMessage};
+pub use tier::Tier;
 pub use verify::{VerifiedEvent, VerifyError};
+
+/// The REST answers' header naming the quota tier the caller is billed at (`human` or `agent`),
+/// so a client can pace itself at its tier's `api_calls_per_min` from NIP-11 `hearth_limits`.
+pub const TIER_HEADER: &str = "x-hearth-tier";

@@ -24,15 +24,11 @@ use crate::ingest::{self, Outcome, Publisher};
 use crate::limiter::{Billed, LimitType, Principal, Tier};
 use crate::protocol::nip98::AuthError;
 use crate::protocol::refusal::{Prefix, Refusal};
-use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, Timestamp};
+use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, TIER_HEADER, Timestamp};
 use crate::query::{self, QueryError};
 
 /// The OpenAPI 3 document of every HTTP route hearth answers.
 pub const OPENAPI: &str = include_str!("openapi.json");
-
-/// The response header naming the quota tier the caller is billed at (`human` or `agent`), so a
-/// client can pace itself at its own tier's `api_calls_per_min` from NIP-11 `hearth_limits`.
-pub const TIER_HEADER: &str = "x-hearth-tier";
 
 /// Who is calling, once identified and billed.
 #[derive(Debug)]
@@ -82,7 +78,7 @@ enum Endpoint {
 /// Identifies and bills the caller, then answers `endpoint`; every answer names the caller's
 /// tier in [`TIER_HEADER`].
 async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Result<Response, Infallible> {
-    let (method, path) = (ctx.method.clone(), ctx.path.clone());
+    let request = app.frame_log.get().map(|_| format!("{} {}", ctx.method, ctx.path));
     let (tier, caller) = caller(&app, &ctx).await;
     let result = match caller {
         Err(e) => Err(e),
@@ -100,8 +96,8 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
     };
     let mut response = respond(result)?;
     response.headers_mut().insert(TIER_HEADER, HeaderValue::from_static(tier.as_str()));
-    if let Some(log) = app.frame_log.get() {
-        log.call(&format!("{method} {path}"), response.status().as_u16(), error.as_deref());
+    if let (Some(log), Some(request)) = (app.frame_log.get(), request) {
+        log.call(&request, response.status().as_u16(), error.as_deref());
     }
     Ok(response)
 }

@@ -263,6 +263,17 @@ fn with_keys_requests_wait_for_the_auth_answer_or_the_hold() {
     // The AUTH's OK is not a publish's.
     assert_eq!(c.poll_update(), None);
 
+    // A refused AUTH ends the hold too, behind the gate it names.
+    let mut c = Core::new("ws://relay/", Some(Keys::from_bytes([9; 32]).unwrap()), Duration::from_secs(60), None);
+    c.hold_for_auth(t0 + Duration::from_secs(2));
+    c.publish(e.clone());
+    c.on_frame(&json!(["AUTH", "chal"]).to_string(), t0);
+    let auth: Value = serde_json::from_str(&tx(&mut c, t0).unwrap()).unwrap();
+    let limited = "rate-limited: quota exceeded (ws_events); retry in 1s";
+    c.on_frame(&json!(["OK", auth[1]["id"], false, limited]).to_string(), t0);
+    assert_eq!(tx(&mut c, t0), None);
+    assert!(is_event_frame(&tx(&mut c, t0 + Duration::from_secs(1)), &e));
+
     // A relay that sends no challenge costs the hold once.
     let mut c = core(60);
     c.hold_for_auth(t0 + Duration::from_secs(2));
