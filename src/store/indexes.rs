@@ -366,9 +366,12 @@ impl Indexes {
         Meta { covered: self.covered, events: self.seg_events, live: self.seg_live, seqs: self.seqs.clone() }
     }
 
-    /// True when the in-memory events are due to be written out.
-    pub(super) fn mem_full(&self) -> bool {
-        self.mem.events() >= self.mem_events
+    /// True when the in-memory events are due to be written out: when they are as many as a
+    /// segment holds, or at a clean stop whenever there are any, so that the next start reads no
+    /// tail (each tail record costs a catalogue lookup, a random read on a cold start).
+    pub(super) fn mem_due(&self, stopping: bool) -> bool {
+        let events = self.mem.events();
+        self.dir.is_some() && (events >= self.mem_events || (stopping && events > 0))
     }
 
     /// Writes the in-memory events out as a new segment; the index is unchanged until

@@ -891,3 +891,35 @@ async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_throug
     }
     assert!(model.live.len() > 50 && model.tombstones.len() > 5, "a sequence that exercised little");
 }
+
+#[tokio::test]
+async fn a_clean_stop_writes_the_in_memory_index_out_so_the_next_start_reads_no_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(9);
+    let store = segmented(dir.path(), 1000);
+    let events: Vec<VerifiedEvent> = (0..10).map(|i| signed(&k, 1000 + i, 1, &[&["t", "x"]])).collect();
+    for e in &events {
+        store.put(e.clone()).await.unwrap();
+    }
+    // Ten events, a segment holds a thousand: all in memory while it runs.
+    assert_eq!(store.stats().unwrap().index_segments, 0);
+    let replaced = signed(&k, 2000, 0, &[]);
+    store.put(replaced.clone()).await.unwrap();
+    store.put(signed(&k, 2001, 0, &[])).await.unwrap();
+    store.remove(events[3].event().id).await.unwrap();
+    store.shutdown().await.unwrap();
+    drop(store);
+
+    let store = segmented(dir.path(), 1000);
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.index_segments, stats.events), (1, 10), "{stats:?}");
+    let mut want: Vec<EventId> = events.iter().map(|e| e.event().id).filter(|id| *id != events[3].event().id).collect();
+    want.reverse();
+    assert_eq!(ids(&store, r##"{"#t":["x"]}"##), want);
+    assert!(ids(&store, r#"{"kinds":[0]}"#).iter().all(|id| *id != replaced.event().id));
+    assert_eq!(ids(&store, r#"{"kinds":[0]}"#).len(), 1);
+    // A stop with nothing new in memory writes no empty segment.
+    store.shutdown().await.unwrap();
+    drop(store);
+    assert_eq!(segmented(dir.path(), 1000).stats().unwrap().index_segments, 1);
+}

@@ -133,12 +133,13 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes the in-memory index out as a segment when it is full (between groups, so that it
-    /// holds exactly the events before the log's end), and wakes the merge thread.
-    fn write_index(&self, merges: &std::sync::mpsc::Sender<()>) -> Result<(), StoreError> {
+    /// Writes the in-memory index out as a segment when it is due (between groups, so that it
+    /// holds exactly the events before the log's end), and wakes the merge thread; at a clean
+    /// stop (`merges` none) whatever is in memory, without waking it.
+    fn write_index(&self, merges: Option<&std::sync::mpsc::Sender<()>>) -> Result<(), StoreError> {
         let (seq, seg, end) = {
             let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
-            if !view.index.mem_full() {
+            if !view.index.mem_due(merges.is_none()) {
                 return Ok(());
             }
             // Readers go on meanwhile; only this thread changes the in-memory index.
@@ -149,7 +150,9 @@ impl Writer {
         view.index.wrote(seq, seg, end);
         view.index.meta().save(&self.tree)?;
         drop(view);
-        let _ = merges.send(());
+        if let Some(merges) = merges {
+            let _ = merges.send(());
+        }
         Ok(())
     }
 }
@@ -227,7 +230,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
         drop(pending);
         if index_quiet_until.is_none_or(|until| Instant::now() >= until) {
             index_quiet_until = None;
-            if let Err(e) = w.write_index(&merges) {
+            if let Err(e) = w.write_index(Some(&merges)) {
                 tracing::error!(error = %e, "writing an index segment failed; the index stays in memory for now");
                 index_quiet_until = Some(Instant::now() + INDEX_RETRY);
             }
@@ -244,6 +247,13 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             }
             flushed = Instant::now();
         }
+    }
+    // A clean stop leaves no tail for the next start to read (unless segments cannot be written).
+    if shutdown.is_some()
+        && index_quiet_until.is_none()
+        && let Err(e) = w.write_index(None)
+    {
+        tracing::error!(error = %e, "writing the index segment at the stop failed; the next start reads the tail");
     }
     // The merge thread stops (it notices the store stopping, or the closed channel) and lets go
     // of its handles on the database before this one does.
