@@ -133,10 +133,11 @@ fn refusal_of(text: &str) -> String {
     }
 }
 
-/// A frame as the log shows it: the verb, then each part; a text that is not a JSON array as
-/// it is.
+/// A frame as the log shows it: the verb, then each part; a text that is not a JSON array as a
+/// JSON string. Control characters a client sent are always escaped: a line stays one line, and
+/// no frame can send escape sequences to the developer's terminal.
 fn render(text: &str) -> String {
-    let Ok(Value::Array(parts)) = serde_json::from_str::<Value>(text) else { return text.to_string() };
+    let Ok(Value::Array(parts)) = serde_json::from_str::<Value>(text) else { return Value::from(text).to_string() };
     let mut out = String::new();
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
@@ -144,7 +145,7 @@ fn render(text: &str) -> String {
         }
         match part {
             // The verb, and the id after it (subscription, event or challenge), bare.
-            Value::String(s) if i < 2 => out.push_str(&short(s)),
+            Value::String(s) if i < 2 && !s.chars().any(char::is_control) => out.push_str(&short(s)),
             Value::Object(o) if o.contains_key("sig") => out.push_str(&event(part)),
             other => out.push_str(&other.to_string()),
         }
@@ -192,8 +193,9 @@ mod tests {
             line(1, Direction::In, &text),
             format!(r#"c1 <- EVENT {}… kind 1 by {}… "hi \"there\"""#, &e.id.to_hex()[..4], &pk[..4])
         );
-        // Not JSON: shown as it came.
-        assert_eq!(line(1, Direction::In, "hello"), "c1 <- hello");
+        // Not JSON: shown as a JSON string; control characters escaped wherever they are.
+        assert_eq!(line(1, Direction::In, "hello\nthere"), r#"c1 <- "hello\nthere""#);
+        assert_eq!(line(1, Direction::In, "[\"REQ\",\"a\\u001b[2J\",{}]"), r#"c1 <- REQ "a\u001b[2J" {}"#);
     }
 
     #[test]
