@@ -150,6 +150,8 @@ impl Driver {
                     let _ = answers_tx.send(call.await).await;
                 });
             }
+            // Before the results go out: whoever reads a result then sees progress that counts it.
+            progress.send_replace(core.progress());
             while let Some(update) = core.poll_update() {
                 match update {
                     Update::Published(id, result) => {
@@ -182,7 +184,6 @@ impl Driver {
                     Update::Notice(_) => {}
                 }
             }
-            progress.send_replace(core.progress());
             let wake = core.next_wakeup(Instant::now());
             tokio::select! {
                 Some(answer) = answers.recv() => {

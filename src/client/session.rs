@@ -165,6 +165,8 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, pr
                 break;
             }
         }
+        // Before the results go out: whoever reads a result then sees progress that counts it.
+        progress.send_replace(core.progress());
         while let Some(update) = core.poll_update() {
             match update {
                 Update::Published(id, result) => {
@@ -192,7 +194,6 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, pr
                 Update::Notice(_) => {}
             }
         }
-        progress.send_replace(core.progress());
         if !connected {
             // Dropping the senders tells every waiting subscriber and COUNT the connection is gone.
             subs.clear();
