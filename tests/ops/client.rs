@@ -96,9 +96,10 @@ fn rest_quotas(c: &mut Config, tier: Tier, api_calls: u64, messages: u64) {
     c.limitation.max_limit = 1000;
 }
 
-/// Publishes 68 events over REST as `keys` at `tier`, whose `messages_per_min` is 60: the first
-/// 60 are the burst, and each of the other 8 meets a 429 (Retry-After 1), waits for the gate and
-/// is resent once. Checks that every event is stored exactly once and that no gate window saw a
+/// Publishes 72 events over REST as `keys` at `tier`, whose `messages_per_min` is 60: the first
+/// 60 are the burst, and each of the other 12 meets a 429 (Retry-After 1), waits for the gate and
+/// is resent once, unless the seconds the burst took refilled its cell (a loaded machine: at most
+/// seven of them). Checks that every event is stored exactly once and that no gate window saw a
 /// second 429.
 async fn rest_publish_through_the_gate(tier: Tier, keys: Keys) {
     let pk = keys.public_key();
@@ -113,19 +114,19 @@ async fn rest_publish_through_the_gate(tier: Tier, keys: Keys) {
     .await;
     let started = std::time::Instant::now();
     let (code, lines) =
-        tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &["--rest"], &drafts(68)));
+        tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &["--rest"], &drafts(72)));
     let took = started.elapsed();
     assert_eq!(code, 0, "{lines:?}");
-    assert_eq!(lines.len(), 68);
+    assert_eq!(lines.len(), 72);
     assert!(lines.iter().all(|l| l["accepted"] == true && l["message"] == ""), "{lines:?}");
     let mut stored = stored_by(&relay, &pk.to_hex()).await;
     stored.sort();
     stored.dedup();
-    assert_eq!(stored.len(), 68);
+    assert_eq!(stored.len(), 72);
     let usage = relay.limiter.usage(&Principal::Pubkey(pk));
     assert_eq!(usage.tier, tier);
     let refused = usage.refusals["messages"];
-    assert!((5..=8).contains(&refused), "{refused} refusals: the run should have waited for the gate 5-8 times");
+    assert!((5..=12).contains(&refused), "{refused} refusals: the run should have waited for the gate 5-12 times");
     assert_eq!(usage.refusals["api_calls"], 0, "the pace kept every call within api_calls");
     // Each 429 said "Retry-After: 1" and the next call left only after it: had two 429s shared a
     // window, the run would have taken less than a second per refusal.
@@ -229,7 +230,7 @@ async fn a_terminal_shows_sent_accepted_refused_and_the_gate_it_waits_for() {
     let keys = keys(46);
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("drafts.jsonl");
-    std::fs::write(&input, drafts(63)).unwrap();
+    std::fs::write(&input, drafts(70)).unwrap();
     // script(1) gives the CLI a terminal for its stdout and stderr; the drafts come from a file.
     let command =
         format!("{} publish --rest --relay {} < {}", env!("CARGO_BIN_EXE_hearth"), relay.ws_url(), input.display());
@@ -247,7 +248,7 @@ async fn a_terminal_shows_sent_accepted_refused_and_the_gate_it_waits_for() {
     assert!(screen.contains("waiting for the gate 1s"), "{screen}");
     let refused = relay.limiter.usage(&Principal::Pubkey(keys.public_key())).refusals["messages"];
     assert!(refused >= 1);
-    let last = format!("published 63/63: sent {}, accepted 63, refused 0, rate-limited {refused}", 63 + refused);
+    let last = format!("published 70/70: sent {}, accepted 70, refused 0, rate-limited {refused}", 70 + refused);
     assert!(screen.contains(&last), "{last:?} not in {screen}");
 }
 
