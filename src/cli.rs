@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::client::session::Options;
-use crate::client::{Progress, PublishError, RestSession, Session};
+use crate::client::{Progress, PublishError, Session};
 use crate::protocol::{Event, Filter, Keys, Kind, Timestamp};
 
 /// Exit code: everything succeeded.
@@ -104,53 +104,17 @@ fn code_of(error: &PublishError) -> u8 {
     }
 }
 
-/// The relay, over the transport the user chose.
-enum Relay {
-    Ws(Session),
-    Rest(RestSession),
-}
-
-impl Relay {
-    /// Connects over WebSocket, or over the REST API with `rest`; a failure is printed.
-    async fn connect(url: &str, rest: bool, keys: Option<Keys>) -> Result<Relay, u8> {
-        let relay = if rest {
-            RestSession::connect(url, keys, Options::default()).await.map(Relay::Rest)
-        } else {
-            Session::connect(url, keys, Options::default()).await.map(Relay::Ws)
-        };
-        relay.map_err(|e| {
-            eprintln!("hearth: {e}");
-            NETWORK
-        })
-    }
-
-    async fn publish(&self, event: Event) -> Result<String, PublishError> {
-        match self {
-            Relay::Ws(s) => s.publish(event).await,
-            Relay::Rest(s) => s.publish(event).await,
-        }
-    }
-
-    async fn fetch(&self, filters: Vec<Filter>) -> Result<Vec<Value>, String> {
-        match self {
-            Relay::Ws(s) => s.fetch(filters).await,
-            Relay::Rest(s) => s.fetch(filters).await,
-        }
-    }
-
-    async fn count(&self, filters: Vec<Filter>) -> Result<u64, String> {
-        match self {
-            Relay::Ws(s) => s.count(filters).await,
-            Relay::Rest(s) => s.count(filters).await,
-        }
-    }
-
-    fn progress(&self) -> Progress {
-        match self {
-            Relay::Ws(s) => s.progress(),
-            Relay::Rest(s) => s.progress(),
-        }
-    }
+/// A session with the relay over the transport the user chose; a failure is printed.
+async fn connect(url: &str, rest: bool, keys: Option<Keys>) -> Result<Session, u8> {
+    let session = if rest {
+        Session::connect_rest(url, keys, Options::default()).await
+    } else {
+        Session::connect(url, keys, Options::default()).await
+    };
+    session.map_err(|e| {
+        eprintln!("hearth: {e}");
+        NETWORK
+    })
 }
 
 /// The progress line of a publish run: `done` of `total` finished, and what the client did.
@@ -198,7 +162,7 @@ pub async fn publish(
     };
     let total = events.len();
     let progress = total > 1 && std::io::stderr().is_terminal();
-    let relay = match Relay::connect(relay, use_rest, keys).await {
+    let relay = match connect(relay, use_rest, keys).await {
         Ok(relay) => relay,
         Err(code) => return code,
     };
@@ -245,12 +209,17 @@ pub async fn publish(
 }
 
 /// Parses the filter argument and connects: the shared start of `req` and `count`.
-async fn connect_with_filter(relay: &str, rest: bool, keys: Option<Keys>, filter: &str) -> Result<(Relay, Filter), u8> {
+async fn connect_with_filter(
+    relay: &str,
+    rest: bool,
+    keys: Option<Keys>,
+    filter: &str,
+) -> Result<(Session, Filter), u8> {
     let filter: Filter = serde_json::from_str(filter).map_err(|e| {
         eprintln!("hearth: bad filter: {e}");
         INVALID
     })?;
-    Ok((Relay::connect(relay, rest, keys).await?, filter))
+    Ok((connect(relay, rest, keys).await?, filter))
 }
 
 /// `hearth req`: stored events matching the filter, as JSON lines.

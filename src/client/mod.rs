@@ -11,5 +11,4 @@ pub mod rest;
 pub mod session;
 
 pub use self::core::{Pace, Progress, PublishError, Update};
-pub use rest::RestSession;
 pub use session::Session;

@@ -1,5 +1,6 @@
-//! A REST session: the relay's HTTP API (`/api/v1/events`, `/query`, `/count`) driven by the same
-//! [`Core`] as a WebSocket session, so the gate, the one resend and the pacing are the same rules.
+//! The REST session's task: the relay's HTTP API (`/api/v1/events`, `/query`, `/count`) driven by
+//! the same [`Core`] as a WebSocket session, so the gate, the one resend and the pacing are the
+//! same rules, and the caller's [`Session`] is the same type.
 //!
 //! Owns the HTTP side: mapping each request the core lets out onto a call, and each answer
 //! (status, `Retry-After`, body) back onto a [`Reply`]. Calls go one at a time, so a refusal is
@@ -9,13 +10,13 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
-use super::core::{Core, Pace, Progress, PublishError, Reply, Target, Transport, Update};
-use super::session::Options;
+use super::core::{Core, Pace, Progress, Reply, Target, Transport};
+use super::session::{Command, Options, Session, Waiters, sleep_until};
 
 use crate::protocol::nip98;
-use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, TIER_HEADER, Tier, Timestamp};
+use crate::protocol::{ClientMessage, Keys, TIER_HEADER, Tier, Timestamp};
 
 /// The `http(s)://` base of a `ws(s)://` relay URL.
 pub fn http_base(relay_url: &str) -> String {
@@ -32,22 +33,6 @@ pub async fn nip11(http: &reqwest::Client, base: &str) -> Result<Option<Value>, 
         .await
         .map_err(|e| format!("cannot connect to {base}: {e}"))?;
     Ok(response.json().await.ok())
-}
-
-/// Where a caller waits for its result.
-type Waiter<T, E = String> = oneshot::Sender<Result<T, E>>;
-
-enum Command {
-    Publish(Box<Event>, Waiter<String, PublishError>),
-    Query(Vec<Filter>, Waiter<Vec<Value>>),
-    Count(Vec<Filter>, Waiter<u64>),
-}
-
-/// A relay reached over its REST API.
-pub struct RestSession {
-    commands: mpsc::Sender<Command>,
-    progress: watch::Receiver<Progress>,
-    tier: watch::Receiver<Option<Tier>>,
 }
 
 /// What the session task needs besides the core.
@@ -68,61 +53,24 @@ enum Answer {
     Lost(String),
 }
 
-impl RestSession {
-    /// A session with the relay at `relay_url` (`ws(s)://` or `http(s)://`); `keys` sign every
-    /// call (NIP-98), so it is billed to the key.
-    pub async fn connect(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<RestSession, String> {
-        let base = http_base(relay_url);
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
-        // An unreachable relay fails here, like a WebSocket connect.
-        let nip11 = nip11(&http, &base).await?;
-        // Until the relay names the tier, the human tier's pace; only one call is out before it
-        // does, so a different tier costs at most that call's share of the burst.
-        let pace =
-            options.pace.or_else(|| nip11.as_ref().and_then(|d| Pace::advertised(d, Tier::Human, Transport::Rest)));
-        let core = Core::new(&base, None, options.publish_timeout, pace);
-        let (commands, rx) = mpsc::channel(1024);
-        let (progress_tx, progress) = watch::channel(Progress::default());
-        let (tier_tx, tier) = watch::channel(None);
-        let driver = Driver { http, base, keys, nip11, fixed_pace: options.pace.is_some() };
-        tokio::spawn(driver.run(core, rx, progress_tx, tier_tx));
-        Ok(RestSession { commands, progress, tier })
-    }
-
-    /// What the session has done so far.
-    pub fn progress(&self) -> Progress {
-        *self.progress.borrow()
-    }
-
-    /// The caller's tier, as the relay last named it.
-    pub fn tier(&self) -> Option<Tier> {
-        *self.tier.borrow()
-    }
-
-    /// Publishes an event: `Ok("")`, `Ok("duplicate: …")`, or why not.
-    pub async fn publish(&self, event: Event) -> Result<String, PublishError> {
-        let (tx, rx) = oneshot::channel();
-        let closed = || PublishError::Disconnected("session closed".into());
-        self.commands.send(Command::Publish(Box::new(event), tx)).await.map_err(|_| closed())?;
-        rx.await.map_err(|_| closed())?
-    }
-
-    /// Stored events matching `filters` (`POST /api/v1/query`).
-    pub async fn fetch(&self, filters: Vec<Filter>) -> Result<Vec<Value>, String> {
-        let (tx, rx) = oneshot::channel();
-        self.commands.send(Command::Query(filters, tx)).await.map_err(|_| "session closed".to_string())?;
-        rx.await.map_err(|_| "connection lost".to_string())?
-    }
-
-    /// How many stored events match `filters` (`POST /api/v1/count`).
-    pub async fn count(&self, filters: Vec<Filter>) -> Result<u64, String> {
-        let (tx, rx) = oneshot::channel();
-        self.commands.send(Command::Count(filters, tx)).await.map_err(|_| "session closed".to_string())?;
-        rx.await.map_err(|_| "connection lost".to_string())?
-    }
+/// Starts a REST session with the relay at `relay_url`: see [`Session::connect_rest`].
+pub(super) async fn start(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
+    let base = http_base(relay_url);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+    // An unreachable relay fails here, like a WebSocket connect.
+    let nip11 = nip11(&http, &base).await?;
+    // Until the relay names the tier, the human tier's pace; only one call is out before it
+    // does, so a different tier costs at most that call's share of the burst.
+    let pace = options.pace.or_else(|| nip11.as_ref().and_then(|d| Pace::advertised(d, Tier::Human, Transport::Rest)));
+    let core = Core::new(&base, None, options.publish_timeout, pace);
+    let (tier_tx, tier) = watch::channel(None);
+    let (session, rx, progress) = Session::channels(Some(tier));
+    let driver = Driver { http, base, keys, nip11, fixed_pace: options.pace.is_some() };
+    tokio::spawn(driver.run(core, rx, progress, tier_tx));
+    Ok(session)
 }
 
 impl Driver {
@@ -133,57 +81,22 @@ impl Driver {
         progress: watch::Sender<Progress>,
         tier: watch::Sender<Option<Tier>>,
     ) {
-        use std::collections::HashMap;
-        let mut publishes: HashMap<EventId, Waiter<String, PublishError>> = HashMap::new();
-        let mut queries: HashMap<String, (Vec<Value>, Waiter<Vec<Value>>)> = HashMap::new();
-        let mut counts: HashMap<String, Waiter<u64>> = HashMap::new();
+        let mut waiters = Waiters::default();
         let (answers_tx, mut answers) = mpsc::channel::<Answer>(1);
         let mut in_flight = false;
-        let mut next_sub = 0u64;
         let mut open = true;
         while open || in_flight {
-            if !in_flight && let Some(message) = core.poll_transmit(Instant::now()) {
+            while !in_flight && let Some(message) = core.poll_transmit(Instant::now()) {
+                // AUTH and CLOSE have no call: no challenge comes over HTTP, and a REST read ends
+                // with its answer.
+                let Some(call) = self.call(message) else { continue };
                 in_flight = true;
-                let call = self.call(message);
                 let answers_tx = answers_tx.clone();
                 tokio::spawn(async move {
                     let _ = answers_tx.send(call.await).await;
                 });
             }
-            // Before the results go out: whoever reads a result then sees progress that counts it.
-            progress.send_replace(core.progress());
-            while let Some(update) = core.poll_update() {
-                match update {
-                    Update::Published(id, result) => {
-                        if let Some(tx) = publishes.remove(&id) {
-                            let _ = tx.send(result);
-                        }
-                    }
-                    Update::Event(sub, event) => {
-                        if let Some((events, _)) = queries.get_mut(&sub) {
-                            events.push(event);
-                        }
-                    }
-                    Update::Eose(sub) => {
-                        if let Some((events, tx)) = queries.remove(&sub) {
-                            let _ = tx.send(Ok(events));
-                        }
-                    }
-                    Update::Count(sub, n) => {
-                        if let Some(tx) = counts.remove(&sub) {
-                            let _ = tx.send(Ok(n));
-                        }
-                    }
-                    Update::Closed(sub, why) => {
-                        if let Some((_, tx)) = queries.remove(&sub) {
-                            let _ = tx.send(Err(why));
-                        } else if let Some(tx) = counts.remove(&sub) {
-                            let _ = tx.send(Err(why));
-                        }
-                    }
-                    Update::Notice(_) => {}
-                }
-            }
+            waiters.deliver(&mut core, &progress).await;
             let wake = core.next_wakeup(Instant::now());
             tokio::select! {
                 Some(answer) = answers.recv() => {
@@ -206,41 +119,18 @@ impl Driver {
                         }
                         Answer::Lost(why) => {
                             core.on_disconnect(&why);
-                            // Dropping the senders tells every waiting read the relay is gone.
-                            queries.clear();
-                            counts.clear();
+                            waiters.lost();
                         }
                     }
                 }
-                command = commands.recv(), if open => match command {
-                    Some(Command::Publish(event, tx)) => {
-                        publishes.insert(event.id, tx);
-                        core.publish(*event);
-                    }
-                    Some(Command::Query(filters, tx)) => {
-                        next_sub += 1;
-                        let sub = format!("q{next_sub}");
-                        queries.insert(sub.clone(), (Vec::new(), tx));
-                        core.req(&sub, filters);
-                    }
-                    Some(Command::Count(filters, tx)) => {
-                        next_sub += 1;
-                        let sub = format!("c{next_sub}");
-                        counts.insert(sub.clone(), tx);
-                        core.count(&sub, filters);
-                    }
-                    None => {
-                        core.on_disconnect("session closed");
-                        open = false;
-                    }
-                },
+                command = commands.recv(), if open => open = waiters.command(&mut core, command),
                 _ = sleep_until(wake) => core.on_tick(Instant::now()),
             }
         }
     }
 
     /// The HTTP call for one request, and what it came to.
-    fn call(&self, message: ClientMessage) -> impl Future<Output = Answer> + Send + 'static {
+    fn call(&self, message: ClientMessage) -> Option<impl Future<Output = Answer> + Send + 'static> {
         let (path, target, body) = match &message {
             ClientMessage::Event(event) => ("events", Target::Event(event.id), event.to_json().ok()),
             ClientMessage::Req { sub_id, filters } => {
@@ -249,8 +139,7 @@ impl Driver {
             ClientMessage::Count { sub_id, filters } => {
                 ("count", Target::Sub(sub_id.clone()), Some(json!({ "filters": filters }).to_string()))
             }
-            // No challenge comes over HTTP, and REST reads are not subscriptions.
-            ClientMessage::Auth(_) | ClientMessage::Close(_) => ("", Target::Sub(String::new()), None),
+            ClientMessage::Auth(_) | ClientMessage::Close(_) => return None,
         };
         let url = format!("{}/api/v1/{path}", self.base);
         let request = body.map(|body| {
@@ -263,7 +152,7 @@ impl Driver {
             }
             request.body(body)
         });
-        async move {
+        Some(async move {
             let Some(request) = request else { return Answer::Reply(Vec::new(), None) };
             let response = match request.send().await {
                 Ok(response) => response,
@@ -278,7 +167,7 @@ impl Driver {
                 Err(e) => return Answer::Lost(format!("connection lost: {e}")),
             };
             Answer::Reply(replies_of(target, status, retry_after, &body), tier)
-        }
+        })
     }
 }
 
@@ -309,16 +198,10 @@ fn replies_of(target: Target, status: u16, retry_after: Option<u64>, body: &Valu
     }
 }
 
-async fn sleep_until(wake: Option<Instant>) {
-    match wake {
-        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::EventId;
 
     #[test]
     fn a_429_or_503_with_retry_after_is_a_wait_for_the_core() {

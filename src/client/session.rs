@@ -1,7 +1,9 @@
-//! An async relay session: one WebSocket, driven by [`super::core::Core`].
+//! An async relay session, driven by [`super::core::Core`]: the caller's handle for both
+//! transports, and the WebSocket's task.
 //!
-//! Owns the socket task. Callers publish, subscribe and count through a bounded command channel;
-//! every decision (gate, resend, pacing, AUTH) is the core's.
+//! Owns the socket task and what both transports' tasks share: the commands callers send through
+//! a bounded channel, and who waits for the answers (`Waiters`). Every decision (gate, resend,
+//! pacing, AUTH) is the core's; the REST task is [`super::rest`]'s.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -42,18 +44,22 @@ impl Default for Options {
     }
 }
 
-enum Command {
+/// What a caller asks of its session's task, over either transport.
+pub(super) enum Command {
     Publish(Box<Event>, oneshot::Sender<Result<String, PublishError>>),
     Req(String, Vec<Filter>, mpsc::Sender<Update>),
     Count(String, Vec<Filter>, oneshot::Sender<Result<u64, String>>),
     Close(String),
 }
 
-/// A connection to one relay.
+/// A session with one relay, over a WebSocket ([`Session::connect`]) or its REST API
+/// ([`Session::connect_rest`]: a subscription there ends at EOSE, with no live events).
 pub struct Session {
     commands: mpsc::Sender<Command>,
     next_sub: std::sync::atomic::AtomicU64,
     progress: watch::Receiver<Progress>,
+    /// The caller's tier as the relay names it (REST answers only).
+    tier: Option<watch::Receiver<Option<Tier>>>,
 }
 
 /// How long a session with keys holds its first requests for the relay's NIP-42 challenge and the
@@ -80,15 +86,35 @@ impl Session {
         if with_keys {
             core.hold_for_auth(Instant::now() + AUTH_HOLD);
         }
+        let (session, rx, progress) = Session::channels(None);
+        tokio::spawn(drive(ws, core, rx, progress));
+        Ok(session)
+    }
+
+    /// A session with the relay at `relay_url` (`ws(s)://` or `http(s)://`) over its REST API;
+    /// `keys` sign every call (NIP-98), so it is billed to the key.
+    pub async fn connect_rest(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
+        rest::start(relay_url, keys, options).await
+    }
+
+    /// A session and the ends its task keeps: the commands, and where it says its progress.
+    pub(super) fn channels(
+        tier: Option<watch::Receiver<Option<Tier>>>,
+    ) -> (Session, mpsc::Receiver<Command>, watch::Sender<Progress>) {
         let (commands, rx) = mpsc::channel(1024);
         let (progress_tx, progress) = watch::channel(Progress::default());
-        tokio::spawn(drive(ws, core, rx, progress_tx));
-        Ok(Session { commands, next_sub: std::sync::atomic::AtomicU64::new(0), progress })
+        let session = Session { commands, next_sub: std::sync::atomic::AtomicU64::new(0), progress, tier };
+        (session, rx, progress_tx)
     }
 
     /// What the session has done so far.
     pub fn progress(&self) -> Progress {
         *self.progress.borrow()
+    }
+
+    /// The caller's tier, as the relay last named it (over REST, once it has answered).
+    pub fn tier(&self) -> Option<Tier> {
+        self.tier.as_ref().and_then(|t| *t.borrow())
     }
 
     /// Publishes an event: `Ok("")`, `Ok("duplicate: …")`, or why not.
@@ -150,9 +176,7 @@ type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<t
 
 async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, progress: watch::Sender<Progress>) {
     let (mut sink, mut stream) = ws.split();
-    let mut publishes: HashMap<EventId, oneshot::Sender<Result<String, PublishError>>> = HashMap::new();
-    let mut subs: HashMap<String, mpsc::Sender<Update>> = HashMap::new();
-    let mut counts: HashMap<String, oneshot::Sender<Result<u64, String>>> = HashMap::new();
+    let mut waiters = Waiters::default();
     let mut open = true;
     let mut connected = true;
     while open {
@@ -165,39 +189,9 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, pr
                 break;
             }
         }
-        // Before the results go out: whoever reads a result then sees progress that counts it.
-        progress.send_replace(core.progress());
-        while let Some(update) = core.poll_update() {
-            match update {
-                Update::Published(id, result) => {
-                    if let Some(tx) = publishes.remove(&id) {
-                        let _ = tx.send(result);
-                    }
-                }
-                Update::Count(sub, n) => {
-                    if let Some(tx) = counts.remove(&sub) {
-                        let _ = tx.send(Ok(n));
-                    }
-                }
-                Update::Closed(sub, why) => {
-                    if let Some(tx) = counts.remove(&sub) {
-                        let _ = tx.send(Err(why));
-                    } else if let Some(tx) = subs.remove(&sub) {
-                        let _ = tx.send(Update::Closed(sub, why)).await;
-                    }
-                }
-                Update::Event(ref sub, _) | Update::Eose(ref sub) => {
-                    if let Some(tx) = subs.get(sub) {
-                        let _ = tx.send(update.clone()).await;
-                    }
-                }
-                Update::Notice(_) => {}
-            }
-        }
+        waiters.deliver(&mut core, &progress).await;
         if !connected {
-            // Dropping the senders tells every waiting subscriber and COUNT the connection is gone.
-            subs.clear();
-            counts.clear();
+            waiters.lost();
         }
         let wake = core.next_wakeup(Instant::now());
         tokio::select! {
@@ -213,36 +207,92 @@ async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, pr
                     core.on_disconnect("connection closed by the relay");
                 }
             },
-            command = commands.recv() => match command {
-                Some(Command::Publish(event, tx)) => {
-                    publishes.insert(event.id, tx);
-                    core.publish(*event);
-                }
-                Some(Command::Req(sub, filters, tx)) => {
-                    subs.insert(sub.clone(), tx);
-                    core.req(&sub, filters);
-                }
-                Some(Command::Count(sub, filters, tx)) => {
-                    counts.insert(sub.clone(), tx);
-                    core.count(&sub, filters);
-                }
-                Some(Command::Close(sub)) => {
-                    subs.remove(&sub);
-                    core.close(&sub);
-                }
-                None => {
-                    // The session was closed: nothing waits for answers, so nothing is resent.
-                    core.on_disconnect("session closed");
-                    open = false;
-                }
-            },
+            command = commands.recv() => open = waiters.command(&mut core, command),
             _ = sleep_until(wake) => core.on_tick(Instant::now()),
         }
     }
     let _ = sink.send(Message::Close(None)).await;
 }
 
-async fn sleep_until(wake: Option<Instant>) {
+/// Who waits for what the core answers: the same for both transports' tasks.
+#[derive(Default)]
+pub(super) struct Waiters {
+    publishes: HashMap<EventId, oneshot::Sender<Result<String, PublishError>>>,
+    subs: HashMap<String, mpsc::Sender<Update>>,
+    counts: HashMap<String, oneshot::Sender<Result<u64, String>>>,
+}
+
+impl Waiters {
+    /// Takes a caller's command into the core; false once the session was dropped (`None`):
+    /// nothing waits for answers then, so nothing is resent.
+    pub(super) fn command(&mut self, core: &mut Core, command: Option<Command>) -> bool {
+        match command {
+            Some(Command::Publish(event, tx)) => {
+                self.publishes.insert(event.id, tx);
+                core.publish(*event);
+            }
+            Some(Command::Req(sub, filters, tx)) => {
+                self.subs.insert(sub.clone(), tx);
+                core.req(&sub, filters);
+            }
+            Some(Command::Count(sub, filters, tx)) => {
+                self.counts.insert(sub.clone(), tx);
+                core.count(&sub, filters);
+            }
+            Some(Command::Close(sub)) => {
+                self.subs.remove(&sub);
+                core.close(&sub);
+            }
+            None => {
+                core.on_disconnect("session closed");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Hands the core's updates to whoever waits for them. The progress goes first: whoever
+    /// reads a result then sees progress that counts it.
+    pub(super) async fn deliver(&mut self, core: &mut Core, progress: &watch::Sender<Progress>) {
+        progress.send_replace(core.progress());
+        while let Some(update) = core.poll_update() {
+            match update {
+                Update::Published(id, result) => {
+                    if let Some(tx) = self.publishes.remove(&id) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Update::Count(sub, n) => {
+                    if let Some(tx) = self.counts.remove(&sub) {
+                        let _ = tx.send(Ok(n));
+                    }
+                }
+                Update::Closed(sub, why) => {
+                    if let Some(tx) = self.counts.remove(&sub) {
+                        let _ = tx.send(Err(why));
+                    } else if let Some(tx) = self.subs.remove(&sub) {
+                        let _ = tx.send(Update::Closed(sub, why)).await;
+                    }
+                }
+                Update::Event(ref sub, _) | Update::Eose(ref sub) => {
+                    if let Some(tx) = self.subs.get(sub) {
+                        let _ = tx.send(update.clone()).await;
+                    }
+                }
+                Update::Notice(_) => {}
+            }
+        }
+    }
+
+    /// The relay is gone: dropping the senders tells every waiting subscriber and COUNT.
+    pub(super) fn lost(&mut self) {
+        self.subs.clear();
+        self.counts.clear();
+    }
+}
+
+/// Until the core's next wake-up, or for ever when it needs none.
+pub(super) async fn sleep_until(wake: Option<Instant>) {
     match wake {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
