@@ -69,20 +69,17 @@ async fn serve(
     config: &mut Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    // Held to the end: dropping it removes the directory, after the relay has stopped.
-    let temp = match &options.data {
-        Some(_) => None,
-        None => Some(
-            tempfile::Builder::new()
+    // `temp` is held to the end: dropping it removes the directory, after the relay has stopped.
+    let (temp, data_dir) = match &options.data {
+        Some(dir) => (None, dir.clone()),
+        None => {
+            let temp = tempfile::Builder::new()
                 .prefix("hearth-dev-")
                 .tempdir()
-                .map_err(|e| format!("cannot make a temporary directory: {e}"))?,
-        ),
-    };
-    let data_dir = match (&options.data, &temp) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(temp)) => temp.path().to_path_buf(),
-        (None, None) => return Err("no data directory".into()),
+                .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+            let path = temp.path().to_path_buf();
+            (Some(temp), path)
+        }
     };
     config.server.bind = SocketAddr::from(([127, 0, 0, 1], options.port));
     config.storage.data_dir = data_dir.clone();
