@@ -200,7 +200,7 @@ mod tests {
 
     /// A group over an empty catalogue; `with` runs the writes, then the group is applied.
     fn group<T>(tree: &sled::Tree, log: &Log, with: impl FnOnce(&mut Pending) -> T) -> T {
-        let mut p = Pending::new(tree, log, 0);
+        let mut p = Pending::new(tree, log, 0, crate::store::remap::Places::default());
         let out = with(&mut p);
         if !p.is_empty() {
             p.apply().unwrap();
@@ -220,7 +220,7 @@ mod tests {
     }
 
     fn stored(tree: &sled::Tree, e: &Event) -> bool {
-        catalogue::get(tree, &e.id).unwrap().is_some()
+        catalogue::contains(tree, &e.id).unwrap()
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! the store holds: a lookup reads one bucket of a few entries instead of one entry.
 //!
 //! A bucket's value is its entries, sorted by id, each the 32-byte id and the 8-byte big-endian
-//! serial. A bucket with no entries is no key at all.
+//! stored place: the serial, with the generation's parity in its top bit ([`Places`], which reads
+//! it). A bucket with no entries is no key at all.
 
 use sled::{IVec, Tree};
 
@@ -20,6 +21,7 @@ use super::StoreError;
 use super::index::Serial;
 use super::keys;
 use super::pending::Pending;
+use super::remap::Places;
 use crate::protocol::EventId;
 
 /// Bits of an event id that name its bucket: 2^20 buckets, about ten ids each at 10M events.
@@ -56,21 +58,22 @@ fn position(bucket: &[u8], id: &EventId) -> Result<Result<usize, usize>, StoreEr
     Ok(Err(low))
 }
 
-fn serial_at(bucket: &[u8], entry: usize) -> Result<Serial, StoreError> {
+fn place_at(bucket: &[u8], entry: usize) -> Result<u64, StoreError> {
     let bytes = bucket.get(entry * ENTRY + 32..(entry + 1) * ENTRY).ok_or_else(|| corrupt(bucket))?;
     bytes.try_into().map(u64::from_be_bytes).map_err(|_| corrupt(bucket))
 }
 
-/// The serial of `id` in `bucket`, if it is there.
-pub fn find(bucket: &[u8], id: &EventId) -> Result<Option<Serial>, StoreError> {
+/// The stored place of `id` in `bucket` (read it with [`Places::resolve`]), if it is there.
+pub fn find(bucket: &[u8], id: &EventId) -> Result<Option<u64>, StoreError> {
     match position(bucket, id)? {
-        Ok(entry) => Ok(Some(serial_at(bucket, entry)?)),
+        Ok(entry) => Ok(Some(place_at(bucket, entry)?)),
         Err(_) => Ok(None),
     }
 }
 
-/// `bucket` (none: an empty one) with `id` at `serial`, in its place or replacing its entry.
-pub fn with(bucket: Option<&[u8]>, id: &EventId, serial: Serial) -> Result<Vec<u8>, StoreError> {
+/// `bucket` (none: an empty one) with `id` at the stored place `place` ([`Places::encode`]), in
+/// its place or replacing its entry. The other entries are kept as they are.
+pub fn with(bucket: Option<&[u8]>, id: &EventId, place: u64) -> Result<Vec<u8>, StoreError> {
     let bucket = bucket.unwrap_or_default();
     let mut out = Vec::with_capacity(bucket.len() + ENTRY);
     let (at, replace) = match position(bucket, id)? {
@@ -79,7 +82,7 @@ pub fn with(bucket: Option<&[u8]>, id: &EventId, serial: Serial) -> Result<Vec<u
     };
     out.extend_from_slice(&bucket[..at]);
     out.extend_from_slice(&id.0);
-    out.extend_from_slice(&serial.to_be_bytes());
+    out.extend_from_slice(&place.to_be_bytes());
     out.extend_from_slice(&bucket[at + replace..]);
     Ok(out)
 }
@@ -92,23 +95,33 @@ pub fn without(bucket: &[u8], id: &EventId) -> Result<Option<Vec<u8>>, StoreErro
     }
 }
 
-/// `bucket` rebuilt entry by entry: `keep` gives each id's serial in the new bucket (a
-/// compaction's move), or `None` to drop it (a repair).
+/// `bucket` rebuilt entry by entry: `keep` gives each id's serial (as `places` read it) in the new
+/// bucket, or `None` to drop it (a repair); the kept ones are stored as current places.
 pub fn rebuilt(
     bucket: &[u8],
+    places: &Places,
     mut keep: impl FnMut(EventId, Serial) -> Result<Option<Serial>, StoreError>,
 ) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::with_capacity(bucket.len());
-    for (id, serial) in entries(bucket)? {
-        if let Some(serial) = keep(id, serial)? {
+    for (id, place) in entries(bucket)? {
+        if let Some(serial) = keep(id, places.resolve(place)?)? {
             out.extend_from_slice(&id.0);
-            out.extend_from_slice(&serial.to_be_bytes());
+            out.extend_from_slice(&places.encode(serial).to_be_bytes());
         }
     }
     Ok(out)
 }
 
-/// A bucket's entries, in id order.
+/// `bucket` with every entry of the previous generation at its new place (the remap's step);
+/// `None` when every entry is current already.
+pub fn current(bucket: &[u8], places: &Places) -> Result<Option<Vec<u8>>, StoreError> {
+    if entries(bucket)?.all(|(_, place)| places.is_current(place)) {
+        return Ok(None);
+    }
+    rebuilt(bucket, places, |_, serial| Ok(Some(serial))).map(Some)
+}
+
+/// A bucket's entries (each id and its stored place), in id order.
 pub fn entries(bucket: &[u8]) -> Result<impl Iterator<Item = (EventId, Serial)> + '_, StoreError> {
     if !bucket.len().is_multiple_of(ENTRY) {
         return Err(corrupt(bucket));
@@ -123,10 +136,18 @@ pub fn entries(bucket: &[u8]) -> Result<impl Iterator<Item = (EventId, Serial)> 
 }
 
 /// The serial of a stored event.
-pub fn get(tree: &Tree, id: &EventId) -> Result<Option<Serial>, StoreError> {
+pub fn get(tree: &Tree, places: &Places, id: &EventId) -> Result<Option<Serial>, StoreError> {
     match tree.get(key(id))? {
-        Some(bucket) => find(&bucket, id),
+        Some(bucket) => find(&bucket, id)?.map(|place| places.resolve(place)).transpose(),
         None => Ok(None),
+    }
+}
+
+/// True when an event with this id is stored (wherever its record is).
+pub fn contains(tree: &Tree, id: &EventId) -> Result<bool, StoreError> {
+    match tree.get(key(id))? {
+        Some(bucket) => Ok(find(&bucket, id)?.is_some()),
+        None => Ok(false),
     }
 }
 
@@ -137,11 +158,11 @@ pub fn buckets(tree: &Tree) -> impl Iterator<Item = Result<(IVec, IVec), StoreEr
 }
 
 /// Every stored event's id and serial, bucket by bucket.
-pub fn all(tree: &Tree) -> impl Iterator<Item = Result<(EventId, Serial), StoreError>> {
-    buckets(tree).flat_map(|bucket| {
+pub fn all(tree: &Tree, places: &Places) -> impl Iterator<Item = Result<(EventId, Serial), StoreError>> {
+    buckets(tree).flat_map(move |bucket| {
         let found: Vec<Result<(EventId, Serial), StoreError>> = match bucket {
             Ok((_, value)) => match entries(&value) {
-                Ok(entries) => entries.map(Ok).collect(),
+                Ok(entries) => entries.map(|(id, place)| Ok((id, places.resolve(place)?))).collect(),
                 Err(e) => vec![Err(e)],
             },
             Err(e) => vec![Err(e)],
@@ -153,7 +174,7 @@ pub fn all(tree: &Tree) -> impl Iterator<Item = Result<(EventId, Serial), StoreE
 /// The serial of `id` as a write group sees it (its own changes first).
 pub(super) fn pending_get(p: &Pending, id: &EventId) -> Result<Option<Serial>, StoreError> {
     match p.get(&key(id))? {
-        Some(bucket) => find(&bucket, id),
+        Some(bucket) => find(&bucket, id)?.map(|place| p.places.resolve(place)).transpose(),
         None => Ok(None),
     }
 }
@@ -161,7 +182,7 @@ pub(super) fn pending_get(p: &Pending, id: &EventId) -> Result<Option<Serial>, S
 /// Records `id` at `serial` in a write group.
 pub(super) fn pending_insert(p: &mut Pending, id: &EventId, serial: Serial) -> Result<(), StoreError> {
     let key = key(id);
-    let bucket = with(p.get(&key)?.as_deref(), id, serial)?;
+    let bucket = with(p.get(&key)?.as_deref(), id, p.places.encode(serial))?;
     p.insert(key, bucket);
     Ok(())
 }

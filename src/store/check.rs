@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
 use super::index::Serial;
 use super::log::FRAME_HEADER;
-use super::{EVENTS_TREE, StoreError, catalogue, keys, open_db, open_log, record};
+use super::{EVENTS_TREE, StoreError, catalogue, keys, open_db, open_log, record, remap};
 use crate::protocol::{EventId, Timestamp};
 
 /// One inconsistency.
@@ -86,6 +86,8 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
     let db = open_db(dir, cache_capacity_mb)?;
     let tree = db.open_tree(EVENTS_TREE)?;
     let (log, _) = open_log(dir, &tree)?;
+    // A compaction's unfinished remap: old places are read through its moves, as a relay would.
+    let (places, _) = remap::load(&tree, Some(dir))?;
     let mut problems = Vec::new();
     let (mut frames, mut intact) = (0u64, HashSet::new());
     let mut at = 0;
@@ -104,10 +106,10 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
         at += FRAME_HEADER + len;
     }
     // Stored events by id, and the versions at each address.
-    let (mut events, mut stored) = (0u64, HashSet::new());
+    let (mut events, mut stored) = (0u64, HashMap::new());
     let mut versions: HashMap<Vec<u8>, Vec<(Timestamp, EventId)>> = HashMap::new();
     let mut address_tombstones: Vec<(Vec<u8>, Timestamp, EventId)> = Vec::new();
-    for entry in catalogue::all(&tree) {
+    for entry in catalogue::all(&tree, &places) {
         let (id, serial) = entry?;
         events += 1;
         // Read where the catalogue says, even past a point the walk could not get beyond.
@@ -124,7 +126,7 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
             problems.push(Problem::WrongRecord { id: id.to_hex(), found: event.id.to_hex() });
             continue;
         }
-        stored.insert(id);
+        stored.insert(id, event.pubkey);
         if let Some(address) = address_of(&event) {
             versions.entry(address).or_default().push((event.created_at, id));
         }
@@ -146,9 +148,11 @@ pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> 
         }
     }
     for item in tree.scan_prefix([keys::TOMBSTONE]) {
-        let (key, _) = item?;
+        let (key, deleter) = item?;
         let id = id_of(&key);
-        if stored.contains(&id) {
+        // A deletion request keeps out its own author's event only: another author's event of
+        // that id, stored after the request, is not deleted (NIP-09).
+        if stored.get(&id).is_some_and(|author| author.0[..] == deleter[..]) {
             problems.push(Problem::DeletedEventStored { id: id.to_hex() });
         }
     }
@@ -216,9 +220,10 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
     let mut batch = sled::Batch::default();
     let mut newest: HashMap<Vec<u8>, (Timestamp, EventId)> = HashMap::new();
     let (log, _) = open_log(dir, &tree)?;
+    let (places, _) = remap::load(&tree, Some(dir))?;
     for bucket in catalogue::buckets(&tree) {
         let (key, value) = bucket?;
-        let kept = catalogue::rebuilt(&value, |id, serial| {
+        let kept = catalogue::rebuilt(&value, &places, |id, serial| {
             if dropped.contains(&id.to_hex()) {
                 tracing::warn!(id = %id.to_hex(), "repair: dropping an inconsistent event");
                 return Ok(None);

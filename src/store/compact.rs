@@ -3,23 +3,30 @@
 //! Owns rewriting the event log without the frames of replaced, deleted and expired events (and
 //! the journal frames of removals and sweeps, which sled holds long since), starting one on an
 //! operator's request or when the dead bytes pass the [`CompactPolicy`], and recording the last
-//! one. It runs in two steps:
+//! one. It runs in three steps:
 //!
 //! 1. **Copy**, on a thread of its own while reads and writes go on: every event indexed when it
-//!    starts is copied, in log order, to the next generation's file, which is then synced.
-//! 2. **Finish**, on the writer thread between two groups (writes wait): the events stored since
-//!    are copied too, and the file synced; the index segments are merged into one at the new
-//!    serials without the removed events, beside the index readers use, while the sled batch is
-//!    put together; that one batch moves every `i` entry to its new serial, drops the `z`
-//!    entries and names the new generation and its segment (lookups by id wait from here), and
-//!    the view swaps to the new index and log at once; sled is flushed and synced before the
-//!    writer takes the next write; then the old generation's files are removed.
+//!    starts is copied, in log order, to the next generation's file, which is then synced; where
+//!    each record went (the moves, [`super::remap`]) is written to `moves.<generation>` and synced.
+//! 2. **Swap**, on the writer thread between two groups (writes wait): the events stored since
+//!    are found (the log after where the copy began, each frame's `i` entry looked up), copied
+//!    too, and their moves appended; one small sled batch names the new generation, flips the
+//!    catalogue's parity, records the unfinished remap and the removals at their new serials;
+//!    the view swaps to the new log, the index (the same segments, read through the moves; the
+//!    in-memory events moved) and the new places at once; sled is flushed and synced before the
+//!    writer takes the next write; the old log is removed. Nothing in it grows with the store:
+//!    only with what was written during the copy, the in-memory index and the removed set.
+//! 3. **Remap**, in the background: the writer rewrites the catalogue's buckets a step at a time
+//!    between its groups, and the merge thread writes the old segments out again at the new
+//!    serials; then the remap's record goes, then the moves file. Until then lookups and scans
+//!    read old places through the moves, and another compaction is refused.
 //!
-//! A crash before the batch is durable leaves the old generation in charge (the next open
-//! removes the new file), a crash after it the new one (the next open removes the old file);
-//! either way every acknowledged write is there, because none is acknowledged between the batch
-//! and its flush. An export or a query that took the old log before the swap goes on reading it:
-//! the file stays open, removed, until its last reader lets go.
+//! A crash before the swap's batch is durable leaves the old generation in charge (the next open
+//! removes the new files), a crash after it the new one (the next open removes the old log and
+//! goes on with the remap where it was); either way every acknowledged write is there, because
+//! none is acknowledged between the batch and its flush. An export or a query that took the old
+//! log before the swap goes on reading it: the file stays open, removed, until its last reader
+//! lets go.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,9 +37,10 @@ use tokio::sync::{Notify, oneshot};
 
 use super::index::Serial;
 use super::indexes;
-use super::log::{self, Log};
+use super::log::{self, FRAME_HEADER, Log};
+use super::remap::{self, Moves, MovesFile, Places, Remap};
 use super::writer::{WriteOp, Writer};
-use super::{Store, StoreError, View, catalogue, keys};
+use super::{Store, StoreError, View, catalogue, keys, record};
 use crate::protocol::Timestamp;
 
 /// The settings document that records the last compaction.
@@ -55,10 +63,10 @@ pub struct Compacted {
     pub after_bytes: u64,
     /// How long it took, start to end.
     pub seconds: f64,
-    /// How long writes waited for its last step (milliseconds).
+    /// How long writes waited for its swap (milliseconds).
     #[serde(default)]
     pub writes_paused_ms: f64,
-    /// How long lookups by id waited for its swap (milliseconds); other reads never wait.
+    /// How long reads waited for its swap (milliseconds): the moment the view changes.
     #[serde(default)]
     pub reads_paused_ms: f64,
 }
@@ -93,6 +101,9 @@ impl CompactPolicy {
 #[derive(Default)]
 pub(super) struct Control {
     running: AtomicBool,
+    /// Set while a compaction's remap is unfinished (after its swap, or found at open): no other
+    /// compaction starts until it is done.
+    remapping: AtomicBool,
     due: Notify,
     policy: Mutex<CompactPolicy>,
     /// No automatic compaction before this (set when one failed).
@@ -100,18 +111,39 @@ pub(super) struct Control {
     /// Set when the store shuts down: a copy in progress stops, so that a stop does not wait for
     /// a throttled compaction of a large log.
     pub(super) stopping: AtomicBool,
+    /// Tests hold the writer's part of a remap, to look at a store in the middle of one.
+    #[cfg(test)]
+    pub(super) hold_remap: AtomicBool,
 }
 
 impl Control {
-    /// True while a compaction runs.
+    /// True while a compaction runs, its remap included.
     pub(super) fn is_running(&self) -> bool {
-        self.running.load(Ordering::Acquire)
+        self.running.load(Ordering::Acquire) || self.remapping.load(Ordering::Acquire)
+    }
+
+    /// A remap is unfinished (found at open, or after a swap).
+    pub(super) fn resume(&self) {
+        self.remapping.store(true, Ordering::Release);
+    }
+
+    /// True while a test holds the writer's part of a remap.
+    pub(super) fn remap_held(&self) -> bool {
+        #[cfg(test)]
+        return self.hold_remap.load(Ordering::Acquire);
+        #[cfg(not(test))]
+        false
+    }
+
+    /// The remap is done.
+    pub(super) fn remapped(&self) {
+        self.remapping.store(false, Ordering::Release);
     }
 
     /// Called by the writer after each group: wakes [`Store::compaction_due`] when the view's log
     /// is due under the policy.
     pub(super) fn check_due(&self, view: &View) {
-        if self.running.load(Ordering::Acquire) {
+        if self.is_running() {
             return;
         }
         let policy = *self.policy.lock().unwrap_or_else(PoisonError::into_inner);
@@ -131,6 +163,9 @@ struct Running(Arc<Control>);
 
 impl Running {
     fn claim(control: &Arc<Control>) -> Result<Running, StoreError> {
+        if control.remapping.load(Ordering::Acquire) {
+            return Err(StoreError::Compacting);
+        }
         match control.running.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Ok(Running(control.clone())),
             Err(_) => Err(StoreError::Compacting),
@@ -150,10 +185,31 @@ pub(super) struct Prepared {
     generation: u64,
     /// Where the next frame goes in the new log.
     end: u64,
+    /// Where the copy began in the old log: the events stored since lie after it.
+    from: Serial,
     /// Old serial → new serial, in log order.
     moved: Vec<(Serial, Serial)>,
+    /// The moves file (none for a temporary store).
+    file: Option<MovesFile>,
     started: Instant,
     before_bytes: u64,
+}
+
+/// What the writer keeps of a compaction from its swap until its remap is done, to answer it then.
+pub(super) struct Swapped {
+    /// Its figures so far (the pauses).
+    pub compacted: Compacted,
+    started: Instant,
+}
+
+impl Swapped {
+    /// The compaction's figures once its remap is done.
+    pub(super) fn done(mut self, w: &Writer) -> Result<Compacted, StoreError> {
+        self.compacted.at = Timestamp::now().0;
+        self.compacted.after_bytes = files_bytes(w.dir.as_deref(), &w.db, &w.log())?;
+        self.compacted.seconds = self.started.elapsed().as_secs_f64();
+        Ok(self.compacted)
+    }
 }
 
 impl Store {
@@ -181,6 +237,7 @@ impl Store {
         let (reply, rx) = oneshot::channel();
         let op = WriteOp::Compact { prepared: Box::new(prepared), reply };
         self.inner.tx.send(op).await.map_err(|_| StoreError::Closed)?;
+        // Answered once the remap is done too (a stop before then leaves it to the next start).
         let done = rx.await.map_err(|_| StoreError::Closed)??;
         tracing::info!(
             before_bytes = done.before_bytes,
@@ -201,22 +258,55 @@ impl Store {
         let Ok(running) = Running::claim(&self.inner.compaction) else { return false };
         let store = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.compact_claimed(running).await {
-                tracing::error!(error = %e, "compaction failed");
+            match store.compact_claimed(running).await {
+                Err(StoreError::Closed) if store.inner.compaction.stopping.load(Ordering::Acquire) => {
+                    tracing::info!("the store stopped during a compaction; the next start finishes or drops it");
+                }
+                Err(e) => tracing::error!(error = %e, "compaction failed"),
+                Ok(_) => {}
             }
         });
         true
     }
 
-    /// True while a compaction runs.
+    /// True while a compaction runs (its background remap included).
     pub fn is_compacting(&self) -> bool {
-        self.inner.compaction.running.load(Ordering::Acquire)
+        self.inner.compaction.is_running()
     }
 
     /// Sets when the store compacts on its own, and how fast.
     pub fn set_compaction_policy(&self, policy: CompactPolicy) {
         *self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner) = policy;
         self.inner.compaction.check_due(&self.view());
+    }
+
+    /// Starts a compaction and returns once its swap is done, with the writer's part of its remap
+    /// held until [`Store::release_remap`] (or a reopen).
+    #[cfg(test)]
+    pub(super) async fn compact_until_swapped(&self) {
+        while self.is_compacting() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.inner.compaction.hold_remap.store(true, Ordering::Release);
+        assert!(self.start_compaction());
+        while self.view().places.moved().is_none() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Lets a held remap go on, and waits until it is done.
+    #[cfg(test)]
+    pub(super) async fn release_remap(&self) {
+        self.inner.compaction.hold_remap.store(false, Ordering::Release);
+        while self.is_compacting() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// True while a compaction's remap is unfinished (its moves are still read).
+    #[cfg(test)]
+    pub(super) fn remapping(&self) -> bool {
+        self.view().places.moved().is_some()
     }
 
     /// Resolves when the log is due for a compaction under the policy (checked after each write).
@@ -226,27 +316,37 @@ impl Store {
 
     /// The first step: every event indexed now copied to the next generation's log, synced.
     fn copy_live(&self, started: Instant, before_bytes: u64) -> Result<Prepared, StoreError> {
-        let (old, generation, indexed) = {
+        let (old, generation, indexed, places) = {
             let view = self.view();
-            (view.log.clone(), view.generation + 1, view.index.indexed())
+            (view.log.clone(), view.generation + 1, view.index.indexed(), view.places.clone())
         };
-        // The events indexed now: every one of them has its `i` entry, and the later ones (which
-        // the last step copies) all lie after them in the log.
-        let live = indexes::live_events(&self.inner.tree, indexed)?;
-        let new = Arc::new(new_log(self.inner.dir.as_deref(), generation)?);
-        let mut moved = Vec::with_capacity(live.len());
-        let rate = self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner).max_bytes_per_sec;
-        let stopping = Some(&self.inner.compaction.stopping);
-        let serials = live.iter().map(|&(serial, _)| serial);
-        let copied =
-            copy_frames(&old, &new, 0, serials, &mut moved, rate, stopping).and_then(|end| Ok((end, new.sync()?)));
-        match copied {
-            Ok((end, ())) => Ok(Prepared { log: new, generation, end, moved, started, before_bytes }),
-            Err(e) => {
-                discard(self.inner.dir.as_deref(), generation - 1);
-                Err(e)
-            }
+        let dir = self.inner.dir.as_deref();
+        let copied = (|| {
+            // The events indexed now: every one of them has its `i` entry, and the later ones
+            // (which the swap copies) all lie after them in the log.
+            let live = indexes::live_events(&self.inner.tree, &places, indexed)?;
+            let new = Arc::new(new_log(dir, generation)?);
+            let mut moved = Vec::with_capacity(live.len());
+            let rate = self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner).max_bytes_per_sec;
+            let stopping = Some(&self.inner.compaction.stopping);
+            let serials = live.iter().map(|&(serial, _)| serial);
+            let end = copy_frames(&old, &new, 0, serials, &mut moved, rate, stopping)?;
+            new.sync()?;
+            let file = match dir {
+                Some(dir) => {
+                    let mut file = MovesFile::create(dir, generation)?;
+                    file.append(&moved)?;
+                    file.sync()?;
+                    Some(file)
+                }
+                None => None,
+            };
+            Ok(Prepared { log: new, generation, end, from: indexed, moved, file, started, before_bytes })
+        })();
+        if copied.is_err() {
+            discard(dir, generation - 1);
         }
+        copied
     }
 }
 
@@ -262,19 +362,19 @@ fn new_log(dir: Option<&Path>, generation: u64) -> Result<Log, StoreError> {
     }
 }
 
-/// Removes a compaction's new files after it failed, keeping generation `current`.
+/// Removes a compaction's new files after it failed, keeping generation `current` (which has no
+/// remap: a compaction does not start while one is unfinished).
 fn discard(dir: Option<&Path>, current: u64) {
+    let removed = |dir: &Path| {
+        log::remove_other_generations(dir, &log::file_name(current))?;
+        indexes::remove_other_generations(dir, &[current])?;
+        remap::remove_stale(dir, None)
+    };
     if let Some(dir) = dir
-        && let Err(e) = remove_other_generations(dir, current)
+        && let Err(e) = removed(dir)
     {
         tracing::error!(error = %e, "removing the files of a failed compaction failed");
     }
-}
-
-/// Removes the event logs and index segments of other generations than `current`.
-fn remove_other_generations(dir: &Path, current: u64) -> std::io::Result<()> {
-    log::remove_other_generations(dir, &log::file_name(current))?;
-    indexes::remove_other_generations(dir, current)
 }
 
 /// Copies the frames at `serials` (ascending) from `old` to `new` from `at` on, noting each move,
@@ -321,103 +421,110 @@ fn copy_frames(
     Ok(at)
 }
 
-/// The second step, on the writer thread between groups: see the module documentation.
-pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> Result<Compacted, StoreError> {
+/// The second step, on the writer thread between groups: see the module documentation. Returns
+/// the remap the writer goes on with (once the swap happened, whatever else failed after it) and
+/// the compaction so far.
+pub(super) fn finish(w: &Writer, mut prepared: Prepared) -> (Option<Remap>, Result<Swapped, StoreError>) {
     let paused = Instant::now();
-    let reads_paused = match swap(w, &mut prepared) {
-        Ok(paused) => paused,
+    let (reads_paused, remap) = match swap(w, &mut prepared) {
+        Ok(swapped) => swapped,
         Err(e) => {
-            // Nothing points at the new file yet.
+            // Nothing points at the new files yet.
             discard(w.dir.as_deref(), prepared.generation - 1);
-            return Err(e);
+            return (None, Err(e));
         }
     };
     // The old file goes only once sled says, durably, that the new one is the log; no write is
     // acknowledged before that.
-    w.flush()?;
-    let writes_paused = paused.elapsed();
-    if let Some(dir) = &w.dir {
-        remove_other_generations(dir, prepared.generation)?;
-    }
-    let after_bytes = files_bytes(w.dir.as_deref(), &w.db, &prepared.log)?;
-    Ok(Compacted {
-        at: Timestamp::now().0,
-        before_bytes: prepared.before_bytes,
-        after_bytes,
-        seconds: prepared.started.elapsed().as_secs_f64(),
-        writes_paused_ms: writes_paused.as_secs_f64() * 1e3,
-        reads_paused_ms: reads_paused.as_secs_f64() * 1e3,
-    })
+    let outcome = w.flush().and_then(|()| {
+        let writes_paused = paused.elapsed();
+        if let Some(dir) = &w.dir {
+            // The previous generation's segments stay until the merge thread has rewritten them.
+            log::remove_other_generations(dir, &log::file_name(prepared.generation))?;
+            indexes::remove_other_generations(dir, &[prepared.generation - 1, prepared.generation])?;
+        }
+        let compacted = Compacted {
+            at: 0,
+            before_bytes: prepared.before_bytes,
+            after_bytes: 0,
+            seconds: 0.0,
+            writes_paused_ms: writes_paused.as_secs_f64() * 1e3,
+            reads_paused_ms: reads_paused.as_secs_f64() * 1e3,
+        };
+        Ok(Swapped { compacted, started: prepared.started })
+    });
+    (Some(remap), outcome)
 }
 
-/// Copies what was stored since the first step, then points the catalogue and the index at the
-/// new log, in one sled batch and one change of the view. Fails only before the batch is
-/// applied. Returns the longest any reader waited: lookups by id, from the batch to the swap
-/// (scans by author, kind, tag or time never wait).
-fn swap(w: &Writer, p: &mut Prepared) -> Result<Duration, StoreError> {
+/// Copies what was stored since the first step, then points the store at the new log: one small
+/// sled batch and one change of the view. Fails only before the batch is applied. Returns how
+/// long readers waited (the view's change) and the remap it leaves.
+fn swap(w: &Writer, p: &mut Prepared) -> Result<(Duration, Remap), StoreError> {
     // Only this thread changes the log and the catalogue, so what it reads now holds until it
     // changes them.
-    let old = w.log();
-    let live = indexes::live_events(&w.tree, Serial::MAX)?;
-    let copied = |moved: &[(Serial, Serial)], serial: &Serial| moved.binary_search_by_key(serial, |&(old, _)| old).ok();
-    let since: Vec<Serial> = live.iter().map(|&(serial, _)| serial).filter(|s| copied(&p.moved, s).is_none()).collect();
+    let (old, places) = {
+        let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
+        (view.log.clone(), view.places.clone())
+    };
     // Events stored since the copy began lie after every copied one in the old log, so they do in
     // the new one too: the order of serials, which the index's lists rely on, is kept.
+    let since = stored_since(&w.tree, &places, &old, p.from)?;
+    let first_since = p.moved.len();
     p.end = copy_frames(&old, &p.log, p.end, since.into_iter(), &mut p.moved, 0, None)?;
     p.log.sync()?;
     p.log.commit(p.end);
-    let (moved, end, generation) = (&p.moved, p.end, p.generation);
-    let (index, batch) = std::thread::scope(|scope| {
-        // The index at the new serials is built beside the one readers use (only this thread
-        // changes that one), on another core while the batch is put together.
-        let index = scope.spawn(|| {
-            let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
-            view.index.remapped(moved, &live, end, generation, &w.compaction.stopping)
-        });
-        let batch = catalogue_batch(w, moved);
-        (index.join(), batch)
-    });
-    let index = match index {
-        Ok(index) => index?,
-        Err(panic) => std::panic::resume_unwind(panic),
+    let (pairs, crc) = match &mut p.file {
+        Some(file) => {
+            file.append(&p.moved[first_since..])?;
+            file.sync()?
+        }
+        None => (p.moved.len() as u64, 0),
     };
-    let mut batch = batch?;
+    let moved = Arc::new(Moves::new(std::mem::take(&mut p.moved)));
+    let index = w.view.read().unwrap_or_else(PoisonError::into_inner).index.compacted(&moved, p.end, p.generation);
+    let places = places.flipped(moved);
+    let remap = Remap { generation: p.generation, pairs, crc, cursor: 0 };
+    let mut batch = sled::Batch::default();
+    // The removals the old segments needed, at their new serials (the ones dropped are gone).
+    for item in w.tree.scan_prefix([keys::REMOVED]) {
+        batch.remove(item?.0);
+    }
+    for (serial, bytes) in index.removed_entries() {
+        batch.insert(keys::removed(serial), &bytes.to_be_bytes());
+    }
     batch.insert(keys::meta(keys::LOG_END), &p.end.to_be_bytes());
     batch.insert(keys::meta(keys::LOG_GEN), &p.generation.to_be_bytes());
     batch.insert(keys::meta(keys::INDEX), index.meta().encode());
-    // Readers that find an event through its `i` entry wait from here until the swap: an entry
-    // may point into the new log before their view does (`Store::read_view`). Set before the
-    // batch, so that whoever sees a moved entry sees this too.
-    w.catalogue.store(p.generation, Ordering::Release);
+    batch.insert(keys::meta(remap::PARITY_META), &[places.parity_byte()]);
+    remap.put_into(&mut batch);
+    w.tree.apply_batch(batch)?;
     let waiting = Instant::now();
-    if let Err(e) = w.tree.apply_batch(batch) {
-        w.catalogue.store(p.generation - 1, Ordering::Release);
-        return Err(e.into());
-    }
     let mut view = w.view_mut();
     view.index = index;
     view.log = p.log.clone();
     view.generation = p.generation;
+    view.places = places;
     drop(view);
-    Ok(waiting.elapsed())
+    Ok((waiting.elapsed(), remap))
 }
 
-/// The catalogue's changes of a compaction: every `i` entry at its new serial, and the removals
-/// that the old generation's index segments needed dropped.
-fn catalogue_batch(w: &Writer, moved: &[(Serial, Serial)]) -> Result<sled::Batch, StoreError> {
-    let mut batch = sled::Batch::default();
-    let to = |_, serial: Serial| match moved.binary_search_by_key(&serial, |&(old, _)| old) {
-        Ok(at) => Ok(Some(moved[at].1)),
-        Err(_) => Err(StoreError::Corrupt(format!("compaction lost the record at {serial}"))),
-    };
-    for bucket in catalogue::buckets(&w.tree) {
-        let (key, value) = bucket?;
-        batch.insert(key, catalogue::rebuilt(&value, to)?);
+/// The serials of the events stored at or after `from` in `log` that are still stored (their
+/// `i` entries point at them): what a compaction's copy did not see.
+fn stored_since(tree: &sled::Tree, places: &Places, log: &Log, from: Serial) -> Result<Vec<Serial>, StoreError> {
+    let (mut out, mut at, end) = (Vec::new(), from, log.end());
+    while at < end {
+        let frame = log.read(at)?;
+        let serial = at;
+        at += FRAME_HEADER + frame.len() as u64;
+        if frame.first() != Some(&record::FORMAT) {
+            continue;
+        }
+        let header = record::header(&frame)?;
+        if catalogue::get(tree, places, &header.id)? == Some(serial) {
+            out.push(serial);
+        }
     }
-    for item in w.tree.scan_prefix([keys::REMOVED]) {
-        batch.remove(item?.0);
-    }
-    Ok(batch)
+    Ok(out)
 }
 
 /// Compacts the store in `dir`, which no relay may hold (`hearth compact`): opened as a relay

@@ -15,7 +15,12 @@
 //! Memory is therefore the in-memory index of at most [`MEM_EVENTS`] events, the segments'
 //! fences (24 bytes per 170 postings), and the removed set (16 bytes a removed event, until the
 //! next compaction); start-up opens the segments and reads the log after `covered` back into
-//! memory. A data directory without an `index` entry (a store of an earlier version, or one whose
+//! memory.
+//!
+//! After a compaction's swap the segments of the previous generation stay the index's oldest
+//! ones (`old` of them, their sequence numbers marked with [`OLD_SEQ`] in the recorded list),
+//! read through the compaction's moves ([`super::remap`]), until the merge thread has written
+//! them out again at the new serials ([`Indexes::old_inputs`], [`Indexes::replace_old`]). A data directory without an `index` entry (a store of an earlier version, or one whose
 //! segments are unreadable) has its segments built from the log as it opens.
 
 use std::path::{Path, PathBuf};
@@ -25,9 +30,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::index::{Index, IndexOp, Key, Serial, SerialMap};
 use super::log::{FRAME_HEADER, Log};
 use super::record::{self, Header};
+use super::remap::{Moves, Places};
 use super::segment::{self, Posting, Segment, pack, unpack};
 use super::{PROGRESS_EVERY, StoreError, decode_serial, keys};
 use crate::protocol::Timestamp;
+
+/// The mark of a recorded segment of the previous log generation (read through the moves).
+pub(super) const OLD_SEQ: u64 = 1 << 63;
+
+/// What [`Indexes::old_inputs`] gives the merge thread: the previous generation's segments,
+/// their moves, the new segment's sequence number, this generation.
+pub(super) type OldInputs = (Vec<Arc<Segment>>, Arc<Moves>, u64, u64);
 
 /// Events the in-memory index holds before they are written out as a segment: bounds the memory
 /// it takes (a few hundred bytes an event) and the log a start-up reads back (its records).
@@ -42,7 +55,8 @@ pub(super) struct Meta {
     pub events: u64,
     /// Their frames' bytes in the log.
     pub live: u64,
-    /// The segments' sequence numbers, oldest first.
+    /// The segments' sequence numbers, oldest first ([`OLD_SEQ`] marks the previous
+    /// generation's).
     pub seqs: Vec<u64>,
 }
 
@@ -84,10 +98,23 @@ pub(super) fn file_name(generation: u64, seq: u64) -> String {
     format!("index.{generation}.{seq}.seg")
 }
 
+/// The file of the recorded segment `seq` of an index of `generation` (an [`OLD_SEQ`] one is
+/// the previous generation's).
+fn recorded_name(generation: u64, seq: u64) -> String {
+    match seq & OLD_SEQ {
+        0 => file_name(generation, seq),
+        _ => file_name(generation.saturating_sub(1), seq & !OLD_SEQ),
+    }
+}
+
 /// The indexes of every stored event.
 pub(super) struct Indexes {
     mem: Index,
     segments: Vec<Arc<Segment>>,
+    /// How many of the oldest segments are the previous generation's, read through `moved`.
+    old: usize,
+    /// The moves of the compaction that made this generation, while `old` segments need them.
+    moved: Option<Arc<Moves>>,
     /// Serial → frame bytes of the removed events that segments list.
     removed: SerialMap<u32>,
     removed_bytes: u64,
@@ -111,6 +138,8 @@ impl Indexes {
         Indexes {
             mem: Index::default(),
             segments: Vec::new(),
+            old: 0,
+            moved: None,
             removed: SerialMap::default(),
             removed_bytes: 0,
             covered: 0,
@@ -125,25 +154,34 @@ impl Indexes {
         }
     }
 
-    /// The indexes of the store whose catalogue is `tree` and whose log (of `generation`) is
-    /// `log`: the recorded segments opened, the log after them read into memory. `dir` is where
-    /// the segments are and how many events memory holds (none: a temporary store, all in
-    /// memory). Returns true as well when the recorded state changed (segments were built), for
-    /// the caller to flush.
+    /// The indexes of the store whose catalogue is `tree` (read with `places`) and whose log (of
+    /// `generation`) is `log`: the recorded segments opened, the log after them read into
+    /// memory. `dir` is where the segments are and how many events memory holds (none: a
+    /// temporary store, all in memory). Returns true as well when the recorded state changed
+    /// (segments were built), for the caller to flush.
     pub(super) fn open(
         tree: &sled::Tree,
         log: &Log,
         dir: Option<(&Path, usize)>,
         generation: u64,
+        places: &Places,
     ) -> Result<(Indexes, bool), StoreError> {
         let started = std::time::Instant::now();
         let mut ix = Indexes::empty(dir, generation);
         let dir = dir.map(|(dir, _)| dir);
         if let (Some(dir), Some(meta)) = (dir, Meta::load(tree)?) {
-            match open_segments(dir, generation, &meta.seqs) {
+            let old = meta.seqs.iter().take_while(|&&s| s & OLD_SEQ != 0).count();
+            let opened = match (old, places.moved()) {
+                (0, _) | (_, Some(_)) => open_segments(dir, generation, &meta.seqs),
+                (_, None) => Err(StoreError::Corrupt("segments of the previous generation without its moves".into())),
+            };
+            match opened {
                 Ok(segments) => {
                     ix.segments = segments;
-                    ix.next_seq = AtomicU64::new(meta.seqs.iter().max().map_or(0, |&s| s + 1));
+                    ix.old = old;
+                    ix.moved = places.moved().filter(|_| old > 0).cloned();
+                    let new_seqs = meta.seqs.iter().filter(|&&s| s & OLD_SEQ == 0);
+                    ix.next_seq = AtomicU64::new(new_seqs.max().map_or(0, |&s| s + 1));
                     (ix.covered, ix.seg_events, ix.seg_live, ix.seqs) =
                         (meta.covered, meta.events, meta.live, meta.seqs);
                     ix.load_removed(tree)?;
@@ -162,7 +200,7 @@ impl Indexes {
             ix.remove_unlisted(dir)?;
         }
         let before = ix.meta();
-        ix.read_tail(tree, log)?;
+        ix.read_tail(tree, log, places)?;
         ix.indexed = log.end();
         tracing::info!(
             events = ix.events(),
@@ -193,7 +231,7 @@ impl Indexes {
     /// Removes segment files that are not the index (another generation's, or a merge's or a
     /// write's that a crash left unrecorded).
     fn remove_unlisted(&self, dir: &Path) -> Result<(), StoreError> {
-        let listed: Vec<String> = self.seqs.iter().map(|&s| file_name(self.generation, s)).collect();
+        let listed: Vec<String> = self.seqs.iter().map(|&s| recorded_name(self.generation, s)).collect();
         remove_segments_but(dir, |name| {
             let keep = listed.iter().any(|l| l == name);
             if !keep {
@@ -206,7 +244,7 @@ impl Indexes {
 
     /// Reads the stored events after `covered` into memory, writing segments as it fills (a
     /// store without segments is indexed this way from its start).
-    fn read_tail(&mut self, tree: &sled::Tree, log: &Log) -> Result<(), StoreError> {
+    fn read_tail(&mut self, tree: &sled::Tree, log: &Log, places: &Places) -> Result<(), StoreError> {
         let end = log.end();
         let (from, mut at) = (self.covered, self.covered);
         let mut said = std::time::Instant::now();
@@ -246,7 +284,7 @@ impl Indexes {
                 }
             };
             // Stored while its `i` entry points at this frame (else replaced, deleted, expired).
-            let live = super::catalogue::get(tree, &header.id)? == Some(serial);
+            let live = super::catalogue::get(tree, places, &header.id)? == Some(serial);
             if live {
                 batch.push((serial, header, super::index::keys_of(&header, &tags)));
             }
@@ -281,11 +319,16 @@ impl Indexes {
         let from = (hash, u64::MAX - until.map_or(u64::MAX, |t| t.0), 0);
         let to = (hash, u64::MAX - since.map_or(0, |t| t.0), u64::MAX);
         let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.segments.len() + 1);
-        for seg in &self.segments {
-            let removed = &self.removed;
+        for (i, seg) in self.segments.iter().enumerate() {
+            let (removed, moved) = (&self.removed, self.moved_for(i));
             let postings = seg.range(from, to).filter_map(move |p| match p {
                 Ok((_, rev, word)) => {
                     let (serial, len) = unpack(word);
+                    // A previous generation's event that the compaction did not keep is gone.
+                    let serial = match moved {
+                        Some(moved) => moved.get(serial)?,
+                        None => serial,
+                    };
                     (!removed.contains_key(&serial)).then_some(Ok((rev, serial, len)))
                 }
                 Err(e) => Some(Err(StoreError::from(e))),
@@ -306,12 +349,28 @@ impl Indexes {
     pub(super) fn len(&self, key: &Key) -> Result<usize, StoreError> {
         let mut n = self.mem.len(key);
         let hash = key.hash64();
-        for seg in &self.segments {
+        for (i, seg) in self.segments.iter().enumerate() {
+            let moved = self.moved_for(i);
             for posting in seg.range((hash, 0, 0), (hash, u64::MAX, u64::MAX)) {
-                n += usize::from(!self.removed.contains_key(&unpack(posting?.2).0));
+                let serial = unpack(posting?.2).0;
+                let serial = match moved {
+                    Some(moved) => moved.get(serial),
+                    None => Some(serial),
+                };
+                n += usize::from(serial.is_some_and(|s| !self.removed.contains_key(&s)));
             }
         }
         Ok(n)
+    }
+
+    /// The moves segment `i` is read through: an old segment's.
+    fn moved_for(&self, i: usize) -> Option<&Moves> {
+        self.moved.as_deref().filter(|_| i < self.old)
+    }
+
+    /// How many segments are the previous generation's, still read through a compaction's moves.
+    pub(super) fn old_segments(&self) -> usize {
+        self.old
     }
 
     /// How many events are indexed.
@@ -406,11 +465,35 @@ impl Indexes {
         Ok(())
     }
 
-    /// The two segments due to be merged: where the older of them is.
+    /// The two segments due to be merged: where the older of them is. The previous
+    /// generation's are written out again by [`Indexes::old_inputs`] first, never merged.
     pub(super) fn merge_due(&self) -> Option<usize> {
         let n = self.segments.len();
-        let (older, newer) = (self.segments.get(n.checked_sub(2)?)?, self.segments.get(n - 1)?);
-        (older.postings() <= 2 * newer.postings()).then_some(n - 2)
+        let at = n.checked_sub(2).filter(|&at| at >= self.old)?;
+        let (older, newer) = (self.segments.get(at)?, self.segments.get(n - 1)?);
+        (older.postings() <= 2 * newer.postings()).then_some(at)
+    }
+
+    /// The previous generation's segments, their moves, a sequence number for the one segment
+    /// that they are written out again as, and this generation; None when there are none.
+    pub(super) fn old_inputs(&self) -> Option<OldInputs> {
+        let moved = self.moved.clone().filter(|_| self.old > 0)?;
+        let inputs = self.segments.get(..self.old)?.to_vec();
+        Some((inputs, moved, self.next_seq.fetch_add(1, Ordering::Relaxed), self.generation))
+    }
+
+    /// Puts `rewritten` in the place of the previous generation's segments `inputs` when they
+    /// are still that; false (and nothing changed) otherwise.
+    pub(super) fn replace_old(&mut self, inputs: &[Arc<Segment>], rewritten: Segment, seq: u64) -> bool {
+        let same = self.old == inputs.len() && self.segments.iter().zip(inputs).all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same {
+            return false;
+        }
+        self.segments.splice(..self.old, [Arc::new(rewritten)]);
+        self.seqs.splice(..self.old, [seq]);
+        self.old = 0;
+        self.moved = None;
+        true
     }
 
     /// The segments at `at` and after it, and a sequence number for their merge.
@@ -442,54 +525,44 @@ impl Indexes {
         true
     }
 
-    /// This index at the serials a compaction gave the events (`moved`: old → new in log order,
-    /// the new log ending at `end`; `live`: the stored events' old serials and ids, in order),
-    /// for log generation `generation`: the segments merged into one without the removed events,
-    /// the in-memory events moved. Built beside this one.
-    pub(super) fn remapped(
-        &self,
-        moved: &[(Serial, Serial)],
-        live: &[(Serial, crate::protocol::EventId)],
-        end: Serial,
-        generation: u64,
-        stopping: &AtomicBool,
-    ) -> Result<Indexes, StoreError> {
+    /// This index after a compaction to `generation` (`moved`: where each record went, the new
+    /// log ending at `end`): the segments kept as they are and read through the moves (the
+    /// merge thread writes them out again later), the removed set at the new serials without the
+    /// events the compaction dropped, the in-memory events moved. Built beside this one, in time
+    /// proportional to the in-memory part and the removed set, not to the store.
+    pub(super) fn compacted(&self, moved: &Arc<Moves>, end: Serial, generation: u64) -> Indexes {
         let mut out = Indexes::empty(self.dir.as_deref().map(|d| (d, self.mem_events)), generation);
         out.indexed = end;
-        out.mem = self.mem.remapped(moved);
+        out.mem = self.mem.remapped(moved.pairs());
         // The segments' events are the first of the new log: it keeps the order of the old.
-        let first_mem = moved.partition_point(|&(old, _)| old < self.covered);
-        out.covered = moved.get(first_mem).map_or(end, |&(_, new)| new);
-        // Counted from the stored events: one copied and then removed is in `moved` too, and
-        // one removed while it was in memory is in no segment and in no removed set.
-        let mut stored = live.iter().map(|&(serial, _)| serial).peekable();
-        for (i, &(old, new)) in moved[..first_mem].iter().enumerate() {
-            while stored.next_if(|&s| s < old).is_some() {}
-            if stored.peek() == Some(&old) {
-                out.seg_events += 1;
-                out.seg_live += moved.get(i + 1).map_or(end, |&(_, next)| next) - new;
+        let pairs = moved.pairs();
+        let first_mem = pairs.partition_point(|&(old, _)| old < self.covered);
+        out.covered = pairs.get(first_mem).map_or(end, |&(_, new)| new);
+        out.segments = self.segments.clone();
+        out.old = self.segments.len();
+        out.moved = Some(moved.clone()).filter(|_| out.old > 0);
+        out.seqs = self.seqs.iter().map(|&s| s | OLD_SEQ).collect();
+        (out.seg_events, out.seg_live) = (self.seg_events, self.seg_live);
+        for (&serial, &bytes) in &self.removed {
+            match moved.get(serial) {
+                // Copied, then removed before the swap: still listed, still removed.
+                Some(new) => {
+                    out.removed.insert(new, bytes);
+                    out.removed_bytes += u64::from(bytes);
+                }
+                // Not copied: the segments, read through the moves, no longer list it.
+                None => {
+                    out.seg_events = out.seg_events.saturating_sub(1);
+                    out.seg_live = out.seg_live.saturating_sub(u64::from(bytes));
+                }
             }
         }
-        if let (Some(dir), false) = (self.dir.as_deref(), self.segments.is_empty()) {
-            // Every posting is looked up: a hash map, not a binary search of `moved`.
-            let map: SerialMap<Serial> = moved[..first_mem].iter().copied().collect();
-            let to = |serial: Serial| map.get(&serial).copied();
-            let keep = |(hash, rev, word): Posting| {
-                let (serial, len) = unpack(word);
-                if self.removed.contains_key(&serial) {
-                    return None;
-                }
-                Some((hash, rev, pack(to(serial)?, len)))
-            };
-            let inputs: Vec<&Segment> = self.segments.iter().map(|s| s.as_ref()).collect();
-            let path = dir.join(file_name(generation, 0));
-            let seg = segment::merge(&inputs, &path, keep, stopping)?;
-            std::fs::File::open(dir)?.sync_all()?;
-            out.segments.push(Arc::new(seg));
-            out.seqs.push(0);
-            out.next_seq = AtomicU64::new(1);
-        }
-        Ok(out)
+        out
+    }
+
+    /// The removed set, as `z` entries would record it: serial → frame bytes.
+    pub(super) fn removed_entries(&self) -> impl Iterator<Item = (Serial, u32)> + '_ {
+        self.removed.iter().map(|(&serial, &bytes)| (serial, bytes))
     }
 }
 
@@ -507,11 +580,32 @@ pub(super) fn merge_into(
     Ok(seg)
 }
 
-/// Removes the segment files of other log generations than `current` from `dir` (a finished
-/// compaction's old ones, or a failed one's new ones).
-pub(super) fn remove_other_generations(dir: &Path, current: u64) -> std::io::Result<()> {
-    let prefix = format!("index.{current}.");
-    remove_segments_but(dir, |name| name.starts_with(&prefix))
+/// Writes the previous generation's segments `inputs` out again at the serials `moved` gives
+/// their events, as segment `seq` of `generation` in `dir`, durably (not installed). Their
+/// removals stay in the removed set, so the counts do not change.
+pub(super) fn rewrite_old(
+    dir: &Path,
+    generation: u64,
+    inputs: &[Arc<Segment>],
+    moved: &Moves,
+    seq: u64,
+    stopping: &AtomicBool,
+) -> Result<Segment, StoreError> {
+    let keep = |(hash, rev, word): Posting| {
+        let (serial, len) = unpack(word);
+        Some((hash, rev, pack(moved.get(serial)?, len)))
+    };
+    let inputs: Vec<&Segment> = inputs.iter().map(|s| s.as_ref()).collect();
+    let seg = segment::merge(&inputs, &dir.join(file_name(generation, seq)), keep, stopping)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(seg)
+}
+
+/// Removes the segment files of other log generations than those of `keep` from `dir` (a
+/// finished compaction's old ones once they are written out again, or a failed one's new ones).
+pub(super) fn remove_other_generations(dir: &Path, keep: &[u64]) -> std::io::Result<()> {
+    let prefixes: Vec<String> = keep.iter().map(|g| format!("index.{g}.")).collect();
+    remove_segments_but(dir, |name| prefixes.iter().any(|p| name.starts_with(p.as_str())))
 }
 
 /// Removes the segment files of `dir` that `keep` (given the file name) does not keep.
@@ -536,13 +630,14 @@ pub(super) fn remove_if_there(path: &Path) -> std::io::Result<()> {
 }
 
 /// Every stored event's serial and id with a serial before `below`, in log order (from the
-/// catalogue's `i` entries).
+/// catalogue's `i` entries, read with `places`).
 pub(super) fn live_events(
     tree: &sled::Tree,
+    places: &Places,
     below: Serial,
 ) -> Result<Vec<(Serial, crate::protocol::EventId)>, StoreError> {
     let mut out = Vec::new();
-    for entry in super::catalogue::all(tree) {
+    for entry in super::catalogue::all(tree, places) {
         let (id, serial) = entry?;
         if serial < below {
             out.push((serial, id));
@@ -553,7 +648,7 @@ pub(super) fn live_events(
 }
 
 fn open_segments(dir: &Path, generation: u64, seqs: &[u64]) -> Result<Vec<Arc<Segment>>, StoreError> {
-    seqs.iter().map(|&seq| Ok(Arc::new(Segment::open(&dir.join(file_name(generation, seq)))?))).collect()
+    seqs.iter().map(|&seq| Ok(Arc::new(Segment::open(&dir.join(recorded_name(generation, seq)))?))).collect()
 }
 
 /// One ordered source of postings (`u64::MAX - created_at`, serial, record length or 0).

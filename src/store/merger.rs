@@ -5,7 +5,9 @@
 //! while both go on with the segments it replaces, then swapped in under the view's lock with the
 //! catalogue's record of the segment list, and the old files are removed only once that record
 //! is durable. A compaction meanwhile (another log generation) makes the merge moot: its file is
-//! removed. The writer wakes it after each segment it writes and waits for it when it stops.
+//! removed. After a compaction's swap it first writes the previous generation's segments out
+//! again at the new serials (`Indexes::old_inputs`), the same way. The writer wakes it after each
+//! segment it writes and after a swap, and waits for it when it stops.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -15,6 +17,8 @@ use std::thread::JoinHandle;
 
 use super::compact::Control;
 use super::durable::Durable;
+use super::remap::Moves;
+use super::segment::Segment;
 use super::writer::Writer;
 use super::{StoreError, View, flush_durably, indexes};
 
@@ -68,8 +72,16 @@ fn run(m: Merger, rx: Receiver<()>) {
 
 /// Merges the segments due, if any; true when it did (or found the index changed under it).
 fn merge_once(m: &Merger) -> Result<bool, StoreError> {
-    // A compaction writes the segments anew; merging the old ones meanwhile is wasted work.
-    if m.control.stopping.load(Ordering::Acquire) || m.control.is_running() {
+    if m.control.stopping.load(Ordering::Acquire) {
+        return Ok(false);
+    }
+    let old = m.view.read().unwrap_or_else(PoisonError::into_inner).index.old_inputs();
+    if let Some((inputs, moved, seq, generation)) = old {
+        return rewrite_old(m, &inputs, &moved, seq, generation);
+    }
+    // A compaction's copy writes the log anew; merging the segments meanwhile is wasted work
+    // (its swap keeps them as they are, to be rewritten at the new serials above).
+    if m.control.is_running() {
         return Ok(false);
     }
     let (inputs, seq, generation) = {
@@ -98,5 +110,38 @@ fn merge_once(m: &Merger) -> Result<bool, StoreError> {
         // A compaction may have removed its generation's files meanwhile.
         indexes::remove_if_there(old.path())?;
     }
+    Ok(true)
+}
+
+/// Writes the previous generation's segments `inputs` out again at their new serials and puts
+/// the result in their place; true when it did (or found the index changed under it).
+fn rewrite_old(
+    m: &Merger,
+    inputs: &[Arc<Segment>],
+    moved: &Moves,
+    seq: u64,
+    generation: u64,
+) -> Result<bool, StoreError> {
+    let started = std::time::Instant::now();
+    // The writer and the readers go on with the old segments meanwhile.
+    let rewritten = indexes::rewrite_old(&m.dir, generation, inputs, moved, seq, &m.control.stopping)?;
+    let path = rewritten.path().to_path_buf();
+    let mut view = m.view.write().unwrap_or_else(PoisonError::into_inner);
+    if !view.index.replace_old(inputs, rewritten, seq) {
+        drop(view);
+        indexes::remove_if_there(&path)?;
+        return Ok(true);
+    }
+    view.index.meta().save(&m.tree)?;
+    drop(view);
+    flush_durably(&m.db, m.durable.as_deref())?;
+    for old in inputs {
+        indexes::remove_if_there(old.path())?;
+    }
+    tracing::info!(
+        segments = inputs.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "the previous generation's index segments are rewritten at the new serials"
+    );
     Ok(true)
 }

@@ -11,10 +11,12 @@
 //! | 1      | `events_v1` | `e` + id → NIP-40 expiration (u64) + the event's JSON     |
 //! | 2      | `events_v2` | `e` + serial → an event record ([`super::record`], format 1) |
 //! | 3      | `events_v3` | records in `events.log`; one `i` key per id                |
-//! | 4      | `events_v3` | records in `events.log`; `i` keys in buckets ([`super::catalogue`]; today's) |
+//! | 4      | `events_v3` | records in `events.log`; `i` keys in buckets ([`super::catalogue`]) |
+//! | 5      | `events_v3` | as 4; a stored place's top bit is its generation's parity ([`super::remap`]; today's) |
 //!
-//! Layout 3 differs from today's only in its `i` entries, so it is converted in place when the
-//! store opens (as [`convert_in_place`] does for `hearth migrate`).
+//! Layouts 3 and 4 differ from today's only in their `i` entries, so they are converted in place
+//! when the store opens (as [`convert_in_place`] does for `hearth migrate`): layout 3's ids move
+//! into buckets; layout 4's entries are read as they are (all at parity 0).
 
 use std::io::Write;
 use std::path::Path;
@@ -82,12 +84,22 @@ pub fn convert_in_place(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8
         return Ok(None);
     }
     let tree = db.open_tree(super::EVENTS_TREE)?;
-    if tree.get(keys::meta("schema"))?.as_deref() != Some(&[3u8][..]) {
-        return Ok(None);
-    }
-    let ids = bucket_catalogue(&tree)?;
+    let layout = match tree.get(keys::meta("schema"))?.as_deref() {
+        Some([layout @ (3 | 4)]) => *layout,
+        _ => return Ok(None),
+    };
+    let ids = convert(&tree, layout)?;
     flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
-    Ok(Some((3, ids)))
+    Ok(Some((layout, ids)))
+}
+
+/// Converts a layout-3 or layout-4 catalogue to today's, in place; returns how many ids it moved
+/// into buckets (layout 3's).
+pub(super) fn convert(tree: &Tree, layout: u8) -> Result<u64, StoreError> {
+    let ids = if layout == 3 { bucket_catalogue(tree)? } else { 0 };
+    // Layout 5 reads layout 4 as it is: every stored place is at parity 0, the current one.
+    tree.insert(keys::meta("schema"), &[super::SCHEMA_VERSION])?;
+    Ok(ids)
 }
 
 /// Moves layout 3's `i` entries (one key per id: `i` + id → serial) into today's buckets, in
@@ -154,13 +166,13 @@ mod tests {
         tree.insert(keys::meta("schema"), &[3u8]).unwrap();
         assert_eq!(bucket_catalogue(&tree).unwrap(), 3);
         for (n, id) in ids.iter().enumerate() {
-            assert_eq!(catalogue::get(&tree, id).unwrap(), Some(n as u64 * 100), "id {n}");
+            assert_eq!(catalogue::get(&tree, &Default::default(), id).unwrap(), Some(n as u64 * 100), "id {n}");
         }
         let keys_left: Vec<usize> = tree.scan_prefix([keys::ID]).map(|item| item.unwrap().0.len()).collect();
         assert_eq!(keys_left, vec![4, 4], "two buckets and no key of the old form");
         assert_eq!(tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [4]);
         // Again: nothing to move, nothing changed.
         assert_eq!(bucket_catalogue(&tree).unwrap(), 0);
-        assert_eq!(catalogue::all(&tree).count(), 4);
+        assert_eq!(catalogue::all(&tree, &Default::default()).count(), 4);
     }
 }

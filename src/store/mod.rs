@@ -28,6 +28,7 @@ pub mod migrate;
 mod pending;
 mod query;
 pub mod record;
+mod remap;
 pub mod segment;
 mod writer;
 
@@ -36,7 +37,7 @@ pub use compact::{CompactPolicy, Compacted, compact};
 pub use query::Export;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ use indexes::Indexes;
 use log::Log;
 
 /// Current on-disk layout version.
-pub const SCHEMA_VERSION: u8 = 4;
+pub const SCHEMA_VERSION: u8 = 5;
 /// The tree of this layout (and of layout 3, converted in place); older layouts lived in other
 /// trees.
 const EVENTS_TREE: &str = "events_v3";
@@ -219,19 +220,19 @@ struct Inner {
     compaction: Arc<compact::Control>,
     /// The damaged records serving has skipped.
     damaged: Arc<query::Damaged>,
-    /// The log generation the catalogue's `i` entries point into: one ahead of the view's from
-    /// just before a compaction's sled batch until its swap.
-    catalogue: Arc<AtomicU64>,
 }
 
-/// What a read sees together: the secondary indexes and the event log file their serials (and
-/// the catalogue's `i` entries) point into. A compaction replaces both at once, so a reader that
-/// holds a view, or a clone of its log, reads consistent records however long it takes.
+/// What a read sees together: the secondary indexes, the event log file their serials (and the
+/// catalogue's `i` entries) point into, and how those entries read. A compaction replaces them
+/// at once, so a reader that holds a view, or a clone of its log, reads consistent records
+/// however long it takes.
 pub(in crate::store) struct View {
     pub(super) index: Indexes,
     pub(super) log: Arc<Log>,
     /// Which file the log is (see [`log::file_name`]).
     pub(super) generation: u64,
+    /// How the catalogue's stored places read in this generation.
+    pub(super) places: remap::Places,
 }
 
 impl Store {
@@ -290,14 +291,23 @@ impl Store {
                 db.flush()?;
             }
             Some(v) if v.as_ref() == [SCHEMA_VERSION] => {}
-            Some(v) if v.as_ref() == [3] => {
+            Some(v) if v.as_ref() == [3] || v.as_ref() == [4] => {
                 let started = std::time::Instant::now();
-                tracing::info!("the data directory has layout 3: moving its catalogue's ids into buckets");
-                let ids = migrate::bucket_catalogue(&tree)?;
+                tracing::info!(layout = v[0], "converting the data directory to layout {SCHEMA_VERSION}");
+                let ids = migrate::convert(&tree, v[0])?;
                 flush_durably(&db, durable.as_deref())?;
-                tracing::info!(ids, ms = started.elapsed().as_millis() as u64, "the data directory has layout 4 now");
+                tracing::info!(
+                    ids,
+                    ms = started.elapsed().as_millis() as u64,
+                    "the data directory has layout {SCHEMA_VERSION} now"
+                );
             }
             Some(v) => return Err(StoreError::Schema { found: v.first().copied().unwrap_or(0) }),
+        }
+        let (places, remap) = remap::load(&tree, dir.map(|(dir, _)| dir))?;
+        if let Some((dir, _)) = dir {
+            // Moves files no remap names: a compaction's that failed, or one's that finished.
+            remap::remove_stale(dir, remap.map(|r| r.generation))?;
         }
         let committed = meta_u64(&tree, keys::LOG_END)?;
         let log_generation = meta_u64(&tree, keys::LOG_GEN)?;
@@ -307,21 +317,31 @@ impl Store {
             tracing::info!(frames = tail.len(), "replaying the event log after a crash");
             let started = std::time::Instant::now();
             let _progress = Progress::every_few_seconds("replaying the event log");
-            let frames = writer::replay(&tree, &log, &tail)?;
+            let frames = writer::replay(&tree, &log, &tail, &places)?;
             flush_durably(&db, durable.as_deref())?;
             tracing::info!(frames, ms = started.elapsed().as_millis() as u64, "replayed the event log after a crash");
         }
-        let (index, changed) = Indexes::open(&tree, &log, dir, log_generation)?;
+        let (index, changed) = Indexes::open(&tree, &log, dir, log_generation, &places)?;
         let dir = dir.map(|(dir, _)| dir);
         if changed {
             flush_durably(&db, durable.as_deref())?;
         }
-        let view = Arc::new(RwLock::new(View { index, log, generation: log_generation }));
+        if let Some(remap) = &remap {
+            tracing::info!(
+                buckets_done = remap.cursor,
+                old_segments = index.old_segments(),
+                "a compaction's rewrite of the catalogue and the index is unfinished; it goes on in the background"
+            );
+        }
+        let view = Arc::new(RwLock::new(View { index, log, generation: log_generation, places }));
         let settings = db.open_tree(SETTINGS_TREE)?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let compaction = Arc::new(compact::Control::default());
-        let catalogue = Arc::new(AtomicU64::new(log_generation));
+        if remap.is_some() {
+            // The compaction that left it is still running, as far as anyone asking is concerned.
+            compaction.resume();
+        }
         let dir = dir.map(Path::to_path_buf);
         let w = writer::Writer {
             db: db.clone(),
@@ -330,11 +350,10 @@ impl Store {
             durable: durable.clone(),
             dir: dir.clone(),
             compaction: compaction.clone(),
-            catalogue: catalogue.clone(),
         };
-        writer::spawn(w, rx)?;
+        writer::spawn(w, rx, remap)?;
         let damaged = Arc::default();
-        let inner = Inner { db, tree, settings, audit, durable, dir, tx, view, compaction, damaged, catalogue };
+        let inner = Inner { db, tree, settings, audit, durable, dir, tx, view, compaction, damaged };
         Ok(Store { inner: Arc::new(inner) })
     }
 
@@ -402,7 +421,7 @@ impl Store {
 
     /// True when an event with this id is stored.
     pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        Ok(catalogue::get(&self.inner.tree, id)?.is_some())
+        catalogue::contains(&self.inner.tree, id)
     }
 
     /// Runs blocking read work on the blocking pool, off the async reactor.
@@ -465,22 +484,6 @@ impl Store {
 
     fn view(&self) -> RwLockReadGuard<'_, View> {
         self.inner.view.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `read` on the current view. With `by_id` (it finds events through their `i` entries),
-    /// runs it again on a fresh view while the catalogue is ahead of the one it had: between a
-    /// compaction's sled batch and its swap an `i` entry may point into a log the view does not
-    /// have yet, and what was read through it is thrown away, error or not.
-    fn read_view<T>(&self, by_id: bool, read: impl Fn(&View) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        loop {
-            let view = self.view();
-            let out = read(&view);
-            if !by_id || self.inner.catalogue.load(Ordering::Acquire) == view.generation {
-                return out;
-            }
-            drop(view);
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 }
 

@@ -13,6 +13,7 @@ use super::StoreError;
 use super::index::{IndexOp, Serial};
 use super::keys;
 use super::log::{self, Log};
+use super::remap::Places;
 
 /// The writes of one group not yet in sled, read through by later writes of the same group.
 /// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway
@@ -26,6 +27,8 @@ pub(super) struct Pending<'t> {
     /// The index segments hold the events before this serial (see [`super::indexes`]): removing
     /// one of those is recorded under a `z` key.
     pub(super) covered: Serial,
+    /// How the catalogue's stored places read, and how this group's are written.
+    pub(super) places: Places,
     group: HashMap<Vec<u8>, Option<Vec<u8>>>,
     group_frames: Vec<u8>,
     group_index: Vec<IndexOp>,
@@ -36,12 +39,13 @@ pub(super) struct Pending<'t> {
 
 impl<'t> Pending<'t> {
     /// A group after the log's committed end; `covered` is the index segments' end.
-    pub(super) fn new(tree: &'t Tree, log: &'t Log, covered: Serial) -> Pending<'t> {
+    pub(super) fn new(tree: &'t Tree, log: &'t Log, covered: Serial, places: Places) -> Pending<'t> {
         Pending {
             tree,
             log,
             start: log.end(),
             covered,
+            places,
             group: HashMap::new(),
             group_frames: Vec::new(),
             group_index: Vec::new(),

@@ -16,12 +16,11 @@ use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 impl Store {
     /// The record of a stored event by id.
     fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
-        let read = self.read_view(true, |view| match catalogue::get(&self.inner.tree, id)? {
-            Some(serial) => Ok(Some((serial, view.log.read(serial).map_err(StoreError::from)))),
-            None => Ok(None),
-        })?;
-        // Judged damaged only once the read stands (a read that `read_view` threw away may have
-        // met another record's bytes).
+        let read = {
+            let view = self.view();
+            let serial = catalogue::get(&self.inner.tree, &view.places, id)?;
+            serial.map(|serial| (serial, view.log.read(serial).map_err(StoreError::from)))
+        };
         match read {
             Some((serial, stored)) => Ok(self.inner.damaged.served(serial, stored)?.map(|r| (serial, r))),
             None => Ok(None),
@@ -44,7 +43,8 @@ impl Store {
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
         // compaction meanwhile replaces the view, and the old log stays open for this read).
-        let (hits, log): (Vec<Hit>, _) = self.read_view(by_id(filters), |view| {
+        let (hits, log): (Vec<Hit>, _) = {
+            let view = &*self.view();
             let hits = match filters {
                 // One filter's scan is already in order and without repeats.
                 [filter] => self.scan(view, filter, limit_of(filter), now)?,
@@ -58,8 +58,8 @@ impl Store {
                     all.into_values().collect()
                 }
             };
-            Ok((hits, view.log.clone()))
-        })?;
+            (hits, view.log.clone())
+        };
         let mut out = Vec::with_capacity(hits.len());
         let damaged = &self.inner.damaged;
         for hit in hits {
@@ -80,7 +80,8 @@ impl Store {
     /// condition besides what names its index lists (and `since`/`until`) is counted from the
     /// lists alone, without reading a record.
     pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
-        self.read_view(by_id(filters), |view| {
+        let view = &*self.view();
+        {
             let mut seen = HashSet::new();
             let mut expired = None;
             for filter in filters {
@@ -88,7 +89,7 @@ impl Store {
                     Plan::Scan { keys, .. } if !filter.is_empty_set() && lists_are_exact(filter, &keys) => {
                         let expired = match &mut expired {
                             Some(expired) => expired,
-                            None => expired.insert(self.expired_unswept(now)?),
+                            None => expired.insert(self.expired_unswept(view, now)?),
                         };
                         for key in &keys {
                             for found in view.index.scan(key, filter.since, filter.until) {
@@ -103,19 +104,19 @@ impl Store {
                 }
             }
             Ok(seen.len() as u64)
-        })
+        }
     }
 
     /// The serials of the events that expired at or before `now` and that the sweep has not
     /// removed yet (their `x` entries are still there).
-    fn expired_unswept(&self, now: Timestamp) -> Result<HashSet<Serial>, StoreError> {
+    fn expired_unswept(&self, view: &View, now: Timestamp) -> Result<HashSet<Serial>, StoreError> {
         let from = keys::expiry(Timestamp(0), &EventId([0; 32]));
         let to = keys::expiry(now, &EventId([0xff; 32]));
         let mut out = HashSet::new();
         for item in self.inner.tree.range(from..=to) {
             let id = item?.0.get(9..).and_then(|id| id.try_into().ok()).map(EventId);
             let Some(id) = id else { continue };
-            if let Some(serial) = catalogue::get(&self.inner.tree, &id)? {
+            if let Some(serial) = catalogue::get(&self.inner.tree, &view.places, &id)? {
                 out.insert(serial);
             }
         }
@@ -129,9 +130,10 @@ impl Store {
     pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
         let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The export keeps this log open: a compaction meanwhile does not move its records.
-        let (hits, log) = self.read_view(by_id(std::slice::from_ref(filter)), |view| {
-            Ok((self.scan(view, filter, limit, now)?, view.log.clone()))
-        })?;
+        let (hits, log) = {
+            let view = &*self.view();
+            (self.scan(view, filter, limit, now)?, view.log.clone())
+        };
         let mut refs: Vec<(Timestamp, Serial, u32)> =
             hits.into_iter().map(|h| (h.created_at, h.serial, h.len)).collect();
         // Ties in the order they were stored: an import of the export stores them in that order,
@@ -171,15 +173,8 @@ impl Store {
             Plan::Ids(ids) => {
                 let check_tags = !filter.tags.is_empty();
                 for id in ids {
-                    let Some(serial) = catalogue::get(&self.inner.tree, &id)? else { continue };
-                    // Looked at after the entry was read (a compaction sets it before its batch):
-                    // the catalogue may be ahead of this view, and the entry a place in another
-                    // file, not to be read here (`read_view` reads again with the new view).
-                    if self.inner.catalogue.load(std::sync::atomic::Ordering::Acquire) != view.generation {
-                        break;
-                    }
-                    // None: a write still in flight, not acknowledged yet. Another id's: a
-                    // compaction's catalogue is ahead of this view (`read_view` reads again).
+                    let Some(serial) = catalogue::get(&self.inner.tree, &view.places, &id)? else { continue };
+                    // None: a write still in flight, not acknowledged yet.
                     let Some(candidate) = self.candidate(view, serial, 0)? else { continue };
                     if candidate.header.id != id {
                         continue;
@@ -271,11 +266,6 @@ impl Damaged {
             Err(e) => Err(e),
         }
     }
-}
-
-/// True when a read of `filters` finds events through their `i` entries.
-fn by_id(filters: &[Filter]) -> bool {
-    filters.iter().any(|f| f.ids.is_some())
 }
 
 /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its header

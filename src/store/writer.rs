@@ -16,6 +16,10 @@
 //! come back exactly as they were acknowledged. One sled batch per group and one sync per ack
 //! (not one batch per event, nor three syncs per ack) are what the ingest figures in README rest
 //! on.
+//!
+//! Between groups it also takes the steps of an unfinished compaction's remap (`super::remap`):
+//! it is the only thread that changes the catalogue's buckets, so a step needs no transaction
+//! either.
 
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
@@ -25,11 +29,12 @@ use sled::Tree;
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{put, remove_into, sweep};
-use super::compact::{self, Compacted, Control, Prepared};
+use super::compact::{self, Compacted, Control, Prepared, Swapped};
 use super::index::Serial;
 use super::log::{self, Log};
 use super::pending::Pending;
 use super::record;
+use super::remap::{self, Places, Remap};
 use super::{PutOutcome, StoreError, View};
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
 
@@ -40,6 +45,10 @@ const MAX_GROUP: usize = 4096;
 const SLED_FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long the writer waits to write an index segment again after it failed.
 const INDEX_RETRY: Duration = Duration::from_secs(60);
+/// How long the writer waits before another remap step after one failed.
+const REMAP_RETRY: Duration = Duration::from_secs(1);
+/// How often an idle writer looks whether the merge thread has finished its part of a remap.
+const REMAP_POLL: Duration = Duration::from_millis(10);
 /// First byte of the log frame of a moderation removal (then the id); records start with
 /// [`record::FORMAT`].
 const REMOVE_FRAME: u8 = 0x80;
@@ -106,8 +115,6 @@ pub(super) struct Writer {
     pub dir: Option<PathBuf>,
     /// When a compaction is due.
     pub compaction: Arc<Control>,
-    /// The generation the catalogue points into (see `Store::read_view`).
-    pub catalogue: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Writer {
@@ -157,23 +164,131 @@ impl Writer {
     }
 }
 
-pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>) -> Result<(), StoreError> {
-    std::thread::Builder::new().name("hearth-writer".into()).spawn(move || run(writer, rx)).map_err(StoreError::Io)?;
+/// Starts the writer thread; `remap` is an unfinished remap found at open.
+pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name("hearth-writer".into())
+        .spawn(move || run(writer, rx, remap))
+        .map_err(StoreError::Io)?;
     Ok(())
 }
 
-fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
+/// An unfinished remap as the writer carries it on, and the compaction waiting for it (none when
+/// it was found at open).
+struct Remapping {
+    state: Remap,
+    waiting: Option<(oneshot::Sender<Result<Compacted, StoreError>>, Swapped)>,
+    /// No step before this (set after one failed).
+    quiet_until: Option<Instant>,
+}
+
+impl Remapping {
+    /// Takes the next step of the catalogue's rewrite, or finishes the remap once the merge
+    /// thread has rewritten the old segments too. Returns true when it is done.
+    fn work(&mut self, w: &Writer) -> bool {
+        if self.quiet_until.is_some_and(|until| Instant::now() < until) || w.compaction.remap_held() {
+            return false;
+        }
+        let (places, old_segments) = {
+            let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
+            (view.places.clone(), view.index.old_segments())
+        };
+        let stepped = match (self.state.catalogue_done(), old_segments) {
+            (false, _) => remap::step(&w.tree, &places, &mut self.state).map(|()| false),
+            (true, 0) => w.finish_remap().map(|()| true),
+            (true, _) => Ok(false),
+        };
+        match stepped {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "a step of the compaction's remap failed; trying again shortly");
+                self.quiet_until = Some(Instant::now() + REMAP_RETRY);
+                false
+            }
+        }
+    }
+
+    /// Answers the compaction waiting for it, if any.
+    fn answer(self, w: &Writer) {
+        if let Some((reply, swapped)) = self.waiting {
+            let _ = reply.send(swapped.done(w));
+        }
+    }
+}
+
+impl Writer {
+    /// Ends a remap whose catalogue and segments are rewritten: its record goes, durably, then
+    /// the moves file and the previous generation's segment files.
+    fn finish_remap(&self) -> Result<(), StoreError> {
+        remap::finish(&self.tree)?;
+        let generation = {
+            let mut view = self.view_mut();
+            view.places = view.places.settled();
+            view.generation
+        };
+        self.flush()?;
+        if let Some(dir) = &self.dir {
+            remap::remove_stale(dir, None)?;
+            super::indexes::remove_other_generations(dir, &[generation])?;
+        }
+        self.compaction.remapped();
+        tracing::info!("the compaction's rewrite of the catalogue and the index is done");
+        Ok(())
+    }
+}
+
+/// The next request: waited for, or, while a remap has work to do, taken only if one is there
+/// (None then, after a step of the remap). `Err` when every sender is gone.
+fn next_op(
+    w: &Writer,
+    rx: &mut mpsc::Receiver<WriteOp>,
+    remapping: &mut Option<Remapping>,
+) -> Result<Option<WriteOp>, ()> {
+    let Some(r) = remapping else { return rx.blocking_recv().map(Some).ok_or(()) };
+    match rx.try_recv() {
+        Ok(op) => Ok(Some(op)),
+        Err(mpsc::error::TryRecvError::Disconnected) => Err(()),
+        Err(mpsc::error::TryRecvError::Empty) => {
+            let waiting_for_merges = r.state.catalogue_done() || w.compaction.remap_held();
+            if r.work(w) {
+                if let Some(done) = remapping.take() {
+                    done.answer(w);
+                }
+            } else if waiting_for_merges {
+                std::thread::sleep(REMAP_POLL);
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     let mut flushed = Instant::now();
     let (merges, merger) = super::merger::spawn(&w);
     // After a segment could not be written (a full disk), the in-memory index grows until then.
     let mut index_quiet_until: Option<Instant> = None;
+    let mut remapping = remap.map(|state| Remapping { state, waiting: None, quiet_until: None });
+    if remapping.is_some() {
+        // The old segments found at open are the merge thread's to rewrite.
+        let _ = merges.send(());
+    }
     while shutdown.is_none() {
-        let Some(first) = rx.blocking_recv() else { break };
+        let first = match next_op(&w, &mut rx, &mut remapping) {
+            Ok(Some(op)) => op,
+            Ok(None) => {
+                flush_if_due(&w, &mut flushed);
+                continue;
+            }
+            Err(()) => break,
+        };
         let mut replies = Vec::new();
         let log = w.log();
-        let covered = w.view.read().unwrap_or_else(PoisonError::into_inner).index.covered();
-        let mut pending = Pending::new(&w.tree, &log, covered);
+        let (covered, places) = {
+            let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
+            (view.index.covered(), view.places.clone())
+        };
+        let mut pending = Pending::new(&w.tree, &log, covered, places);
         let mut compaction = None;
         let mut applied: Result<(), Arc<StoreError>> = Ok(());
         let mut next = Some(first);
@@ -236,17 +351,32 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
             }
         }
         if let Some((prepared, reply)) = compaction {
-            let _ = reply.send(compact::finish(&w, *prepared));
-            flushed = Instant::now();
-        }
-        w.compaction.check_due(&w.view.read().unwrap_or_else(PoisonError::into_inner));
-        if flushed.elapsed() >= SLED_FLUSH_EVERY {
-            // Behind the acknowledgements: a failure here only means a longer replay.
-            if let Err(e) = w.flush() {
-                tracing::error!(error = %e, "flushing sled behind the event log failed");
+            let (remap, outcome) = compact::finish(&w, *prepared);
+            if let Some(state) = remap {
+                w.compaction.resume();
+                let waiting = match outcome {
+                    Ok(swapped) => Some((reply, swapped)),
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        None
+                    }
+                };
+                remapping = Some(Remapping { state, waiting, quiet_until: None });
+                // The old segments are the merge thread's to rewrite.
+                let _ = merges.send(());
+            } else {
+                let _ = reply.send(outcome.map(|swapped| swapped.compacted));
             }
             flushed = Instant::now();
+        } else if let Some(r) = &mut remapping
+            && r.work(&w)
+            && let Some(done) = remapping.take()
+        {
+            // A step after each group, so that a busy relay finishes its remap too.
+            done.answer(&w);
         }
+        w.compaction.check_due(&w.view.read().unwrap_or_else(PoisonError::into_inner));
+        flush_if_due(&w, &mut flushed);
     }
     // A clean stop leaves no tail for the next start to read (unless segments cannot be written).
     if shutdown.is_some()
@@ -274,6 +404,17 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>) {
     }
 }
 
+/// Flushes sled behind the acknowledgements when the last flush is [`SLED_FLUSH_EVERY`] ago: a
+/// failure here only means a longer replay.
+fn flush_if_due(w: &Writer, flushed: &mut Instant) {
+    if flushed.elapsed() >= SLED_FLUSH_EVERY {
+        if let Err(e) = w.flush() {
+            tracing::error!(error = %e, "flushing sled behind the event log failed");
+        }
+        *flushed = Instant::now();
+    }
+}
+
 /// The log frame of a moderation removal.
 pub(super) fn remove_frame(id: &EventId) -> Vec<u8> {
     let mut frame = vec![REMOVE_FRAME];
@@ -292,9 +433,9 @@ pub(super) fn sweep_frame(now: Timestamp) -> Vec<u8> {
 /// durable (`serials`, from [`Log::recover_tail`]): puts, removals and sweeps take the same code
 /// as the first time against the same state, so they decide the same way. Returns how many frames
 /// were replayed; the caller flushes.
-pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial]) -> Result<usize, StoreError> {
+pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial], places: &Places) -> Result<usize, StoreError> {
     // The index is rebuilt from sled afterwards: the replayed changes to it are not needed.
-    let mut p = Pending::new(tree, log, super::indexes::covered(tree)?);
+    let mut p = Pending::new(tree, log, super::indexes::covered(tree)?, places.clone());
     for &serial in serials {
         let frame = log.read(serial)?;
         // What is applied to sled records as done exactly the frames before this one (a sweep

@@ -423,6 +423,16 @@ fn layout_3_dir(data: &Path) {
     db.flush().unwrap();
 }
 
+/// Turns today's data directory into layout 4, which differs only in its version: no compaction
+/// had run, so every stored place is at parity 0.
+fn layout_4_dir(data: &Path) {
+    let db = sled::open(data).unwrap();
+    let tree = db.open_tree("events_v3").unwrap();
+    assert_eq!(tree.get(b"mparity").unwrap(), None, "no compaction flipped the parity");
+    tree.insert(b"mschema", &[4]).unwrap();
+    db.flush().unwrap();
+}
+
 #[test]
 fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
     let (alice, bob) = (keys(1), keys(2));
@@ -442,14 +452,14 @@ fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(
             stderr.contains(&format!(
-                "data directory has schema version {layout}, this hearth reads 4: run `hearth migrate`"
+                "data directory has schema version {layout}, this hearth reads 5: run `hearth migrate`"
             )),
             "{stderr}"
         );
         let out = hearth(&data).arg("migrate").output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         let done = summary(&out);
-        assert_eq!((&done["from"], &done["to"], &done["carried"]), (&json!(layout), &json!(4), &json!(7)), "{done}");
+        assert_eq!((&done["from"], &done["to"], &done["carried"]), (&json!(layout), &json!(5), &json!(7)), "{done}");
         assert_eq!((&done["import"]["stored"], &done["import"]["invalid"]), (&json!(7), &json!(0)), "{done}");
         let got: Vec<String> =
             String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
@@ -457,27 +467,32 @@ fn migrate_carries_older_layouts_over_and_finishes_one_that_was_cut_off() {
         assert!(!data.join("migration.jsonl").exists());
         // Today's layout: nothing to do.
         let again = summary(&hearth(&data).arg("migrate").output().unwrap());
-        assert_eq!(again, json!({"from": null, "to": 4, "carried": null, "import": null}));
+        assert_eq!(again, json!({"from": null, "to": 5, "carried": null, "import": null}));
     }
 
-    // Layout 3, made from today's by the test: one `i` key per id. A relay's start (here the
-    // export's open) converts it in place, and so does `hearth migrate`.
-    for by_migrate in [false, true] {
+    // Layout 3, made from today's by the test: one `i` key per id; layout 4, today's but for its
+    // version (its places all at parity 0). A relay's start (here the export's open) converts it
+    // in place, and so does `hearth migrate`.
+    for (layout, by_migrate) in [(3u8, false), (3, true), (4, false), (4, true)] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         assert_eq!(summary(&import(&data, want.join("\n").as_bytes()))["stored"], 7);
-        layout_3_dir(&data);
+        match layout {
+            3 => layout_3_dir(&data),
+            _ => layout_4_dir(&data),
+        }
         if by_migrate {
             let done = summary(&hearth(&data).arg("migrate").output().unwrap());
-            assert_eq!(done, json!({"from": 3, "to": 4, "carried": 7, "import": null}));
+            let moved = if layout == 3 { 7 } else { 0 };
+            assert_eq!(done, json!({"from": layout, "to": 5, "carried": moved, "import": null}));
         }
         let got: Vec<String> =
             String::from_utf8(export(&data, None).stdout).unwrap().lines().map(String::from).collect();
-        assert_eq!(got, want, "layout 3: every event, oldest first");
+        assert_eq!(got, want, "layout {layout}: every event, oldest first");
         let checked = hearth(&data).arg("check").output().unwrap();
         assert_eq!(checked.status.code(), Some(0), "{}", String::from_utf8_lossy(&checked.stdout));
         let again = summary(&hearth(&data).arg("migrate").output().unwrap());
-        assert_eq!(again, json!({"from": null, "to": 4, "carried": null, "import": null}));
+        assert_eq!(again, json!({"from": null, "to": 5, "carried": null, "import": null}));
     }
 
     // Cut off after the old events were written out: the directory is refused until a second
