@@ -303,6 +303,15 @@ impl Store {
         }
     }
 
+    /// Waits until no task holds another handle of this store (a held compaction's task lets go
+    /// once the store has shut down), so that the directory can be opened again.
+    #[cfg(test)]
+    pub(super) async fn until_alone(&self) {
+        while Arc::strong_count(&self.inner) > 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// True while a compaction's remap is unfinished (its moves are still read).
     #[cfg(test)]
     pub(super) fn remapping(&self) -> bool {

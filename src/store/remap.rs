@@ -268,23 +268,29 @@ fn bucket_key(n: u32) -> [u8; 4] {
 
 /// One step of the catalogue's rewrite: the next [`STEP_BUCKETS`] buckets from `remap`'s
 /// cursor with every entry of the previous generation at its new place, and the cursor past
-/// them, in one batch (a crash redoes at most the steps sled had not made durable; a rewritten
-/// entry is current and is left alone the second time). Run by the writer between groups, the
+/// them, in one batch (a crash redoes the steps sled had not made durable; a rewritten entry is
+/// current and is left alone the second time). Run by the writer between groups, the
 /// only thread that changes buckets.
 pub fn step(tree: &sled::Tree, places: &Places, remap: &mut Remap) -> Result<(), StoreError> {
     let end = remap.cursor.saturating_add(STEP_BUCKETS).min(BUCKETS);
     let from = bucket_key(remap.cursor).to_vec();
     let to = if end >= BUCKETS { vec![keys::ID + 1] } else { bucket_key(end).to_vec() };
     let mut batch = sled::Batch::default();
+    let mut rewritten = 0;
     for item in tree.range(from..to) {
         let (key, value) = item?;
-        if let Some(rewritten) = catalogue::current(&value, places)? {
-            batch.insert(key, rewritten);
+        if let Some(current) = catalogue::current(&value, places)? {
+            batch.insert(key, current);
+            rewritten += 1;
         }
     }
     let next = Remap { cursor: end, ..*remap };
-    next.put_into(&mut batch);
-    tree.apply_batch(batch)?;
+    // A step that rewrote nothing writes nothing (a small store's buckets are mostly empty):
+    // its cursor is recorded with the next one that does, and redoing it after a crash is a read.
+    if rewritten > 0 {
+        next.put_into(&mut batch);
+        tree.apply_batch(batch)?;
+    }
     *remap = next;
     Ok(())
 }
