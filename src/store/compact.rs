@@ -49,6 +49,10 @@ pub const LAST_COMPACTION: &str = "last_compaction";
 const CHUNK: usize = 256 * 1024;
 /// The longest a throttled copy sleeps before it looks whether the store is stopping.
 const NAP: Duration = Duration::from_millis(50);
+/// Rounds of catching up with the writes made during the copy, at most.
+const CATCH_UP_ROUNDS: usize = 4;
+/// Fewer new log bytes than this are left to the swap.
+const CATCH_UP_ENOUGH: u64 = 1 << 20;
 /// After a compaction that failed (a full disk, say), no automatic one for this long.
 const RETRY_AFTER: Duration = Duration::from_secs(60);
 
@@ -339,7 +343,19 @@ impl Store {
             let rate = self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner).max_bytes_per_sec;
             let stopping = Some(&self.inner.compaction.stopping);
             let serials = live.iter().map(|&(serial, _)| serial);
-            let end = copy_frames(&old, &new, 0, serials, &mut moved, rate, stopping)?;
+            let mut end = copy_frames(&old, &new, 0, serials, &mut moved, rate, stopping)?;
+            // Catch up with what was stored meanwhile, a few rounds while it is much, so that the
+            // swap, which writes wait for, copies only the last little.
+            let mut from = indexed;
+            for _ in 0..CATCH_UP_ROUNDS {
+                let now = self.view().index.indexed();
+                if now.saturating_sub(from) < CATCH_UP_ENOUGH {
+                    break;
+                }
+                let since = stored_since(&self.inner.tree, &places, &old, from, now)?;
+                end = copy_frames(&old, &new, end, since.into_iter(), &mut moved, rate, stopping)?;
+                from = now;
+            }
             new.sync()?;
             let file = match dir {
                 Some(dir) => {
@@ -350,7 +366,7 @@ impl Store {
                 }
                 None => None,
             };
-            Ok(Prepared { log: new, generation, end, from: indexed, moved, file, started, before_bytes })
+            Ok(Prepared { log: new, generation, end, from, moved, file, started, before_bytes })
         })();
         if copied.is_err() {
             discard(dir, generation - 1);
@@ -477,7 +493,7 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<(Duration, Remap), StoreError> {
     };
     // Events stored since the copy began lie after every copied one in the old log, so they do in
     // the new one too: the order of serials, which the index's lists rely on, is kept.
-    let since = stored_since(&w.tree, &places, &old, p.from)?;
+    let since = stored_since(&w.tree, &places, &old, p.from, old.end())?;
     let first_since = p.moved.len();
     p.end = copy_frames(&old, &p.log, p.end, since.into_iter(), &mut p.moved, 0, None)?;
     p.log.sync()?;
@@ -517,11 +533,18 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<(Duration, Remap), StoreError> {
     Ok((waiting.elapsed(), remap))
 }
 
-/// The serials of the events stored at or after `from` in `log` that are still stored (their
-/// `i` entries point at them): what a compaction's copy did not see.
-fn stored_since(tree: &sled::Tree, places: &Places, log: &Log, from: Serial) -> Result<Vec<Serial>, StoreError> {
-    let (mut out, mut at, end) = (Vec::new(), from, log.end());
-    while at < end {
+/// The serials of the events stored in `log` from `from` to `to` (frame boundaries of indexed
+/// groups) that are still stored (their `i` entries point at them): what a compaction's copy did
+/// not see yet.
+fn stored_since(
+    tree: &sled::Tree,
+    places: &Places,
+    log: &Log,
+    from: Serial,
+    to: Serial,
+) -> Result<Vec<Serial>, StoreError> {
+    let (mut out, mut at) = (Vec::new(), from);
+    while at < to {
         let frame = log.read(at)?;
         let serial = at;
         at += FRAME_HEADER + frame.len() as u64;

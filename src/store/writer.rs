@@ -208,11 +208,13 @@ impl Remapping {
         }
     }
 
-    /// Answers the compaction waiting for it, if any.
-    fn answer(self, w: &Writer) {
+    /// Answers the compaction waiting for it, if any, and wakes the merge thread, which merges
+    /// no segments while a compaction runs.
+    fn answer(self, w: &Writer, merges: &std::sync::mpsc::Sender<()>) {
         if let Some((reply, swapped)) = self.waiting {
             let _ = reply.send(swapped.done(w));
         }
+        let _ = merges.send(());
     }
 }
 
@@ -243,6 +245,7 @@ fn next_op(
     w: &Writer,
     rx: &mut mpsc::Receiver<WriteOp>,
     remapping: &mut Option<Remapping>,
+    merges: &std::sync::mpsc::Sender<()>,
 ) -> Result<Option<WriteOp>, ()> {
     let Some(r) = remapping else { return rx.blocking_recv().map(Some).ok_or(()) };
     match rx.try_recv() {
@@ -252,7 +255,7 @@ fn next_op(
             let waiting_for_merges = r.state.catalogue_done() || w.compaction.remap_held();
             if r.work(w) {
                 if let Some(done) = remapping.take() {
-                    done.answer(w);
+                    done.answer(w, merges);
                 }
             } else if waiting_for_merges {
                 std::thread::sleep(REMAP_POLL);
@@ -274,7 +277,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
         let _ = merges.send(());
     }
     while shutdown.is_none() {
-        let first = match next_op(&w, &mut rx, &mut remapping) {
+        let first = match next_op(&w, &mut rx, &mut remapping, &merges) {
             Ok(Some(op)) => op,
             Ok(None) => {
                 flush_if_due(&w, &mut flushed);
@@ -373,7 +376,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
             && let Some(done) = remapping.take()
         {
             // A step after each group, so that a busy relay finishes its remap too.
-            done.answer(&w);
+            done.answer(&w, &merges);
         }
         w.compaction.check_due(&w.view.read().unwrap_or_else(PoisonError::into_inner));
         flush_if_due(&w, &mut flushed);
