@@ -67,11 +67,11 @@ pub(super) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>
         p.remove(address);
     }
     let header = record::header(&stored)?;
-    if serial < p.covered {
-        // An index segment lists it; segments never change, so the removal is kept beside them.
-        let frame = super::log::FRAME_HEADER as u32 + header.len;
-        p.insert(keys::removed(serial), frame.to_be_bytes());
-    }
+    // An index segment lists it (segments never change, so the removal is kept beside them), or
+    // its record is in the log's tail, which a start after a crash reads back: either way the
+    // removal is recorded, so neither needs the catalogue to tell.
+    let frame = super::log::FRAME_HEADER as u32 + header.len;
+    p.insert(keys::removed(serial), frame.to_be_bytes());
     p.op_index.push(IndexOp::Remove(serial, header.len, index::keys_of(&header, &event.tags)));
     Ok(Some(event))
 }
@@ -200,7 +200,7 @@ mod tests {
 
     /// A group over an empty catalogue; `with` runs the writes, then the group is applied.
     fn group<T>(tree: &sled::Tree, log: &Log, with: impl FnOnce(&mut Pending) -> T) -> T {
-        let mut p = Pending::new(tree, log, 0, crate::store::remap::Places::default());
+        let mut p = Pending::new(tree, log, crate::store::remap::Places::default());
         let out = with(&mut p);
         if !p.is_empty() {
             p.apply().unwrap();

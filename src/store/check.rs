@@ -252,6 +252,10 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
     // The index segments still list the dropped events: the next open builds them again from the
     // log and the catalogue as it now is.
     batch.remove(keys::meta(keys::INDEX));
+    // Nor were these drops recorded as removals: the next start looks every record up.
+    if let Some(end) = tree.get(keys::meta(keys::LOG_END))? {
+        batch.insert(keys::meta(keys::TAIL_RECORDED), end);
+    }
     tree.apply_batch(batch)?;
     super::flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
     Ok(())

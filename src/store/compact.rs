@@ -118,6 +118,11 @@ pub(super) struct Control {
     /// Tests hold the writer's part of a remap, to look at a store in the middle of one.
     #[cfg(test)]
     pub(super) hold_remap: AtomicBool,
+    /// Tests hold a compaction between its copy (`copied` is set then) and its swap.
+    #[cfg(test)]
+    pub(super) hold_swap: AtomicBool,
+    #[cfg(test)]
+    pub(super) copied: AtomicBool,
 }
 
 impl Control {
@@ -238,6 +243,13 @@ impl Store {
         let started = Instant::now();
         let before_bytes = files_bytes(self.inner.dir.as_deref(), &self.inner.db, &self.view().log)?;
         let prepared = self.off_reactor(move |s| s.copy_live(started, before_bytes)).await?;
+        #[cfg(test)]
+        {
+            self.inner.compaction.copied.store(true, Ordering::Release);
+            while self.inner.compaction.hold_swap.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
         let (reply, rx) = oneshot::channel();
         let op = WriteOp::Compact { prepared: Box::new(prepared), reply };
         self.inner.tx.send(op).await.map_err(|_| StoreError::Closed)?;
@@ -506,7 +518,10 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<(Duration, Remap), StoreError> {
         None => (p.moved.len() as u64, 0),
     };
     let moved = Arc::new(Moves::new(std::mem::take(&mut p.moved)));
-    let index = w.view.read().unwrap_or_else(PoisonError::into_inner).index.compacted(&moved, p.end, p.generation);
+    let (index, tail_removed) = {
+        let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
+        (view.index.compacted(&moved, p.end, p.generation), view.index.tail_removed(&moved, p.end))
+    };
     let places = places.flipped(moved);
     let remap = Remap { generation: p.generation, pairs, crc, cursor: 0 };
     let mut batch = sled::Batch::default();
@@ -514,9 +529,11 @@ fn swap(w: &Writer, p: &mut Prepared) -> Result<(Duration, Remap), StoreError> {
     for item in w.tree.scan_prefix([keys::REMOVED]) {
         batch.remove(item?.0);
     }
-    for (serial, bytes) in index.removed_entries() {
+    for (serial, bytes) in index.removed_entries().chain(tail_removed) {
         batch.insert(keys::removed(serial), &bytes.to_be_bytes());
     }
+    // Every removal in the new log is recorded from its start.
+    batch.insert(keys::meta(keys::TAIL_RECORDED), &0u64.to_be_bytes());
     batch.insert(keys::meta(keys::LOG_END), &p.end.to_be_bytes());
     batch.insert(keys::meta(keys::LOG_GEN), &p.generation.to_be_bytes());
     batch.insert(keys::meta(keys::INDEX), index.meta().encode());

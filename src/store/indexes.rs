@@ -32,7 +32,7 @@ use super::log::{FRAME_HEADER, Log};
 use super::record::{self, Header};
 use super::remap::{Moves, Places};
 use super::segment::{self, Posting, Segment, pack, unpack};
-use super::{PROGRESS_EVERY, StoreError, decode_serial, keys};
+use super::{PROGRESS_EVERY, StoreError, decode_serial, keys, meta_u64};
 use crate::protocol::Timestamp;
 
 /// The mark of a recorded segment of the previous log generation (read through the moves).
@@ -189,18 +189,14 @@ impl Indexes {
                 Err(e) => tracing::warn!(error = %e, "the index segments cannot be read; building them again"),
             }
         }
-        let rebuilt = ix.segments.is_empty() && ix.covered == 0;
-        if rebuilt {
-            // Removals recorded against segments that are gone.
-            for item in tree.scan_prefix([keys::REMOVED]) {
-                tree.remove(item?.0)?;
-            }
-        }
         if let Some(dir) = dir {
             ix.remove_unlisted(dir)?;
         }
         let before = ix.meta();
-        ix.read_tail(tree, log, places)?;
+        // The tail's removals are recorded from here on (a segment that cannot be read is built
+        // again from the log, looking up the events it listed: their removals went with it).
+        let recorded = meta_u64(tree, keys::TAIL_RECORDED)?.max(Meta::load(tree)?.map_or(0, |m| m.covered));
+        ix.read_tail(tree, log, places, recorded)?;
         ix.indexed = log.end();
         tracing::info!(
             events = ix.events(),
@@ -244,9 +240,15 @@ impl Indexes {
 
     /// Reads the stored events after `covered` into memory, writing segments as it fills (a
     /// store without segments is indexed this way from its start).
-    fn read_tail(&mut self, tree: &sled::Tree, log: &Log, places: &Places) -> Result<(), StoreError> {
+    fn read_tail(&mut self, tree: &sled::Tree, log: &Log, places: &Places, recorded: Serial) -> Result<(), StoreError> {
         let end = log.end();
         let (from, mut at) = (self.covered, self.covered);
+        // Removed since they were stored: with these, a record after `recorded` needs no lookup
+        // (on a cold start each lookup is a random read of sled's file).
+        let mut removed = std::collections::HashSet::new();
+        for item in tree.range(keys::removed(from.max(recorded))..=keys::removed(u64::MAX)) {
+            removed.insert(item?.0.get(1..).map(decode_serial).transpose()?.unwrap_or(u64::MAX));
+        }
         let mut said = std::time::Instant::now();
         let mut batch: Vec<(Serial, Header, Vec<Key>)> = Vec::new();
         while at < end {
@@ -283,14 +285,20 @@ impl Indexes {
                     continue;
                 }
             };
-            // Stored while its `i` entry points at this frame (else replaced, deleted, expired).
-            let live = super::catalogue::get(tree, places, &header.id)? == Some(serial);
+            // Stored unless its removal is recorded; before `recorded`, while its `i` entry points
+            // at this frame (else replaced, deleted, expired).
+            let live = match serial >= recorded {
+                true => !removed.contains(&serial),
+                false => super::catalogue::get(tree, places, &header.id)? == Some(serial),
+            };
             if live {
                 batch.push((serial, header, super::index::keys_of(&header, &tags)));
             }
             if batch.len() >= self.mem_events {
                 self.mem = Index::build(batch.drain(..));
+                let written_from = self.covered;
                 self.write_out(at)?;
+                tree.apply_batch(written_out(tree, &self.meta(), written_from, at)?)?;
                 while let Some((inputs, seq, _)) = self.merge_due().and_then(|at| self.merge_inputs(at)) {
                     let merged = self.merge_pair(&inputs, seq, &AtomicBool::new(false))?;
                     self.replace_pair(&inputs, merged, seq);
@@ -560,6 +568,22 @@ impl Indexes {
         out
     }
 
+    /// The events of the in-memory part that a compaction copied and that were removed before
+    /// its swap, at their new serials (`moved`, the new log ending at `end`) with their frames'
+    /// bytes: their records are in the new log's tail, so their removals are recorded.
+    pub(super) fn tail_removed(&self, moved: &Moves, end: Serial) -> Vec<(Serial, u32)> {
+        let pairs = moved.pairs();
+        let first = pairs.partition_point(|&(old, _)| old < self.covered);
+        let mut out = Vec::new();
+        for (i, &(old, new)) in pairs.iter().enumerate().skip(first) {
+            if self.mem.header(old).is_none() {
+                let next = pairs.get(i + 1).map_or(end, |&(_, next)| next);
+                out.push((new, u32::try_from(next - new).unwrap_or(u32::MAX)));
+            }
+        }
+        out
+    }
+
     /// The removed set, as `z` entries would record it: serial → frame bytes.
     pub(super) fn removed_entries(&self) -> impl Iterator<Item = (Serial, u32)> + '_ {
         self.removed.iter().map(|(&serial, &bytes)| (serial, bytes))
@@ -578,6 +602,19 @@ pub(super) fn merge_into(
     let seg = segment::merge(&[&inputs[0], &inputs[1]], &path, Some, stopping)?;
     std::fs::File::open(dir)?.sync_all()?;
     Ok(seg)
+}
+
+/// The sled batch that records a segment written out of the in-memory index, which held the
+/// events from `from` to `to`: the index's new state (`meta`), and without the `z` entries of
+/// the events removed meanwhile (the segment does not list them, and a start no longer reads
+/// them back). One batch, so a crash finds either both or neither.
+pub(super) fn written_out(tree: &sled::Tree, meta: &Meta, from: Serial, to: Serial) -> Result<sled::Batch, StoreError> {
+    let mut batch = sled::Batch::default();
+    batch.insert(keys::meta(keys::INDEX), meta.encode());
+    for item in tree.range(keys::removed(from)..keys::removed(to)) {
+        batch.remove(item?.0);
+    }
+    Ok(batch)
 }
 
 /// Writes the previous generation's segments `inputs` out again at the serials `moved` gives
@@ -692,9 +729,4 @@ impl Iterator for Merged<'_> {
         }
         Some(Ok(head))
     }
-}
-
-/// The serial before which the index segments hold the events, as the catalogue records it.
-pub(super) fn covered(tree: &sled::Tree) -> Result<Serial, StoreError> {
-    Ok(Meta::load(tree)?.map_or(0, |m| m.covered))
 }

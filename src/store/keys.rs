@@ -10,7 +10,7 @@
 //! | `x`    | expiration + id                       | —                              |
 //! | `d`    | id (tombstone)                        | deleting pubkey                |
 //! | `D`    | pubkey + kind + d (address tombstone) | deletion created_at            |
-//! | `z`    | serial (in the current generation)    | frame bytes (u32): a removed event that an index segment still lists |
+//! | `z`    | serial (in the current generation)    | frame bytes (u32): a removed event that an index segment still lists, or whose record is in the log's tail (after the segments) |
 //! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen`, `index`, `parity`, `remap` ([`super::remap`]) |
 //!
 //! The `i` entry (an id and the serial of its record, its place in [`super::log`]) is the event's identity: deduplication and `ids` filters go through it, and an
@@ -38,6 +38,9 @@ pub const REMOVED: u8 = b'z';
 pub const INDEX: &str = "index";
 /// The `m` name of the event log's committed end (u64).
 pub const LOG_END: &str = "log_end";
+/// The `m` name of the serial from which every removal of a tail event is recorded as a `z`
+/// entry (u64; absent = 0): a start reads the tail after it without catalogue lookups.
+pub const TAIL_RECORDED: &str = "tail_recorded";
 /// The `m` name of the event log's generation (u64; absent = 0, `events.log`).
 pub const LOG_GEN: &str = "log_gen";
 

@@ -97,8 +97,13 @@ pub fn convert_in_place(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8
 /// into buckets (layout 3's).
 pub(super) fn convert(tree: &Tree, layout: u8) -> Result<u64, StoreError> {
     let ids = if layout == 3 { bucket_catalogue(tree)? } else { 0 };
-    // Layout 5 reads layout 4 as it is: every stored place is at parity 0, the current one.
-    tree.insert(keys::meta("schema"), &[super::SCHEMA_VERSION])?;
+    // Layout 5 reads layout 4 as it is: every stored place is at parity 0, the current one. Its
+    // tail's removals were not recorded: a start looks the records written so far up.
+    let end = tree.get(keys::meta(keys::LOG_END))?.map(|v| decode_serial(&v)).transpose()?.unwrap_or(0);
+    let mut batch = sled::Batch::default();
+    batch.insert(keys::meta(keys::TAIL_RECORDED), &end.to_be_bytes());
+    batch.insert(keys::meta("schema"), &[super::SCHEMA_VERSION]);
+    tree.apply_batch(batch)?;
     Ok(ids)
 }
 

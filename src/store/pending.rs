@@ -24,9 +24,6 @@ pub(super) struct Pending<'t> {
     log: &'t Log,
     /// Where this group's frames start: the log's committed end when the group began.
     pub(super) start: Serial,
-    /// The index segments hold the events before this serial (see [`super::indexes`]): removing
-    /// one of those is recorded under a `z` key.
-    pub(super) covered: Serial,
     /// How the catalogue's stored places read, and how this group's are written.
     pub(super) places: Places,
     group: HashMap<Vec<u8>, Option<Vec<u8>>>,
@@ -38,13 +35,12 @@ pub(super) struct Pending<'t> {
 }
 
 impl<'t> Pending<'t> {
-    /// A group after the log's committed end; `covered` is the index segments' end.
-    pub(super) fn new(tree: &'t Tree, log: &'t Log, covered: Serial, places: Places) -> Pending<'t> {
+    /// A group after the log's committed end, whose catalogue's places read as `places` say.
+    pub(super) fn new(tree: &'t Tree, log: &'t Log, places: Places) -> Pending<'t> {
         Pending {
             tree,
             log,
             start: log.end(),
-            covered,
             places,
             group: HashMap::new(),
             group_frames: Vec::new(),

@@ -154,8 +154,9 @@ impl Writer {
             (seq, seg, view.log.end())
         };
         let mut view = self.view_mut();
+        let from = view.index.covered();
         view.index.wrote(seq, seg, end);
-        view.index.meta().save(&self.tree)?;
+        self.tree.apply_batch(super::indexes::written_out(&self.tree, &view.index.meta(), from, end)?)?;
         drop(view);
         if let Some(merges) = merges {
             let _ = merges.send(());
@@ -287,11 +288,8 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
         };
         let mut replies = Vec::new();
         let log = w.log();
-        let (covered, places) = {
-            let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
-            (view.index.covered(), view.places.clone())
-        };
-        let mut pending = Pending::new(&w.tree, &log, covered, places);
+        let places = w.view.read().unwrap_or_else(PoisonError::into_inner).places.clone();
+        let mut pending = Pending::new(&w.tree, &log, places);
         let mut compaction = None;
         let mut applied: Result<(), Arc<StoreError>> = Ok(());
         let mut next = Some(first);
@@ -438,7 +436,7 @@ pub(super) fn sweep_frame(now: Timestamp) -> Vec<u8> {
 /// were replayed; the caller flushes.
 pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial], places: &Places) -> Result<usize, StoreError> {
     // The index is rebuilt from sled afterwards: the replayed changes to it are not needed.
-    let mut p = Pending::new(tree, log, super::indexes::covered(tree)?, places.clone());
+    let mut p = Pending::new(tree, log, places.clone());
     for &serial in serials {
         let frame = log.read(serial)?;
         // What is applied to sled records as done exactly the frames before this one (a sweep
@@ -460,6 +458,11 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial], places: &Places
                 PutOutcome::Stored => Ok(()),
                 other => {
                     tracing::warn!(serial, outcome = ?other, "a replayed record was not stored again");
+                    // Its frame is dead: recorded as a removal, so the tail's reader skips it.
+                    p.insert(
+                        super::keys::removed(serial),
+                        (log::FRAME_HEADER as u32 + frame.len() as u32).to_be_bytes(),
+                    );
                     Ok(())
                 }
             },
