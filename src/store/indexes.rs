@@ -15,12 +15,16 @@
 //! Memory is therefore the in-memory index of at most [`MEM_EVENTS`] events, the segments'
 //! fences (24 bytes per 170 postings), and the removed set (16 bytes a removed event, until the
 //! next compaction); start-up opens the segments and reads the log after `covered` back into
-//! memory.
+//! memory. The removal of an in-memory event is a `z` entry too, until the segment that would
+//! have listed it is written (`written_out`), so that read needs no catalogue lookup per record
+//! (each a random read of sled's file on a cold start).
 //!
 //! After a compaction's swap the segments of the previous generation stay the index's oldest
 //! ones (`old` of them, their sequence numbers marked with [`OLD_SEQ`] in the recorded list),
 //! read through the compaction's moves ([`super::remap`]), until the merge thread has written
-//! them out again at the new serials ([`Indexes::old_inputs`], [`Indexes::replace_old`]). A data directory without an `index` entry (a store of an earlier version, or one whose
+//! them out again at the new serials ([`Indexes::old_inputs`], [`Indexes::replace_old`]).
+//!
+//! A data directory without an `index` entry (a store of an earlier version, or one whose
 //! segments are unreadable) has its segments built from the log as it opens.
 
 use std::path::{Path, PathBuf};

@@ -28,7 +28,7 @@ pub mod migrate;
 mod pending;
 mod query;
 pub mod record;
-mod remap;
+pub mod remap;
 pub mod segment;
 mod writer;
 

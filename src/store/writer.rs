@@ -49,6 +49,8 @@ const INDEX_RETRY: Duration = Duration::from_secs(60);
 const REMAP_RETRY: Duration = Duration::from_secs(1);
 /// How often an idle writer looks whether the merge thread has finished its part of a remap.
 const REMAP_POLL: Duration = Duration::from_millis(10);
+/// How often the merge thread is woken while the writer waits for its part of a remap.
+const MERGE_NUDGE: Duration = Duration::from_secs(5);
 /// First byte of the log frame of a moderation removal (then the id); records start with
 /// [`record::FORMAT`].
 const REMOVE_FRAME: u8 = 0x80;
@@ -181,32 +183,50 @@ struct Remapping {
     waiting: Option<(oneshot::Sender<Result<Compacted, StoreError>>, Swapped)>,
     /// No step before this (set after one failed).
     quiet_until: Option<Instant>,
+    /// When the merge thread was last woken for its part.
+    woke: Instant,
+}
+
+/// What a turn of a remap's work came to.
+#[derive(PartialEq)]
+enum Turn {
+    /// The remap is done.
+    Done,
+    /// A step was taken: more to do.
+    Stepped,
+    /// Nothing to do now: the merge thread's part is not done, a failed step waits, or a test
+    /// holds it.
+    Waiting,
 }
 
 impl Remapping {
     /// Takes the next step of the catalogue's rewrite, or finishes the remap once the merge
-    /// thread has rewritten the old segments too. Returns true when it is done.
-    fn work(&mut self, w: &Writer) -> bool {
+    /// thread has rewritten the old segments too (woken again now and then while it has not: a
+    /// rewrite that failed, on a full disk say, is tried again).
+    fn work(&mut self, w: &Writer, merges: &std::sync::mpsc::Sender<()>) -> Turn {
         if self.quiet_until.is_some_and(|until| Instant::now() < until) || w.compaction.remap_held() {
-            return false;
+            return Turn::Waiting;
         }
         let (places, old_segments) = {
             let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
             (view.places.clone(), view.index.old_segments())
         };
-        let stepped = match (self.state.catalogue_done(), old_segments) {
-            (false, _) => remap::step(&w.tree, &places, &mut self.state).map(|()| false),
-            (true, 0) => w.finish_remap().map(|()| true),
-            (true, _) => Ok(false),
-        };
-        match stepped {
-            Ok(done) => done,
-            Err(e) => {
-                tracing::error!(error = %e, "a step of the compaction's remap failed; trying again shortly");
-                self.quiet_until = Some(Instant::now() + REMAP_RETRY);
-                false
+        let turn = match (self.state.catalogue_done(), old_segments) {
+            (false, _) => remap::step(&w.tree, &places, &mut self.state).map(|()| Turn::Stepped),
+            (true, 0) => w.finish_remap().map(|()| Turn::Done),
+            (true, _) => {
+                if self.woke.elapsed() >= MERGE_NUDGE {
+                    let _ = merges.send(());
+                    self.woke = Instant::now();
+                }
+                Ok(Turn::Waiting)
             }
-        }
+        };
+        turn.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a step of the compaction's remap failed; trying again shortly");
+            self.quiet_until = Some(Instant::now() + REMAP_RETRY);
+            Turn::Waiting
+        })
     }
 
     /// Answers the compaction waiting for it, if any, and wakes the merge thread, which merges
@@ -253,13 +273,14 @@ fn next_op(
         Ok(op) => Ok(Some(op)),
         Err(mpsc::error::TryRecvError::Disconnected) => Err(()),
         Err(mpsc::error::TryRecvError::Empty) => {
-            let waiting_for_merges = r.state.catalogue_done() || w.compaction.remap_held();
-            if r.work(w) {
-                if let Some(done) = remapping.take() {
-                    done.answer(w, merges);
+            match r.work(w, merges) {
+                Turn::Done => {
+                    if let Some(done) = remapping.take() {
+                        done.answer(w, merges);
+                    }
                 }
-            } else if waiting_for_merges {
-                std::thread::sleep(REMAP_POLL);
+                Turn::Stepped => {}
+                Turn::Waiting => std::thread::sleep(REMAP_POLL),
             }
             Ok(None)
         }
@@ -272,7 +293,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
     let (merges, merger) = super::merger::spawn(&w);
     // After a segment could not be written (a full disk), the in-memory index grows until then.
     let mut index_quiet_until: Option<Instant> = None;
-    let mut remapping = remap.map(|state| Remapping { state, waiting: None, quiet_until: None });
+    let mut remapping = remap.map(|state| Remapping { state, waiting: None, quiet_until: None, woke: Instant::now() });
     if remapping.is_some() {
         // The old segments found at open are the merge thread's to rewrite.
         let _ = merges.send(());
@@ -362,7 +383,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
                         None
                     }
                 };
-                remapping = Some(Remapping { state, waiting, quiet_until: None });
+                remapping = Some(Remapping { state, waiting, quiet_until: None, woke: Instant::now() });
                 // The old segments are the merge thread's to rewrite.
                 let _ = merges.send(());
             } else {
@@ -370,7 +391,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
             }
             flushed = Instant::now();
         } else if let Some(r) = &mut remapping
-            && r.work(&w)
+            && r.work(&w, &merges) == Turn::Done
             && let Some(done) = remapping.take()
         {
             // A step after each group, so that a busy relay finishes its remap too.
