@@ -96,17 +96,32 @@ fn merge_once(m: &Merger) -> Result<bool, StoreError> {
         Err(_) if m.view.read().unwrap_or_else(PoisonError::into_inner).generation != generation => return Ok(true),
         Err(e) => return Err(e),
     };
-    let path = merged.path().to_path_buf();
+    install(m, merged, &inputs, |view, merged| {
+        view.generation == generation && view.index.replace_pair(&inputs, merged, seq)
+    })?;
+    Ok(true)
+}
+
+/// Puts `made` (a segment written from `inputs`) in their place with `replace`, records the new
+/// list durably, then removes the inputs' files; when `replace` finds the index changed under
+/// it (the work is moot), removes `made` instead and returns false.
+fn install(
+    m: &Merger,
+    made: Segment,
+    inputs: &[Arc<Segment>],
+    replace: impl FnOnce(&mut View, Segment) -> bool,
+) -> Result<bool, StoreError> {
+    let path = made.path().to_path_buf();
     let mut view = m.view.write().unwrap_or_else(PoisonError::into_inner);
-    if view.generation != generation || !view.index.replace_pair(&inputs, merged, seq) {
+    if !replace(&mut view, made) {
         drop(view);
         indexes::remove_if_there(&path)?;
-        return Ok(true);
+        return Ok(false);
     }
     view.index.meta().save(&m.tree)?;
     drop(view);
     flush_durably(&m.db, m.durable.as_deref())?;
-    for old in &inputs {
+    for old in inputs {
         // A compaction may have removed its generation's files meanwhile.
         indexes::remove_if_there(old.path())?;
     }
@@ -125,23 +140,12 @@ fn rewrite_old(
     let started = std::time::Instant::now();
     // The writer and the readers go on with the old segments meanwhile.
     let rewritten = indexes::rewrite_old(&m.dir, generation, inputs, moved, seq, &m.control.stopping)?;
-    let path = rewritten.path().to_path_buf();
-    let mut view = m.view.write().unwrap_or_else(PoisonError::into_inner);
-    if !view.index.replace_old(inputs, rewritten, seq) {
-        drop(view);
-        indexes::remove_if_there(&path)?;
-        return Ok(true);
+    if install(m, rewritten, inputs, |view, rewritten| view.index.replace_old(inputs, rewritten, seq))? {
+        tracing::info!(
+            segments = inputs.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "the previous generation's index segments are rewritten at the new serials"
+        );
     }
-    view.index.meta().save(&m.tree)?;
-    drop(view);
-    flush_durably(&m.db, m.durable.as_deref())?;
-    for old in inputs {
-        indexes::remove_if_there(old.path())?;
-    }
-    tracing::info!(
-        segments = inputs.len(),
-        ms = started.elapsed().as_millis() as u64,
-        "the previous generation's index segments are rewritten at the new serials"
-    );
     Ok(true)
 }
