@@ -349,13 +349,12 @@ impl Store {
         let copied = (|| {
             // The events indexed now: every one of them has its `i` entry, and the later ones
             // (which the swap copies) all lie after them in the log.
-            let live = indexes::live_events(&self.inner.tree, &places, indexed)?;
+            let live = indexes::live_serials(&self.inner.tree, &places, indexed)?;
             let new = Arc::new(new_log(dir, generation)?);
             let mut moved = Vec::with_capacity(live.len());
             let rate = self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner).max_bytes_per_sec;
             let stopping = Some(&self.inner.compaction.stopping);
-            let serials = live.iter().map(|&(serial, _)| serial);
-            let mut end = copy_frames(&old, &new, 0, serials, &mut moved, rate, stopping)?;
+            let mut end = copy_frames(&old, &new, 0, live.into_iter(), &mut moved, rate, stopping)?;
             // Catch up with what was stored meanwhile, a few rounds while it is much, so that the
             // swap, which writes wait for, copies only the last little.
             let mut from = indexed;
