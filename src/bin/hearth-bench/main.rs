@@ -98,6 +98,17 @@ enum Cmd {
         #[arg(long, default_value = "scale-events.jsonl")]
         file: PathBuf,
     },
+    /// On the release `hearth`: --file ingested (generated with --events events when it does not
+    /// exist), then a compaction asked for --delay-ms into an ingest of a fifth as many new events:
+    /// how long it stopped writes, and the ingest's OK p99 and longest OK meanwhile.
+    Compact {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: usize,
+        #[arg(long, default_value = "scale-events.jsonl")]
+        file: PathBuf,
+        #[arg(long, default_value_t = 3000)]
+        delay_ms: u64,
+    },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
     /// clients publish notes, profile versions and deletions; after each restart checks that
     /// everything acknowledged is served as acknowledged, and that it started within 10 s.
@@ -133,6 +144,7 @@ async fn main() -> ExitCode {
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
         Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
+        Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,

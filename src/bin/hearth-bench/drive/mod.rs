@@ -19,7 +19,7 @@ use harness::*;
 
 pub(crate) use crash::crash;
 pub(crate) use generate::gen_file;
-pub(crate) use scale::scale;
+pub(crate) use scale::{compact_under_ingest, scale};
 pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
 pub(crate) use workloads::{bound, fanout, ingest, limiter, query, rtt};

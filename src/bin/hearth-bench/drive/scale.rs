@@ -1,10 +1,11 @@
 //! `scale`: how memory, start-up and queries go with the size of the store, on the release
-//! relay. One size per run; the README's curve is several runs.
+//! relay. One size per run; the README's curve is several runs. `compact`: a compaction of such
+//! a store under an ingest, as a client meets it.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 
@@ -54,6 +55,74 @@ pub(crate) async fn scale(events: usize, file: &Path) -> Res<Vec<Report>> {
              start-up {clean_ms:.0} ms after a stop, {crash_ms:.0} ms after kill -9; after the query mix RSS {rss_mb:.0} MB, \
              p50 {p50:.2} / p99 {p99:.2} ms; disk {} B/event",
             disk / stored.max(1)
+        ),
+    });
+    Ok(reports)
+}
+
+/// The token the `compact` mode gives its relay's admin API.
+const ADMIN_TOKEN: &str = "hearth-bench";
+
+/// A compaction under load: `file` (generated with `events` events if missing) ingested into a
+/// fresh release relay, then a fifth as many new events ingested (4 × 256) while a compaction is
+/// asked for `delay_ms` into that ingest; reports how long the compaction stopped writes and
+/// what the ingest's acknowledgements saw meanwhile (the longest OK is the pause as a client
+/// meets it).
+pub(crate) async fn compact_under_ingest(events: usize, file: &Path, delay_ms: u64) -> Res<Vec<Report>> {
+    let mut reports = Vec::new();
+    if !file.exists() {
+        reports.push(gen_file(events, file)?);
+    }
+    let on = Spawned::start("compact", &[("HEARTH_ADMIN__TOKEN", ADMIN_TOKEN)])?;
+    let stored = ingest(&on.relay, file, 4, 256).await?;
+    let stored_events = stored.json["ok_true"].as_u64().unwrap_or(0);
+    reports.push(stored);
+    // New events (signed now, so none is a duplicate of the file's), written beside the relay.
+    let during_file = on.data.join("during.jsonl");
+    gen_file((events / 5).max(1_000), &during_file)?;
+    let http = format!("http://{}", on.relay.trim_start_matches("ws://").trim_end_matches('/'));
+    let client = reqwest::Client::new();
+    let ask = {
+        let (client, http) = (client.clone(), http.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            let url = format!("{http}/admin/v1/store/compact");
+            let resp = client.post(url).bearer_auth(ADMIN_TOKEN).send().await.map_err(err)?;
+            match resp.status().as_u16() {
+                202 => Ok(()),
+                status => Err(format!("POST /admin/v1/store/compact: {status}")),
+            }
+        })
+    };
+    let during = ingest(&on.relay, &during_file, 4, 256).await?;
+    ask.await.map_err(err)??;
+    // The compaction's figures once it (its background remap included) is done.
+    let started = Instant::now();
+    let store = loop {
+        let resp = client.get(format!("{http}/admin/v1/store")).bearer_auth(ADMIN_TOKEN).send().await;
+        let store: Value = resp.map_err(err)?.json().await.map_err(err)?;
+        if store["compacting"] == false && !store["last_compaction"].is_null() {
+            break store;
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            return Err("the compaction did not finish within an hour".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    on.stop();
+    let done = &store["last_compaction"];
+    let figure = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0);
+    let (paused, seconds) = (figure(done, "writes_paused_ms"), figure(done, "seconds"));
+    let (p99, max, rate) =
+        (figure(&during.json, "ok_p99_ms"), figure(&during.json, "ok_max_ms"), figure(&during.json, "events_per_sec"));
+    reports.push(during);
+    reports.push(Report {
+        json: json!({"cmd": "compact", "events": stored_events, "writes_paused_ms": paused,
+            "reads_paused_ms": figure(done, "reads_paused_ms"), "compaction_seconds": seconds,
+            "ingest_ok_p99_ms": p99, "ingest_ok_max_ms": max, "ingest_per_sec": rate}),
+        summary: format!(
+            "compact {stored_events} events under a 4x256 ingest: writes paused {paused:.1} ms, compaction {seconds:.1} s \
+             (its remap included); the ingest meanwhile: OK p99 {p99:.0} ms, longest {max:.0} ms, {rate:.0}/s"
         ),
     });
     Ok(reports)
