@@ -10,11 +10,12 @@
 //!
 //! Why: a compaction gives every live record a new place. Rewriting every `i` bucket and every
 //! index segment at its swap stopped writes for as long as that took, which grew with the store
-//! (16 s at 1M events). Now the swap flips the catalogue's parity (a catalogue entry whose top
-//! bit is not the current parity names a place in the previous generation, to be looked up in
-//! the moves) and keeps the old segments, read through the same moves; the writer rewrites the
-//! buckets a step at a time between its groups, and the merge thread writes the old segments
-//! out again at their new serials. When both are done the `remap` entry goes, then the file.
+//! (README, Store size, has the figures). Now the swap flips the catalogue's parity (an entry
+//! whose top bit is not the current parity names a place in the previous generation, to be
+//! looked up in the moves) and keeps the old segments, read through the same moves; the writer
+//! rewrites the buckets a step at a time between its groups, and the merge thread writes the
+//! old segments out again at their new serials. When both are done the `remap` entry goes, then
+//! the file.
 //! A crash meanwhile leaves the `remap` entry, and the next start goes on where it was.
 
 use std::io::Write;
