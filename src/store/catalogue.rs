@@ -32,8 +32,15 @@ pub const ENTRY: usize = 40;
 /// The sled key of the bucket that holds `id`: `i` and the id's first [`BUCKET_BITS`] bits (the
 /// rest of the third byte zero).
 pub fn key(id: &EventId) -> [u8; 4] {
-    let mask = 0xffu8 << (24 - BUCKET_BITS);
-    [keys::ID, id.0[0], id.0[1], id.0[2] & mask]
+    let [a, b, c] = [id.0[0], id.0[1], id.0[2]].map(u32::from);
+    bucket_key(((a << 16) | (b << 8) | c) >> (24 - BUCKET_BITS))
+}
+
+/// The sled key of bucket number `n` (below 2^[`BUCKET_BITS`]): buckets in number order are
+/// in key order, so a range of numbers is a range of keys.
+pub fn bucket_key(n: u32) -> [u8; 4] {
+    let bits = n << (24 - BUCKET_BITS);
+    [keys::ID, (bits >> 16) as u8, (bits >> 8) as u8, bits as u8]
 }
 
 fn corrupt(bucket: &[u8]) -> StoreError {

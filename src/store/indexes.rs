@@ -173,7 +173,11 @@ impl Indexes {
         let started = std::time::Instant::now();
         let mut ix = Indexes::empty(dir, generation);
         let dir = dir.map(|(dir, _)| dir);
-        if let (Some(dir), Some(meta)) = (dir, Meta::load(tree)?) {
+        let recorded_meta = Meta::load(tree)?;
+        // The tail's removals are recorded from here on (a segment that cannot be read is built
+        // again from the log, looking up the events it listed: their removals went with it).
+        let recorded = meta_u64(tree, keys::TAIL_RECORDED)?.max(recorded_meta.as_ref().map_or(0, |m| m.covered));
+        if let (Some(dir), Some(meta)) = (dir, recorded_meta) {
             let old = meta.seqs.iter().take_while(|&&s| s & OLD_SEQ != 0).count();
             let opened = match (old, places.moved()) {
                 (0, _) | (_, Some(_)) => open_segments(dir, generation, &meta.seqs),
@@ -197,9 +201,6 @@ impl Indexes {
             ix.remove_unlisted(dir)?;
         }
         let before = ix.meta();
-        // The tail's removals are recorded from here on (a segment that cannot be read is built
-        // again from the log, looking up the events it listed: their removals went with it).
-        let recorded = meta_u64(tree, keys::TAIL_RECORDED)?.max(Meta::load(tree)?.map_or(0, |m| m.covered));
         ix.read_tail(tree, log, places, recorded)?;
         ix.indexed = log.end();
         tracing::info!(

@@ -262,11 +262,6 @@ pub fn remove_stale(dir: &Path, keep: Option<u64>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The sled key of bucket `n`.
-fn bucket_key(n: u32) -> [u8; 4] {
-    [keys::ID, (n >> 12) as u8, (n >> 4) as u8, ((n & 0xf) << 4) as u8]
-}
-
 /// One step of the catalogue's rewrite: the next [`STEP_BUCKETS`] buckets from `remap`'s
 /// cursor with every entry of the previous generation at its new place, and the cursor past
 /// them, in one batch (a crash redoes the steps sled had not made durable; a rewritten entry is
@@ -274,8 +269,8 @@ fn bucket_key(n: u32) -> [u8; 4] {
 /// only thread that changes buckets.
 pub fn step(tree: &sled::Tree, places: &Places, remap: &mut Remap) -> Result<(), StoreError> {
     let end = remap.cursor.saturating_add(STEP_BUCKETS).min(BUCKETS);
-    let from = bucket_key(remap.cursor).to_vec();
-    let to = if end >= BUCKETS { vec![keys::ID + 1] } else { bucket_key(end).to_vec() };
+    let from = catalogue::bucket_key(remap.cursor).to_vec();
+    let to = if end >= BUCKETS { vec![keys::ID + 1] } else { catalogue::bucket_key(end).to_vec() };
     let mut batch = sled::Batch::default();
     let mut rewritten = 0;
     for item in tree.range(from..to) {
@@ -329,8 +324,9 @@ mod tests {
     fn bucket_keys_follow_the_catalogues_and_cover_it_in_order() {
         let id = catalogue::test_id([0xab, 0xcd, 0xef], 1);
         let n = (0xab << 12) | (0xcd << 4) | 0xe;
-        assert_eq!(bucket_key(n), catalogue::key(&id));
-        assert!(bucket_key(0) < bucket_key(1) && bucket_key(BUCKETS - 1) < [keys::ID + 1, 0, 0, 0]);
+        assert_eq!(catalogue::bucket_key(n), catalogue::key(&id));
+        let key = catalogue::bucket_key;
+        assert!(key(0) < key(1) && key(BUCKETS - 1) < [keys::ID + 1, 0, 0, 0]);
     }
 
     #[test]

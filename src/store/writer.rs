@@ -260,6 +260,18 @@ impl Writer {
     }
 }
 
+/// A turn of the unfinished remap, if there is one; once it is done, the compaction waiting for
+/// it is answered and the remap let go.
+fn remap_turn(w: &Writer, remapping: &mut Option<Remapping>, merges: &std::sync::mpsc::Sender<()>) -> Option<Turn> {
+    let turn = remapping.as_mut()?.work(w, merges);
+    if turn == Turn::Done
+        && let Some(done) = remapping.take()
+    {
+        done.answer(w, merges);
+    }
+    Some(turn)
+}
+
 /// The next request: waited for, or, while a remap has work to do, taken only if one is there
 /// (None then, after a step of the remap). `Err` when every sender is gone.
 fn next_op(
@@ -268,19 +280,15 @@ fn next_op(
     remapping: &mut Option<Remapping>,
     merges: &std::sync::mpsc::Sender<()>,
 ) -> Result<Option<WriteOp>, ()> {
-    let Some(r) = remapping else { return rx.blocking_recv().map(Some).ok_or(()) };
+    if remapping.is_none() {
+        return rx.blocking_recv().map(Some).ok_or(());
+    }
     match rx.try_recv() {
         Ok(op) => Ok(Some(op)),
         Err(mpsc::error::TryRecvError::Disconnected) => Err(()),
         Err(mpsc::error::TryRecvError::Empty) => {
-            match r.work(w, merges) {
-                Turn::Done => {
-                    if let Some(done) = remapping.take() {
-                        done.answer(w, merges);
-                    }
-                }
-                Turn::Stepped => {}
-                Turn::Waiting => std::thread::sleep(REMAP_POLL),
+            if remap_turn(w, remapping, merges) == Some(Turn::Waiting) {
+                std::thread::sleep(REMAP_POLL);
             }
             Ok(None)
         }
@@ -390,12 +398,9 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
                 let _ = reply.send(outcome.map(|swapped| swapped.compacted));
             }
             flushed = Instant::now();
-        } else if let Some(r) = &mut remapping
-            && r.work(&w, &merges) == Turn::Done
-            && let Some(done) = remapping.take()
-        {
+        } else {
             // A step after each group, so that a busy relay finishes its remap too.
-            done.answer(&w, &merges);
+            remap_turn(&w, &mut remapping, &merges);
         }
         w.compaction.check_due(&w.view.read().unwrap_or_else(PoisonError::into_inner));
         flush_if_due(&w, &mut flushed);
