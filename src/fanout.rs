@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::limiter::Principal;
 use crate::protocol::{Event, EventJson, Filter, RelayMessage};
+use crate::store::Mark;
 
 /// Identifies one connection for its lifetime.
 pub type ConnId = u64;
@@ -34,9 +35,22 @@ struct Outbox {
     max_bytes: usize,
 }
 
+/// A live EVENT frame, with what its connection needs to tell whether the subscription's own
+/// query already sent the event (see `ws::session`).
+#[derive(Debug)]
+pub struct Live {
+    /// The EVENT frame.
+    pub frame: RelayMessage,
+    /// The generation of the subscription it matched.
+    pub generation: u64,
+    /// Where its event became visible in the store; `None` for an event never stored
+    /// (ephemeral), which no query can have sent.
+    pub mark: Option<Mark>,
+}
+
 #[derive(Default)]
 struct Queue {
-    frames: VecDeque<RelayMessage>,
+    frames: VecDeque<Live>,
     /// Bytes of live frames queued and not yet written (see [`Registration::written`]).
     bytes: usize,
 }
@@ -49,7 +63,7 @@ impl Outbox {
     }
 
     /// Queues `frame`; false when the queue is at its bound of frames or bytes.
-    fn push(&self, frame: RelayMessage) -> bool {
+    fn push(&self, frame: Live) -> bool {
         let bytes = cost(&frame);
         {
             let mut queue = self.lock();
@@ -63,7 +77,7 @@ impl Outbox {
         true
     }
 
-    fn pop(&self) -> Option<RelayMessage> {
+    fn pop(&self) -> Option<Live> {
         let mut queue = self.lock();
         let frame = queue.frames.pop_front();
         if queue.frames.is_empty() && queue.frames.capacity() > KEPT_CAPACITY {
@@ -101,7 +115,7 @@ pub struct Registration {
 
 impl Registration {
     /// The next live frame, once there is one.
-    pub async fn recv(&self) -> RelayMessage {
+    pub async fn recv(&self) -> Live {
         loop {
             // The queue is read before waiting, so a wake-up lost to a cancelled wait (the
             // connection's select took another branch) never strands a frame.
@@ -113,20 +127,20 @@ impl Registration {
     }
 
     /// The next live frame if one is queued.
-    pub fn try_recv(&self) -> Option<RelayMessage> {
+    pub fn try_recv(&self) -> Option<Live> {
         self.outbox.pop()
     }
 
     /// Takes one live frame off the queue's bytes, once it is written.
-    pub fn written(&self, frame: &RelayMessage) {
+    pub fn written(&self, frame: &Live) {
         let mut queue = self.outbox.lock();
         queue.bytes = queue.bytes.saturating_sub(cost(frame));
     }
 }
 
 /// What a queued frame counts against `server.max_outbound_bytes`: about its size on the wire.
-fn cost(frame: &RelayMessage) -> usize {
-    match frame {
+fn cost(live: &Live) -> usize {
+    match &live.frame {
         RelayMessage::Event { sub_id, event } => event.as_str().len() + sub_id.len() + 12,
         _ => 64,
     }
@@ -243,16 +257,17 @@ impl Fanout {
         self.conns.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Delivers `event` to every matching subscription, once each. It is serialized once, when
-    /// the first match is found (an event nobody subscribed to is never serialized).
-    pub fn publish(&self, event: &Event) {
+    /// Delivers `event`, visible in the store from `mark` (`None`: never stored), to every
+    /// matching subscription, once each. It is serialized once, when the first match is found
+    /// (an event nobody subscribed to is never serialized).
+    pub fn publish(&self, event: &Event, mark: Option<Mark>) {
         let conns = self.read();
         let json: OnceCell<Option<EventJson>> = OnceCell::new();
         for entry in conns.values() {
             if entry.slow.is_cancelled() {
                 continue;
             }
-            for (sub_id, (_, filters)) in &entry.subs {
+            for (sub_id, (generation, filters)) in &entry.subs {
                 if !filters.iter().any(|f| f.matches(event)) {
                     continue;
                 }
@@ -264,7 +279,7 @@ impl Fanout {
                 });
                 let Some(json) = serialized.clone() else { return };
                 let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json };
-                if !entry.outbox.push(frame) {
+                if !entry.outbox.push(Live { frame, generation: *generation, mark }) {
                     // Past its bound: cut the connection off rather than queue without bound.
                     // The bound is generous: a client that reads as fast as its socket takes
                     // bytes is cut off by its socket (see `ws::conn`), not here.
@@ -299,9 +314,9 @@ mod tests {
         fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
         let e = event();
-        fanout.publish(&e);
+        fanout.publish(&e, None);
         assert!(
-            matches!(a.try_recv(), Some(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
+            matches!(a.try_recv().map(|l| l.frame), Some(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
         );
         assert!(a.try_recv().is_none());
         assert!(b.try_recv().is_some());
@@ -319,7 +334,7 @@ mod tests {
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
         assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
         let e = event();
-        fanout.publish(&e);
+        fanout.publish(&e, None);
         assert!(reg.try_recv().is_some());
         assert!(fanout.unsubscribe(reg.id, "s", None));
         assert_eq!(fanout.total_subscriptions(), 0);
@@ -331,9 +346,9 @@ mod tests {
         let reg = fanout.register(1, 1 << 20, local());
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
         let e = event();
-        fanout.publish(&e);
+        fanout.publish(&e, None);
         assert!(!reg.slow.is_cancelled());
-        fanout.publish(&e);
+        fanout.publish(&e, None);
         assert!(reg.slow.is_cancelled());
     }
 
@@ -344,7 +359,7 @@ mod tests {
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
         let e = event();
         for _ in 0..500 {
-            fanout.publish(&e);
+            fanout.publish(&e, None);
         }
         assert!(reg.outbox.lock().frames.capacity() >= 500);
         let mut drained = 0;
@@ -365,10 +380,10 @@ mod tests {
         let one = e.to_json().unwrap().len() + "s".len() + 12;
         let reg = fanout.register(100, 2 * one, local());
         fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
-        fanout.publish(&e);
-        fanout.publish(&e);
+        fanout.publish(&e, None);
+        fanout.publish(&e, None);
         assert!(!reg.slow.is_cancelled());
-        fanout.publish(&e);
+        fanout.publish(&e, None);
         assert!(reg.slow.is_cancelled());
     }
 
@@ -380,8 +395,8 @@ mod tests {
         let e = event();
         let waiting = tokio::spawn(async move { reg.recv().await });
         tokio::task::yield_now().await;
-        fanout.publish(&e);
+        fanout.publish(&e, None);
         let frame = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
-        assert!(matches!(frame, RelayMessage::Event { sub_id, .. } if sub_id == "s"));
+        assert!(matches!(frame.frame, RelayMessage::Event { sub_id, .. } if sub_id == "s"));
     }
 }

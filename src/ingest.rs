@@ -172,7 +172,7 @@ pub(crate) async fn settle(
         return Settled::Expired;
     }
     if verified.kind.is_ephemeral() {
-        app.fanout.publish(&verified);
+        app.fanout.publish(&verified, None);
         return Settled::Live;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With
@@ -197,10 +197,10 @@ pub(crate) async fn settle(
     // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
     let verified = std::sync::Arc::new(verified);
     match app.store.put(verified.clone()).await {
-        Ok(PutOutcome::Stored) => {
+        Ok(PutOutcome::Stored(mark)) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
             app.stats.stored();
-            app.fanout.publish(&verified);
+            app.fanout.publish(&verified, Some(mark));
             Settled::Stored
         }
         Ok(PutOutcome::Duplicate) => {

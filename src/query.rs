@@ -12,7 +12,7 @@ use crate::app::AppState;
 use crate::config::Limitation;
 use crate::limiter::{Billed, RateLimited};
 use crate::protocol::{EventJson, Filter, Timestamp};
-use crate::store::StoreError;
+use crate::store::{Mark, StoreError};
 
 /// Why a read was not answered.
 #[derive(Debug, thiserror::Error)]
@@ -52,14 +52,15 @@ fn store_failed(e: StoreError) -> QueryError {
     QueryError::Store(e)
 }
 
-/// The stored events matching prepared `filters`, newest first. `on_permit` runs once the permit
-/// is held, before the store is read.
+/// The stored events matching prepared `filters`, newest first, and the mark of what the store
+/// showed the query (see [`Mark`]). `on_permit` runs once the permit is held, before the store
+/// is read.
 pub async fn events(
     app: &AppState,
     billed: &Billed,
     filters: Vec<Filter>,
     on_permit: impl FnOnce(&[Filter]),
-) -> Result<Vec<EventJson>, QueryError> {
+) -> Result<(Vec<EventJson>, Mark), QueryError> {
     let _permit = app.limiter.acquire_handler(billed).await?;
     on_permit(&filters);
     app.store.query_async(filters, Timestamp::now()).await.map_err(store_failed)

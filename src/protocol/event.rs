@@ -272,7 +272,7 @@ fn strip_position(e: &serde_json::Error) -> String {
 /// store's renderer, which writes the same bytes from a stored record (through the crate-private
 /// `EventJson::written_by_hearth`). So a relay frame splices it in as it is, without parsing it
 /// again (that check was an eighth of the relay's CPU in a query).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EventJson(Arc<str>);
 
 impl EventJson {

@@ -213,7 +213,7 @@ impl ClientMessage {
 
 /// A relay frame. Serialized with serde, except that an `EVENT` frame splices in its event's
 /// JSON, which is already serialized (see [`RelayMessage::to_json`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RelayMessage {
     /// `["EVENT", <sub id>, <event>]`, the event JSON shared between subscribers.
     Event {

@@ -240,7 +240,7 @@ struct EventsBody {
 
 async fn query(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
     let filters = filters_of(app, &ctx)?;
-    let events = query::events(app, &caller.billed, filters, |_| {}).await.map_err(api_error)?;
+    let (events, _) = query::events(app, &caller.billed, filters, |_| {}).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &EventsBody { events }))
 }
 

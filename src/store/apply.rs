@@ -118,7 +118,8 @@ pub(super) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
     }
-    Ok(PutOutcome::Stored)
+    // The writer gives it the mark of the group that makes it visible.
+    Ok(PutOutcome::Stored(super::Mark::default()))
 }
 
 /// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records
@@ -228,7 +229,7 @@ mod tests {
         let (_db, tree, log) = store();
         let e = keys(1).sign(Timestamp(10), Kind(1), vec![], "hi");
         let outcomes = group(&tree, &log, |p| [put_one(p, &e), put_one(p, &e)]);
-        assert!(matches!(outcomes, [PutOutcome::Stored, PutOutcome::Duplicate]));
+        assert!(matches!(outcomes, [PutOutcome::Stored(_), PutOutcome::Duplicate]));
         assert!(matches!(group(&tree, &log, |p| put_one(p, &e)), PutOutcome::Duplicate));
         assert!(stored(&tree, &e));
     }
@@ -240,7 +241,7 @@ mod tests {
         let old = k.sign(Timestamp(10), Kind(0), vec![], "old");
         let new = k.sign(Timestamp(20), Kind(0), vec![], "new");
         group(&tree, &log, |p| put_one(p, &old));
-        assert!(matches!(group(&tree, &log, |p| put_one(p, &new)), PutOutcome::Stored));
+        assert!(matches!(group(&tree, &log, |p| put_one(p, &new)), PutOutcome::Stored(_)));
         assert!(!stored(&tree, &old), "the replaced version is gone");
         let older = k.sign(Timestamp(15), Kind(0), vec![], "older");
         assert!(matches!(group(&tree, &log, |p| put_one(p, &older)), PutOutcome::Superseded));
@@ -283,7 +284,7 @@ mod tests {
         let v_old = k.sign(Timestamp(15), Kind(30000), d(), "before the deletion");
         assert!(matches!(group(&tree, &log, |p| put_one(p, &v_old)), PutOutcome::Deleted));
         let v_new = k.sign(Timestamp(25), Kind(30000), d(), "after it");
-        assert!(matches!(group(&tree, &log, |p| put_one(p, &v_new)), PutOutcome::Stored));
+        assert!(matches!(group(&tree, &log, |p| put_one(p, &v_new)), PutOutcome::Stored(_)));
     }
 
     #[test]

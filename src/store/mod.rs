@@ -152,8 +152,8 @@ impl StoreError {
 /// What happened to an event given to [`Store::put`].
 #[derive(Clone, Debug)]
 pub enum PutOutcome {
-    /// Newly stored and durable.
-    Stored,
+    /// Newly stored and durable, readable from the mark given.
+    Stored(Mark),
     /// The same id is already stored.
     Duplicate,
     /// A newer version of this replaceable / addressable event is stored.
@@ -233,6 +233,23 @@ pub(in crate::store) struct View {
     pub(super) generation: u64,
     /// How the catalogue's stored places read in this generation.
     pub(super) places: remap::Places,
+    /// The mark of the last group made visible (see [`Mark`]).
+    pub(super) mark: Mark,
+}
+
+/// Where in the order of visibility an event became readable, or a query looked: the writer
+/// counts up with each group it makes visible. A query that returns mark `w` saw every event
+/// stored with a mark ≤ `w` (and matching it), and none stored later; so a subscription's live
+/// delivery can leave out the events its own query already answered (see `ws::session`). It is
+/// an in-memory count, not a place: it survives a compaction and starts again at each open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Mark(u64);
+
+impl Mark {
+    /// The mark after this one.
+    fn next(self) -> Mark {
+        Mark(self.0 + 1)
+    }
 }
 
 impl Store {
@@ -333,7 +350,8 @@ impl Store {
                 "a compaction's rewrite of the catalogue and the index is unfinished; it goes on in the background"
             );
         }
-        let view = Arc::new(RwLock::new(View { index, log, generation: log_generation, places }));
+        let view =
+            Arc::new(RwLock::new(View { index, log, generation: log_generation, places, mark: Mark::default() }));
         let settings = db.open_tree(SETTINGS_TREE)?;
         let audit = db.open_tree("audit_v1")?;
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);

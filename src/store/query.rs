@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::index::{Key, Serial};
 use super::log::{Log, LogError};
-use super::{MAX_PAIRS, Store, StoreError, View, catalogue, keys, record, render};
+use super::{MAX_PAIRS, Mark, Store, StoreError, View, catalogue, keys, record, render};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 
 impl Store {
@@ -40,10 +40,15 @@ impl Store {
     /// Stored events matching any filter: newest first, ties lowest id first, each filter's
     /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
     pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
+        Ok(self.query_marked(filters, now)?.0)
+    }
+
+    /// [`Store::query`], and the [`Mark`] of what the query saw.
+    pub fn query_marked(&self, filters: &[Filter], now: Timestamp) -> Result<(Vec<EventJson>, Mark), StoreError> {
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
         // compaction meanwhile replaces the view, and the old log stays open for this read).
-        let (hits, log): (Vec<Hit>, _) = {
+        let (hits, log, mark): (Vec<Hit>, _, _) = {
             let view = &*self.view();
             let hits = match filters {
                 // One filter's scan is already in order and without repeats.
@@ -58,7 +63,7 @@ impl Store {
                     all.into_values().collect()
                 }
             };
-            (hits, view.log.clone())
+            (hits, view.log.clone(), view.mark)
         };
         let mut out = Vec::with_capacity(hits.len());
         let damaged = &self.inner.damaged;
@@ -73,7 +78,7 @@ impl Store {
                 out.push(json);
             }
         }
-        Ok(out)
+        Ok((out, mark))
     }
 
     /// How many stored events match any filter (NIP-45); `limit` is ignored. A filter with no
@@ -147,9 +152,13 @@ impl Store {
         self.off_reactor(move |s| s.export(&filter, now)).await
     }
 
-    /// [`Store::query`] off the async reactor.
-    pub async fn query_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
-        self.off_reactor(move |s| s.query(&filters, now)).await
+    /// [`Store::query_marked`] off the async reactor.
+    pub async fn query_async(
+        &self,
+        filters: Vec<Filter>,
+        now: Timestamp,
+    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        self.off_reactor(move |s| s.query_marked(&filters, now)).await
     }
 
     /// [`Store::count`] off the async reactor.

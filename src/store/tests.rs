@@ -15,6 +15,16 @@ fn signed(k: &Keys, at: u64, kind: u16, tags: &[&[&str]]) -> VerifiedEvent {
     verify(k.sign(Timestamp(at), Kind(kind), tags, "c")).unwrap()
 }
 
+/// What a put did, without the mark a stored event got (which a model does not know).
+fn outcome(o: &PutOutcome) -> &'static str {
+    match o {
+        PutOutcome::Stored(_) => "stored",
+        PutOutcome::Duplicate => "duplicate",
+        PutOutcome::Superseded => "superseded",
+        PutOutcome::Deleted => "deleted",
+    }
+}
+
 fn ids(store: &Store, filter: &str) -> Vec<EventId> {
     let f: Filter = serde_json::from_str(filter).unwrap();
     store
@@ -29,7 +39,7 @@ fn ids(store: &Store, filter: &str) -> Vec<EventId> {
 async fn duplicate_is_stored_once() {
     let store = Store::temporary().unwrap();
     let e = signed(&keys(1), 10, 1, &[]);
-    assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored));
+    assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored(_)));
     assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Duplicate));
     assert_eq!(ids(&store, "{}"), vec![e.id]);
 }
@@ -41,7 +51,7 @@ async fn replaceable_keeps_newest_and_refuses_older() {
     let old = signed(&k, 10, 0, &[]);
     let new = signed(&k, 20, 0, &[]);
     store.put(old.clone()).await.unwrap();
-    assert!(matches!(store.put(new.clone()).await.unwrap(), PutOutcome::Stored));
+    assert!(matches!(store.put(new.clone()).await.unwrap(), PutOutcome::Stored(_)));
     assert!(matches!(store.put(old.clone()).await.unwrap(), PutOutcome::Superseded));
     assert_eq!(ids(&store, r#"{"kinds":[0]}"#), vec![new.id]);
     // The old version left no index entries behind.
@@ -56,7 +66,7 @@ async fn addressable_ties_keep_lowest_id() {
     let b = signed(&k, 10, 30023, &[&["d", "x"], &["t", "other"]]);
     let (low, high) = if a.id < b.id { (a, b) } else { (b, a) };
     store.put(high.clone()).await.unwrap();
-    assert!(matches!(store.put(low.clone()).await.unwrap(), PutOutcome::Stored));
+    assert!(matches!(store.put(low.clone()).await.unwrap(), PutOutcome::Stored(_)));
     assert!(matches!(store.put(high.clone()).await.unwrap(), PutOutcome::Superseded));
     // Another d tag is another address.
     let other = signed(&k, 5, 30023, &[&["d", "y"]]);
@@ -84,7 +94,7 @@ async fn deletion_removes_own_targets_and_tombstones_them() {
     assert_eq!(left, want);
     assert!(matches!(store.put(mine).await.unwrap(), PutOutcome::Deleted));
     assert!(matches!(store.put(signed(&alice, 15, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Deleted));
-    assert!(matches!(store.put(signed(&alice, 25, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Stored));
+    assert!(matches!(store.put(signed(&alice, 25, 30023, &[&["d", "a"]])).await.unwrap(), PutOutcome::Stored(_)));
 }
 
 #[tokio::test]
@@ -163,15 +173,7 @@ async fn writes_of_one_group_see_each_other() {
         store.put(doomed.clone()),
     ])
     .await;
-    let names: Vec<&str> = outcomes
-        .into_iter()
-        .map(|o| match o.unwrap() {
-            PutOutcome::Stored => "stored",
-            PutOutcome::Duplicate => "duplicate",
-            PutOutcome::Superseded => "superseded",
-            PutOutcome::Deleted => "deleted",
-        })
-        .collect();
+    let names: Vec<&str> = outcomes.into_iter().map(|o| outcome(&o.unwrap())).collect();
     assert_eq!(names, ["stored", "duplicate", "stored", "superseded", "stored", "stored", "deleted"]);
     let mut left = ids(&store, "{}");
     left.sort();
@@ -180,6 +182,38 @@ async fn writes_of_one_group_see_each_other() {
     assert_eq!(left, want);
     assert_eq!(ids(&store, r##"{"#t":["x"]}"##), vec![]);
     assert_eq!(store.len(), 3);
+}
+
+fn mark_of(outcome: Result<PutOutcome, StoreError>) -> Mark {
+    match outcome {
+        Ok(PutOutcome::Stored(mark)) => mark,
+        other => panic!("not stored: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_querys_mark_tells_the_events_it_saw_from_those_stored_after_it() {
+    let store = Store::temporary().unwrap();
+    let k = keys(7);
+    let now = Timestamp(2_000_000_000);
+    let seen = mark_of(store.put(signed(&k, 10, 1, &[])).await);
+    let (events, looked) = store.query_marked(&[Filter::default()], now).unwrap();
+    assert_eq!((events.len(), seen <= looked), (1, true));
+    // A sweep commits the group so far, so a put before it and one after it in the same group
+    // become visible at different marks; each gets its own.
+    let (first, swept, second) =
+        tokio::join!(store.put(signed(&k, 11, 1, &[])), store.sweep_expired(now), store.put(signed(&k, 12, 1, &[])));
+    swept.unwrap();
+    let (first, second) = (mark_of(first), mark_of(second));
+    assert!(looked < first && first <= second, "{looked:?} {first:?} {second:?}");
+    // The count goes on through a compaction (its marks are not places in the log).
+    let (_, before_compaction) = store.query_marked(&[Filter::default()], now).unwrap();
+    assert!(second <= before_compaction);
+    store.compact().await.unwrap();
+    let after_compaction = mark_of(store.put(signed(&k, 13, 1, &[])).await);
+    assert!(before_compaction < after_compaction);
+    let (events, looked) = store.query_marked(&[Filter::default()], now).unwrap();
+    assert_eq!((events.len(), after_compaction <= looked), (4, true));
 }
 
 #[tokio::test]
@@ -414,7 +448,7 @@ async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
     // Meanwhile: new notes, a new profile version, deletions of old notes, a moderation removal.
     let later: Vec<_> = (0..30).map(|i| signed_text(&carol, 5000 + i, 1, &[&["t", "n"]], "later")).collect();
     for e in &later {
-        assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored));
+        assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored(_)));
     }
     let profile = signed_text(&alice, 9000, 0, &[], "newest");
     store.put(profile.clone()).await.unwrap();
@@ -460,7 +494,7 @@ async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
     assert_eq!(got, want);
     assert!(matches!(store.put(notes[700].clone()).await.unwrap(), PutOutcome::Duplicate));
     assert!(
-        matches!(store.put(notes[2].clone()).await.unwrap(), PutOutcome::Stored),
+        matches!(store.put(notes[2].clone()).await.unwrap(), PutOutcome::Stored(_)),
         "removed by moderation, not deleted"
     );
 }
@@ -600,7 +634,7 @@ async fn an_index_in_segments_answers_exactly_as_one_in_memory_through_removals_
         };
         stored.push(event.id);
         let (a, b) = (seg.put(event.clone()).await, reference.put(event).await);
-        assert_eq!(format!("{:?}", a.unwrap()), format!("{:?}", b.unwrap()), "put at step {step}");
+        assert_eq!(outcome(&a.unwrap()), outcome(&b.unwrap()), "put at step {step}");
         if rng.below(25) == 0 {
             let id = stored[rng.below(stored.len() as u64) as usize];
             assert_eq!(seg.remove(id).await.unwrap(), reference.remove(id).await.unwrap(), "remove at step {step}");
@@ -794,7 +828,7 @@ impl Model {
         if e.kind == Kind::DELETION {
             self.delete(e);
         }
-        PutOutcome::Stored
+        PutOutcome::Stored(super::Mark::default())
     }
 
     fn delete(&mut self, deletion: &Event) {
@@ -902,7 +936,7 @@ async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_throug
         let want = model.put(event.event());
         sent.push(event.event().clone());
         let got = store.put(event).await.unwrap();
-        assert_eq!(format!("{got:?}"), format!("{want:?}"), "put at step {step}");
+        assert_eq!(outcome(&got), outcome(&want), "put at step {step}");
         if rng.below(30) == 0 {
             let id = sent[rng.below(sent.len() as u64) as usize].id;
             assert_eq!(store.remove(id).await.unwrap(), model.live.remove(&id).is_some(), "remove at step {step}");

@@ -35,7 +35,7 @@ use super::log::{self, Log};
 use super::pending::Pending;
 use super::record;
 use super::remap::{self, Places, Remap};
-use super::{PutOutcome, StoreError, View};
+use super::{Mark, PutOutcome, StoreError, View};
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
 
 /// Writes handled in one group at most.
@@ -88,6 +88,18 @@ enum Reply {
 }
 
 impl Reply {
+    /// Gives the puts stored since the last commit the mark of the commit that made them
+    /// visible (a sweep commits in the middle of a group).
+    fn mark(replies: &mut [Reply], mark: Mark) {
+        for reply in replies {
+            if let Reply::Put(_, Ok(PutOutcome::Stored(unmarked))) = reply
+                && *unmarked == Mark::default()
+            {
+                *unmarked = mark;
+            }
+        }
+    }
+
     /// Sends the outcome, or the error when the group did not reach the disk.
     fn send(self, written: &Result<(), Arc<StoreError>>) {
         fn pick<T>(outcome: Result<T, StoreError>, written: &Result<(), Arc<StoreError>>) -> Result<T, StoreError> {
@@ -135,11 +147,14 @@ impl Writer {
         self.view.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Commits a group: its frames and sled batch, then its changes to the index.
-    fn commit(&self, pending: &mut Pending) -> Result<(), StoreError> {
+    /// Commits a group: its frames and sled batch, then its changes to the index, which makes
+    /// them visible at the mark returned.
+    fn commit(&self, pending: &mut Pending) -> Result<Mark, StoreError> {
         let ops = pending.apply()?;
-        self.view_mut().index.apply(ops, pending.start);
-        Ok(())
+        let mut view = self.view_mut();
+        view.index.apply(ops, pending.start);
+        view.mark = view.mark.next();
+        Ok(view.mark)
     }
 
     /// Writes the in-memory index out as a segment when it is due (between groups, so that it
@@ -331,7 +346,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
                 WriteOp::Sweep { now, reply } => {
                     // The sweep scans the tree, so the group so far goes in first.
                     if !pending.is_empty() && applied.is_ok() {
-                        applied = w.commit(&mut pending).map_err(Arc::new);
+                        applied = w.commit(&mut pending).map(|mark| Reply::mark(&mut replies, mark)).map_err(Arc::new);
                     }
                     let outcome = sweep(&mut pending, now).inspect(|&removed| {
                         if removed > 0 {
@@ -363,7 +378,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
             }
         }
         if applied.is_ok() && !pending.is_empty() {
-            applied = w.commit(&mut pending).map_err(Arc::new);
+            applied = w.commit(&mut pending).map(|mark| Reply::mark(&mut replies, mark)).map_err(Arc::new);
         }
         // The group's frames are synced (or it failed): nothing is acknowledged before that.
         if let Err(e) = &applied {
@@ -481,7 +496,7 @@ pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial], places: &Places
                 sweep(&mut p, Timestamp(u64::from_be_bytes(now))).map(drop)
             }
             _ => match put(&mut p, &record::decode(&frame)?, Some(serial))? {
-                PutOutcome::Stored => Ok(()),
+                PutOutcome::Stored(_) => Ok(()),
                 other => {
                     tracing::warn!(serial, outcome = ?other, "a replayed record was not stored again");
                     // Its frame is dead: recorded as a removal, so the tail's reader skips it.

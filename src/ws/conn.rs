@@ -144,11 +144,11 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                 let batch = async {
                     let mut next = Some(live);
                     let mut written = 0;
-                    while let Some(frame) = next.take() {
-                        if !feed(&mut sink, &frame, tap).await {
+                    while let Some(live) = next.take() {
+                        if session.admits(&live) && !feed(&mut sink, &live.frame, tap).await {
                             return false;
                         }
-                        reg.written(&frame);
+                        reg.written(&live);
                         written += 1;
                         if written < LIVE_BATCH {
                             next = reg.try_recv();
@@ -319,14 +319,14 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, tap: Ta
     let conn = tap.conn;
     let frames = match done {
         Done::Frames(frames) => frames,
-        Done::Query { sub_id, generation, frames } => {
-            if !session.is_current(&sub_id, generation) {
+        Done::Query { sub_id, generation, mark, frames } => match session.answered(&sub_id, generation, mark, frames) {
+            Some(frames) => frames,
+            None => {
                 // Closed or replaced while it ran: drop its results and its live registration.
                 app.fanout.unsubscribe(conn, &sub_id, Some(generation));
                 return true;
             }
-            frames
-        }
+        },
         Done::SubRefused { sub_id, generation, closed } => {
             if session.is_current(&sub_id, generation) {
                 session.close(&sub_id);

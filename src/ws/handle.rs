@@ -19,13 +19,15 @@ use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::verify::verify;
 use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp};
 use crate::query::{self, QueryError};
+use crate::store::Mark;
 
 /// The result of work that ran concurrently with the read loop.
 pub(super) enum Done {
     /// Frames to send as they are.
     Frames(Vec<RelayMessage>),
-    /// Stored events + EOSE of a REQ; dropped if the subscription changed meanwhile.
-    Query { sub_id: String, generation: u64, frames: Vec<RelayMessage> },
+    /// Stored events + EOSE of a REQ, and the mark of what its query saw; dropped if the
+    /// subscription changed meanwhile.
+    Query { sub_id: String, generation: u64, mark: Mark, frames: Vec<RelayMessage> },
     /// A REQ refused before it ran: its reserved slot is released, its CLOSED sent.
     SubRefused { sub_id: String, generation: u64, closed: RelayMessage },
     /// A checked AUTH: on success the connection is bound to the pubkey.
@@ -210,11 +212,11 @@ async fn req(
 ) -> Done {
     let subscribe = |filters: &[Filter]| app.fanout.subscribe(conn, &sub_id, generation, filters.to_vec());
     match query::events(&app, &billed, filters, subscribe).await {
-        Ok(events) => {
+        Ok((events, mark)) => {
             let mut frames: Vec<RelayMessage> =
                 events.into_iter().map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event }).collect();
             frames.push(RelayMessage::Eose(sub_id.clone()));
-            Done::Query { sub_id, generation, frames }
+            Done::Query { sub_id, generation, mark, frames }
         }
         Err(e) => {
             app.fanout.unsubscribe(conn, &sub_id, Some(generation));

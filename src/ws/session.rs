@@ -1,19 +1,40 @@
 //! Per-connection session state, pure and unit-tested: open subscriptions and who is connected.
 //!
 //! Owns which subscription ids are open on one connection (with a generation, so a query that
-//! finishes after its subscription was closed or replaced is dropped), the NIP-42 challenge and
-//! the authenticated pubkey.
+//! finishes after its subscription was closed or replaced is dropped), which live events each
+//! subscription is sent (each event once, whether its query or its live feed found it), the
+//! NIP-42 challenge and the authenticated pubkey.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
+use crate::fanout::Live;
 use crate::limiter::{Billed, Principal};
-use crate::protocol::PubKey;
+use crate::protocol::{EventJson, PubKey, RelayMessage};
+use crate::store::Mark;
+
+/// An open subscription.
+#[derive(Debug)]
+struct Sub {
+    generation: u64,
+    scan: Scan,
+}
+
+/// Where a subscription's query is. Its live feed starts before the query looks (so no event
+/// stored meanwhile is missed), so an event stored in between reaches it both ways.
+#[derive(Debug)]
+enum Scan {
+    /// The query has not answered yet: the live events sent meanwhile, left out of its answer.
+    Running(HashSet<EventJson>),
+    /// The query answered, having seen what was visible at this mark: a live event visible by
+    /// then was in its answer (or past its `limit`).
+    Answered(Mark),
+}
 
 /// State of one WebSocket connection.
 #[derive(Debug)]
 pub struct Session {
-    subs: HashMap<String, u64>,
+    subs: HashMap<String, Sub>,
     next_generation: u64,
     /// The client's address, billed while unauthenticated.
     pub client_ip: IpAddr,
@@ -48,7 +69,8 @@ impl Session {
             return Err(format!("too many subscriptions: at most {max_subscriptions} per connection"));
         }
         self.next_generation += 1;
-        self.subs.insert(sub_id.to_string(), self.next_generation);
+        let sub = Sub { generation: self.next_generation, scan: Scan::Running(HashSet::new()) };
+        self.subs.insert(sub_id.to_string(), sub);
         Ok(self.next_generation)
     }
 
@@ -59,13 +81,105 @@ impl Session {
 
     /// True when `sub_id` is still the subscription opened as `generation`.
     pub fn is_current(&self, sub_id: &str, generation: u64) -> bool {
-        self.subs.get(sub_id) == Some(&generation)
+        self.subs.get(sub_id).is_some_and(|sub| sub.generation == generation)
+    }
+
+    /// The answer of `sub_id`'s query (its stored events, then EOSE), without the events its
+    /// live feed already sent; `None` when the subscription was closed or replaced meanwhile.
+    pub fn answered(
+        &mut self,
+        sub_id: &str,
+        generation: u64,
+        mark: Mark,
+        mut frames: Vec<RelayMessage>,
+    ) -> Option<Vec<RelayMessage>> {
+        let sub = self.subs.get_mut(sub_id).filter(|sub| sub.generation == generation)?;
+        if let Scan::Running(sent) = std::mem::replace(&mut sub.scan, Scan::Answered(mark))
+            && !sent.is_empty()
+        {
+            frames.retain(|frame| !matches!(frame, RelayMessage::Event { event, .. } if sent.contains(event)));
+        }
+        Some(frames)
+    }
+
+    /// Whether a live frame is to be sent: not when its subscription was closed or replaced,
+    /// nor when the subscription's query saw its event.
+    pub fn admits(&mut self, live: &Live) -> bool {
+        let RelayMessage::Event { sub_id, event } = &live.frame else { return true };
+        let Some(sub) = self.subs.get_mut(sub_id).filter(|sub| sub.generation == live.generation) else {
+            return false;
+        };
+        match (&mut sub.scan, live.mark) {
+            (Scan::Running(sent), mark) => {
+                if mark.is_some() {
+                    sent.insert(event.clone());
+                }
+                true
+            }
+            (Scan::Answered(_), None) => true,
+            (Scan::Answered(seen), Some(mark)) => mark > *seen,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{Keys, Kind, Timestamp};
+
+    fn event_frame(sub_id: &str, n: u8) -> RelayMessage {
+        let event = Keys::from_bytes([n; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
+        RelayMessage::Event { sub_id: sub_id.into(), event: event.to_shared_json().unwrap() }
+    }
+
+    fn live(frame: &RelayMessage, generation: u64, mark: Option<Mark>) -> Live {
+        Live { frame: frame.clone(), generation, mark }
+    }
+
+    /// Real marks, from a store: the first two events' and the one after them.
+    async fn marks() -> (Mark, Mark, Mark) {
+        let store = crate::store::Store::temporary().unwrap();
+        let mut marks = Vec::new();
+        for n in 1..=3 {
+            let event = Keys::from_bytes([n; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
+            match store.put(crate::protocol::verify::verify(event).unwrap()).await.unwrap() {
+                crate::store::PutOutcome::Stored(mark) => marks.push(mark),
+                other => panic!("{other:?}"),
+            }
+        }
+        (marks[0], marks[1], marks[2])
+    }
+
+    #[tokio::test]
+    async fn a_subscription_gets_each_event_once_whether_its_query_or_its_live_feed_found_it() {
+        let (first, second, third) = marks().await;
+        let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
+        let g = s.open("a", 10).unwrap();
+        let (e1, e2, e3) = (event_frame("a", 1), event_frame("a", 2), event_frame("a", 3));
+        // While the query runs, live events go out, and its answer leaves them out.
+        assert!(s.admits(&live(&e1, g, Some(first))));
+        let answer = s.answered("a", g, second, vec![e1.clone(), e2.clone(), RelayMessage::Eose("a".into())]);
+        assert_eq!(answer, Some(vec![e2.clone(), RelayMessage::Eose("a".into())]));
+        // After it, a live event the query saw (visible by its mark) is not sent again; a later
+        // one, and one never stored, are.
+        assert!(!s.admits(&live(&e2, g, Some(second))));
+        assert!(s.admits(&live(&e3, g, Some(third))));
+        assert!(s.admits(&live(&e3, g, None)));
+    }
+
+    #[tokio::test]
+    async fn a_closed_or_replaced_subscription_gets_no_more_live_events() {
+        let (first, ..) = marks().await;
+        let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
+        let old = s.open("a", 10).unwrap();
+        let new = s.open("a", 10).unwrap();
+        let e = event_frame("a", 1);
+        assert!(!s.admits(&live(&e, old, Some(first))));
+        assert_eq!(s.answered("a", old, first, vec![RelayMessage::Eose("a".into())]), None);
+        assert!(s.admits(&live(&e, new, Some(first))));
+        assert!(s.close("a"));
+        assert!(!s.admits(&live(&e, new, None)));
+    }
 
     #[test]
     fn replacing_a_sub_does_not_count_twice_and_bumps_generation() {

@@ -24,18 +24,27 @@ async fn ten_reqs_and_an_event_within_budget_are_judged_normally() {
     }
     let e = sign(&keys(1), now(), 1, &[], "within budget");
     c.send(json!(["EVENT", e])).await;
-    let mut eose = 0;
-    let mut ok = None;
-    for _ in 0..11 {
+    // Every REQ matches the event: each subscription gets it exactly once, live or stored, and
+    // its order against the OK and the EOSEs is the relay's to choose.
+    let (mut eose, mut ok, mut delivered) = (0, None, Vec::new());
+    while eose < 10 || ok.is_none() || delivered.len() < 10 {
         let frame = c.recv().await;
         match frame[0].as_str().unwrap() {
             "EOSE" => eose += 1,
             "OK" => ok = Some(frame),
+            "EVENT" => {
+                assert_eq!(frame[2]["id"], json!(e.id.to_hex()), "{frame}");
+                delivered.push(frame[1].as_str().unwrap().to_string());
+            }
             _ => panic!("unexpected {frame}"),
         }
     }
+    c.assert_nothing_before_barrier("a frame too many").await;
     assert_eq!(eose, 10);
     assert_eq!(ok.unwrap(), json!(["OK", e.id.to_hex(), true, ""]));
+    delivered.sort();
+    delivered.dedup();
+    assert_eq!(delivered.len(), 10, "a subscription got the event twice: {delivered:?}");
 }
 
 #[tokio::test]
