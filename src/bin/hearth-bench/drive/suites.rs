@@ -65,7 +65,7 @@ pub(crate) async fn suite(count: usize, file: &Path) -> Res<Vec<Report>> {
         });
         reports.push(rtt(&on.relay, 2000).await?);
         reports.push(ingest(&on.relay, &latency_file, 1, 1).await?);
-        reports.push(query(&on.relay, file, 400).await?);
+        reports.push(query(&on.relay, file, 400, None).await?);
         reports.push(fanout(&on.relay, 500, 200, 100).await?);
         let rss = on.peak_rss_mb();
         reports.push(Report {
@@ -111,7 +111,7 @@ pub(crate) async fn smoke() -> Res<Vec<Report>> {
             return Err(format!("smoke rtt: {}", rtt.json));
         }
         reports.push(rtt);
-        let query = query(&relay_url, &file, 20).await?;
+        let query = query(&relay_url, &file, 20, None).await?;
         if query.json["mismatches"] != 0 {
             return Err(format!("smoke query: {}", query.json));
         }
