@@ -212,23 +212,35 @@ impl MovesFile {
 }
 
 /// Reads the moves file `remap` names, checking its length and CRC.
+///
+/// It is decoded as it is read, a piece at a time: the file is as large as the moves themselves
+/// (16 bytes a live event), and holding both at once would double what a start after a crash
+/// mid-remap needs.
 fn read_moves(dir: &Path, remap: &Remap) -> Result<Moves, StoreError> {
+    use std::io::Read;
     let path = file_path(dir, remap.generation);
-    let bytes = std::fs::read(&path)?;
+    let mut file = std::fs::File::open(&path)?;
     let damaged = |what: &str| StoreError::Corrupt(format!("{}: {what}", path.display()));
-    if bytes.len() as u64 != remap.pairs.saturating_mul(MOVE as u64) {
+    if file.metadata()?.len() != remap.pairs.saturating_mul(MOVE as u64) {
         return Err(damaged("its length does not match the moves recorded"));
     }
-    if crc32fast::hash(&bytes) != remap.crc {
-        return Err(damaged("it fails its checksum"));
-    }
-    let pairs = bytes
-        .chunks_exact(MOVE)
-        .map(|m| {
+    let mut pairs = Vec::with_capacity(usize::try_from(remap.pairs).map_err(|_| damaged("too many moves"))?);
+    let mut crc = crc32fast::Hasher::new();
+    let mut piece = vec![0u8; MOVE * 4096];
+    let mut left = remap.pairs;
+    while left > 0 {
+        let n = usize::try_from(left.min(4096)).unwrap_or(4096) * MOVE;
+        file.read_exact(&mut piece[..n])?;
+        crc.update(&piece[..n]);
+        pairs.extend(piece[..n].chunks_exact(MOVE).map(|m| {
             let word = |at: usize| m[at..at + 8].try_into().map(u64::from_be_bytes).unwrap_or(0);
             (word(0), word(8))
-        })
-        .collect();
+        }));
+        left -= (n / MOVE) as u64;
+    }
+    if crc.finalize() != remap.crc {
+        return Err(damaged("it fails its checksum"));
+    }
     Ok(Moves::new(pairs))
 }
 
