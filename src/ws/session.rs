@@ -24,7 +24,8 @@ struct Sub {
 /// stored meanwhile is missed), so an event stored in between reaches it both ways.
 #[derive(Debug)]
 enum Scan {
-    /// The query has not answered yet: the live events sent meanwhile, left out of its answer.
+    /// The query has not answered yet: the live events sent meanwhile, left out of its answer
+    /// (by their JSON: the store renders an event with the very bytes fan-out serializes).
     Running(HashSet<EventJson>),
     /// The query answered, having seen what was visible at this mark: a live event visible by
     /// then was in its answer (or past its `limit`).

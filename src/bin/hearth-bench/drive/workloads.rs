@@ -174,9 +174,7 @@ fn each_event(file: &Path, mut with: impl FnMut(Event)) -> Res<()> {
         }
         read += n as u64;
         if read - dropped >= DROP_EVERY {
-            // Advice only: a kernel that ignores it costs the measurement, not the run.
-            let _ =
-                rustix::fs::fadvise(reader.get_ref(), 0, std::num::NonZeroU64::new(read), rustix::fs::Advice::DontNeed);
+            drop_cached(reader.get_ref(), std::num::NonZeroU64::new(read));
             dropped = read;
         }
         let text = line.trim_end_matches(['\n', '\r']);
@@ -184,8 +182,17 @@ fn each_event(file: &Path, mut with: impl FnMut(Event)) -> Res<()> {
             with(Event::from_json(text).map_err(err)?);
         }
     }
-    let _ = rustix::fs::fadvise(reader.get_ref(), 0, None, rustix::fs::Advice::DontNeed);
+    drop_cached(reader.get_ref(), None);
     Ok(())
+}
+
+/// Asks the kernel to drop the cached pages of `file`'s first `len` bytes (all, for `None`).
+/// Advice only: where it is ignored (or has no such call) the measurement suffers, not the run.
+fn drop_cached(file: &std::fs::File, len: Option<std::num::NonZeroU64>) {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    let _ = rustix::fs::fadvise(file, 0, len, rustix::fs::Advice::DontNeed);
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    let _ = (file, len);
 }
 
 /// Events the query mix draws its authors and ids from (a uniform sample of the file).
