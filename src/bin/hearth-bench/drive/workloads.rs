@@ -157,6 +157,7 @@ pub(super) fn shapes(events: &[Event], newest: u64, n: usize) -> Vec<(&'static s
 
 /// Each event of a JSON-lines file in turn: the file is read as it goes, never held whole (a
 /// 10M-event file is 6.4 GB).
+///
 /// The pages it has read are dropped from the page cache as it goes: two passes over a file of
 /// many GB would otherwise push the relay's store out of it, and the query mix that follows is
 /// meant to meet a warm store.
