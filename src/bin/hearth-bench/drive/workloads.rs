@@ -254,14 +254,10 @@ pub(crate) async fn query(relay: &str, file: &Path, n: usize, warm_dir: Option<&
         let mut got = 0;
         loop {
             let text = next_text(&mut rx).await.ok_or("relay went quiet during a query")?;
-            // Only the verb and the subscription id: the client must not be what is measured.
-            let head: Vec<&serde_json::value::RawValue> = serde_json::from_str(&text).map_err(err)?;
-            let verb = head.first().map(|v| v.get());
-            let same_sub = head.get(1).map(|v| v.get().trim_matches('"')) == Some(sub.as_str());
-            match verb {
-                Some("\"EVENT\"") if same_sub => got += 1,
-                Some("\"EOSE\"") if same_sub => break,
-                Some("\"CLOSED\"") if same_sub => return Err(format!("query refused: {text}")),
+            match verb_of(&text, &sub)? {
+                Some("EVENT") => got += 1,
+                Some("EOSE") => break,
+                Some("CLOSED") => return Err(format!("query refused: {text}")),
                 _ => {}
             }
         }
@@ -287,6 +283,24 @@ pub(crate) async fn query(relay: &str, file: &Path, n: usize, warm_dir: Option<&
             "mismatches": mismatches, "warmed_bytes": warmed}),
         summary,
     })
+}
+
+/// The verb of a relay frame of subscription `sub` (`None` for another subscription's), and
+/// nothing more: the client must not be what is measured. A compact frame (`["EVENT","q7",…`,
+/// as hearth and strfry write them) is read off its first bytes; another one is parsed, which
+/// for an `EVENT` means scanning the whole event.
+fn verb_of<'a>(text: &'a str, sub: &str) -> Res<Option<&'a str>> {
+    let compact = text.strip_prefix("[\"").and_then(|rest| {
+        let (verb, rest) = rest.split_once("\",\"")?;
+        let rest = rest.strip_prefix(sub)?;
+        (rest.starts_with("\",") || rest.starts_with("\"]")).then_some(verb)
+    });
+    if let Some(verb) = compact.filter(|verb| verb.bytes().all(|b| b.is_ascii_uppercase())) {
+        return Ok(Some(verb));
+    }
+    let head: Vec<&serde_json::value::RawValue> = serde_json::from_str(text).map_err(err)?;
+    let same_sub = head.get(1).map(|v| v.get().trim_matches('"')) == Some(sub);
+    Ok(head.first().filter(|_| same_sub).map(|v| v.get().trim_matches('"')))
 }
 
 /// The id of an event, the rest skipped.
@@ -432,4 +446,25 @@ pub(crate) fn limiter(principals: u32) -> Res<Report> {
             "limiter: admit p50 {p50:.3} µs p99 {p99:.3} µs; {tracked} principals tracked in {held_mb:.0} MB"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verb_of;
+
+    #[test]
+    fn a_frames_verb_is_read_for_its_own_subscription_only() {
+        let event = r#"{"id":"ab","kind":1,"content":"[\"EOSE\",\"q7\"]"}"#;
+        assert_eq!(verb_of(&format!(r#"["EVENT","q7",{event}]"#), "q7").unwrap(), Some("EVENT"));
+        assert_eq!(verb_of(r#"["EOSE","q7"]"#, "q7").unwrap(), Some("EOSE"));
+        assert_eq!(verb_of(r#"["CLOSED","q7","error: no"]"#, "q7").unwrap(), Some("CLOSED"));
+        // Another subscription whose id starts the same, either way round.
+        assert_eq!(verb_of(&format!(r#"["EVENT","q70",{event}]"#), "q7").unwrap(), None);
+        assert_eq!(verb_of(r#"["EOSE","q7"]"#, "q70").unwrap(), None);
+        // Frames written with spaces are parsed; frames of no subscription are none of these.
+        assert_eq!(verb_of(&format!(r#"[ "EVENT", "q7", {event} ]"#), "q7").unwrap(), Some("EVENT"));
+        assert_eq!(verb_of(r#"["NOTICE","q7"]"#, "q7").unwrap(), Some("NOTICE"));
+        assert_eq!(verb_of(r#"["OK","q7",true,""]"#, "q7").unwrap(), Some("OK"));
+        assert!(verb_of("not json", "q7").is_err());
+    }
 }
