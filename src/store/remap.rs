@@ -226,10 +226,12 @@ fn read_moves(dir: &Path, remap: &Remap) -> Result<Moves, StoreError> {
     }
     let mut pairs = Vec::with_capacity(usize::try_from(remap.pairs).map_err(|_| damaged("too many moves"))?);
     let mut crc = crc32fast::Hasher::new();
-    let mut piece = vec![0u8; MOVE * 4096];
+    // Moves read at a time.
+    const PIECE: usize = 4096;
+    let mut piece = vec![0u8; MOVE * PIECE];
     let mut left = remap.pairs;
     while left > 0 {
-        let n = usize::try_from(left.min(4096)).unwrap_or(4096) * MOVE;
+        let n = usize::try_from(left).map_or(PIECE, |left| left.min(PIECE)) * MOVE;
         file.read_exact(&mut piece[..n])?;
         crc.update(&piece[..n]);
         pairs.extend(piece[..n].chunks_exact(MOVE).map(|m| {

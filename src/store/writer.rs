@@ -215,6 +215,11 @@ enum Turn {
 }
 
 impl Remapping {
+    /// An unfinished remap, with the compaction waiting for it if any.
+    fn new(state: Remap, waiting: Option<(oneshot::Sender<Result<Compacted, StoreError>>, Swapped)>) -> Remapping {
+        Remapping { state, waiting, quiet_until: None, woke: Instant::now() }
+    }
+
     /// Takes the next step of the catalogue's rewrite, or finishes the remap once the merge
     /// thread has rewritten the old segments too (woken again now and then while it has not: a
     /// rewrite that failed, on a full disk say, is tried again).
@@ -316,7 +321,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
     let (merges, merger) = super::merger::spawn(&w);
     // After a segment could not be written (a full disk), the in-memory index grows until then.
     let mut index_quiet_until: Option<Instant> = None;
-    let mut remapping = remap.map(|state| Remapping { state, waiting: None, quiet_until: None, woke: Instant::now() });
+    let mut remapping = remap.map(|state| Remapping::new(state, None));
     if remapping.is_some() {
         // The old segments found at open are the merge thread's to rewrite.
         let _ = merges.send(());
@@ -406,7 +411,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
                         None
                     }
                 };
-                remapping = Some(Remapping { state, waiting, quiet_until: None, woke: Instant::now() });
+                remapping = Some(Remapping::new(state, waiting));
                 // The old segments are the merge thread's to rewrite.
                 let _ = merges.send(());
             } else {

@@ -85,6 +85,11 @@ impl Session {
         self.subs.get(sub_id).is_some_and(|sub| sub.generation == generation)
     }
 
+    /// `sub_id` if it is still the subscription opened as `generation`.
+    fn current_mut(&mut self, sub_id: &str, generation: u64) -> Option<&mut Sub> {
+        self.subs.get_mut(sub_id).filter(|sub| sub.generation == generation)
+    }
+
     /// The answer of `sub_id`'s query (its stored events, then EOSE), without the events its
     /// live feed already sent; `None` when the subscription was closed or replaced meanwhile.
     pub fn answered(
@@ -94,7 +99,7 @@ impl Session {
         mark: Mark,
         mut frames: Vec<RelayMessage>,
     ) -> Option<Vec<RelayMessage>> {
-        let sub = self.subs.get_mut(sub_id).filter(|sub| sub.generation == generation)?;
+        let sub = self.current_mut(sub_id, generation)?;
         if let Scan::Running(sent) = std::mem::replace(&mut sub.scan, Scan::Answered(mark))
             && !sent.is_empty()
         {
@@ -107,9 +112,7 @@ impl Session {
     /// nor when the subscription's query saw its event.
     pub fn admits(&mut self, live: &Live) -> bool {
         let RelayMessage::Event { sub_id, event } = &live.frame else { return true };
-        let Some(sub) = self.subs.get_mut(sub_id).filter(|sub| sub.generation == live.generation) else {
-            return false;
-        };
+        let Some(sub) = self.current_mut(sub_id, live.generation) else { return false };
         match (&mut sub.scan, live.mark) {
             (Scan::Running(sent), mark) => {
                 if mark.is_some() {
