@@ -35,12 +35,14 @@ struct Outbox {
     max_bytes: usize,
 }
 
-/// A live EVENT frame, with what its connection needs to tell whether the subscription's own
-/// query already sent the event (see `ws::session`).
+/// A live event for one subscription, with what its connection needs to tell whether the
+/// subscription's own query already sent it (see `ws::session`).
 #[derive(Debug)]
 pub struct Live {
-    /// The EVENT frame.
-    pub frame: RelayMessage,
+    /// The subscription it matched.
+    pub sub_id: String,
+    /// The event.
+    pub event: EventJson,
     /// The generation of the subscription it matched.
     pub generation: u64,
     /// Where its event became visible in the store; `None` for an event never stored
@@ -138,12 +140,17 @@ impl Registration {
     }
 }
 
-/// What a queued frame counts against `server.max_outbound_bytes`: about its size on the wire.
-fn cost(live: &Live) -> usize {
-    match &live.frame {
-        RelayMessage::Event { sub_id, event } => event.as_str().len() + sub_id.len() + 12,
-        _ => 64,
+impl Live {
+    /// Its EVENT frame.
+    pub fn frame(&self) -> RelayMessage {
+        RelayMessage::Event { sub_id: self.sub_id.clone(), event: self.event.clone() }
     }
+}
+
+/// What a queued frame counts against `server.max_outbound_bytes`: about its size on the wire
+/// (`["EVENT","<sub id>",<event>]`).
+fn cost(live: &Live) -> usize {
+    live.event.as_str().len() + live.sub_id.len() + 12
 }
 
 impl Drop for Registration {
@@ -278,8 +285,8 @@ impl Fanout {
                         .ok()
                 });
                 let Some(json) = serialized.clone() else { return };
-                let frame = RelayMessage::Event { sub_id: sub_id.clone(), event: json };
-                if !entry.outbox.push(Live { frame, generation: *generation, mark }) {
+                let live = Live { sub_id: sub_id.clone(), event: json, generation: *generation, mark };
+                if !entry.outbox.push(live) {
                     // Past its bound: cut the connection off rather than queue without bound.
                     // The bound is generous: a client that reads as fast as its socket takes
                     // bytes is cut off by its socket (see `ws::conn`), not here.
@@ -316,7 +323,7 @@ mod tests {
         let e = event();
         fanout.publish(&e, None);
         assert!(
-            matches!(a.try_recv().map(|l| l.frame), Some(RelayMessage::Event { sub_id, event }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
+            matches!(a.try_recv(), Some(Live { sub_id, event, .. }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
         );
         assert!(a.try_recv().is_none());
         assert!(b.try_recv().is_some());
@@ -397,6 +404,6 @@ mod tests {
         tokio::task::yield_now().await;
         fanout.publish(&e, None);
         let frame = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
-        assert!(matches!(frame.frame, RelayMessage::Event { sub_id, .. } if sub_id == "s"));
+        assert_eq!(frame.sub_id, "s");
     }
 }

@@ -88,13 +88,11 @@ enum Reply {
 }
 
 impl Reply {
-    /// Gives the puts stored since the last commit the mark of the commit that made them
-    /// visible (a sweep commits in the middle of a group).
-    fn mark(replies: &mut [Reply], mark: Mark) {
-        for reply in replies {
-            if let Reply::Put(_, Ok(PutOutcome::Stored(unmarked))) = reply
-                && *unmarked == Mark::default()
-            {
+    /// Gives the puts stored since the last commit (`since`, the replies after it) the mark of
+    /// the commit that made them visible (a sweep commits in the middle of a group).
+    fn mark(since: &mut [Reply], mark: Mark) {
+        for reply in since {
+            if let Reply::Put(_, Ok(PutOutcome::Stored(unmarked))) = reply {
                 *unmarked = mark;
             }
         }
@@ -336,6 +334,8 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
             Err(()) => break,
         };
         let mut replies = Vec::new();
+        // The replies before this one have their commit's mark.
+        let mut marked = 0;
         let log = w.log();
         let places = w.view.read().unwrap_or_else(PoisonError::into_inner).places.clone();
         let mut pending = Pending::new(&w.tree, &log, places);
@@ -351,7 +351,9 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
                 WriteOp::Sweep { now, reply } => {
                     // The sweep scans the tree, so the group so far goes in first.
                     if !pending.is_empty() && applied.is_ok() {
-                        applied = w.commit(&mut pending).map(|mark| Reply::mark(&mut replies, mark)).map_err(Arc::new);
+                        let committed = w.commit(&mut pending);
+                        applied = committed.map(|mark| Reply::mark(&mut replies[marked..], mark)).map_err(Arc::new);
+                        marked = replies.len();
                     }
                     let outcome = sweep(&mut pending, now).inspect(|&removed| {
                         if removed > 0 {
@@ -383,7 +385,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
             }
         }
         if applied.is_ok() && !pending.is_empty() {
-            applied = w.commit(&mut pending).map(|mark| Reply::mark(&mut replies, mark)).map_err(Arc::new);
+            applied = w.commit(&mut pending).map(|mark| Reply::mark(&mut replies[marked..], mark)).map_err(Arc::new);
         }
         // The group's frames are synced (or it failed): nothing is acknowledged before that.
         if let Err(e) = &applied {

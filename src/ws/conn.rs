@@ -145,7 +145,7 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                     let mut next = Some(live);
                     let mut written = 0;
                     while let Some(live) = next.take() {
-                        if session.admits(&live) && !feed(&mut sink, &live.frame, tap).await {
+                        if session.admits(&live) && !feed(&mut sink, &live.frame(), tap).await {
                             return false;
                         }
                         reg.written(&live);

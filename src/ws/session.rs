@@ -111,12 +111,11 @@ impl Session {
     /// Whether a live frame is to be sent: not when its subscription was closed or replaced,
     /// nor when the subscription's query saw its event.
     pub fn admits(&mut self, live: &Live) -> bool {
-        let RelayMessage::Event { sub_id, event } = &live.frame else { return true };
-        let Some(sub) = self.current_mut(sub_id, live.generation) else { return false };
+        let Some(sub) = self.current_mut(&live.sub_id, live.generation) else { return false };
         match (&mut sub.scan, live.mark) {
             (Scan::Running(sent), mark) => {
                 if mark.is_some() {
-                    sent.insert(event.clone());
+                    sent.insert(live.event.clone());
                 }
                 true
             }
@@ -137,7 +136,8 @@ mod tests {
     }
 
     fn live(frame: &RelayMessage, generation: u64, mark: Option<Mark>) -> Live {
-        Live { frame: frame.clone(), generation, mark }
+        let RelayMessage::Event { sub_id, event } = frame else { panic!("not an EVENT: {frame:?}") };
+        Live { sub_id: sub_id.clone(), event: event.clone(), generation, mark }
     }
 
     /// Real marks, from a store: the first two events' and the one after them.

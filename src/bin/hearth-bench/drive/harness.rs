@@ -9,18 +9,18 @@ use std::sync::{Arc, Mutex};
 use super::*;
 
 pub(super) fn dir_size(path: &Path) -> u64 {
-    std::fs::read_dir(path)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| match e.metadata() {
-                    Ok(m) if m.is_dir() => dir_size(&e.path()),
-                    Ok(m) => m.len(),
-                    Err(_) => 0,
-                })
-                .sum()
-        })
-        .unwrap_or(0)
+    sum_files(path, &mut |_, meta| Ok(meta.len())).unwrap_or(0)
+}
+
+/// The sum of `per_file` over every file under `dir`, its subdirectories' included.
+pub(super) fn sum_files(dir: &Path, per_file: &mut impl FnMut(&Path, &std::fs::Metadata) -> Res<u64>) -> Res<u64> {
+    let mut sum = 0;
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let entry = entry.map_err(err)?;
+        let meta = entry.metadata().map_err(err)?;
+        sum += if meta.is_dir() { sum_files(&entry.path(), per_file)? } else { per_file(&entry.path(), &meta)? };
+    }
+    Ok(sum)
 }
 
 pub(super) fn scratch_dir(name: &str) -> Res<PathBuf> {

@@ -201,16 +201,9 @@ const SAMPLE: usize = 100_000;
 
 /// Reads every file under `dir` once, so that its pages are in the page cache.
 fn warm(dir: &Path) -> Res<u64> {
-    let mut bytes = 0;
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-        let path = entry.map_err(err)?.path();
-        bytes += if path.is_dir() {
-            warm(&path)?
-        } else {
-            std::io::copy(&mut std::fs::File::open(&path).map_err(err)?, &mut std::io::sink()).map_err(err)?
-        };
-    }
-    Ok(bytes)
+    sum_files(dir, &mut |path, _| {
+        std::io::copy(&mut std::fs::File::open(path).map_err(err)?, &mut std::io::sink()).map_err(err)
+    })
 }
 
 /// Runs the query mix one REQ at a time and checks each count against the file; with `warm`
