@@ -234,10 +234,7 @@ impl Event {
 
     /// Values at index 1 of every tag named `name` (tags with a value only).
     pub fn tag_values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a str> {
-        self.tags
-            .iter()
-            .filter(move |t| t.first().map(String::as_str) == Some(name))
-            .filter_map(|t| t.get(1).map(String::as_str))
+        tag_values(&self.tags, name)
     }
 
     /// The first value of the first `d` tag, `""` when absent (NIP-01 addressable events).
@@ -299,6 +296,13 @@ impl Serialize for EventJson {
         let raw: &serde_json::value::RawValue = serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
         raw.serialize(s)
     }
+}
+
+/// Values at index 1 of every tag in `tags` named `name` (tags with a value only).
+pub fn tag_values<'a>(tags: &'a [Vec<String>], name: &str) -> impl Iterator<Item = &'a str> {
+    tags.iter()
+        .filter(move |t| t.first().map(String::as_str) == Some(name))
+        .filter_map(|t| t.get(1).map(String::as_str))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::event::{Event, EventId, Kind, PubKey, Timestamp};
+use super::event::{Event, EventId, Kind, PubKey, Timestamp, tag_values};
 
 /// One NIP-01 filter. Conditions AND; absent ones match everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,12 +35,17 @@ pub struct Filter {
 impl Filter {
     /// True when `event` satisfies every condition.
     pub fn matches(&self, event: &Event) -> bool {
-        self.matches_fields(&event.id, &event.pubkey, event.kind, event.created_at)
-            && self.tags.iter().all(|(letter, values)| {
-                let mut buf = [0u8; 4];
-                let name: &str = letter.encode_utf8(&mut buf);
-                event.tag_values(name).any(|v| values.iter().any(|want| want == v))
-            })
+        self.matches_fields(&event.id, &event.pubkey, event.kind, event.created_at) && self.matches_tags(&event.tags)
+    }
+
+    /// True when an event with these tags satisfies every tag condition (the store checks these
+    /// from a record's tags alone, without decoding the rest of the event).
+    pub fn matches_tags(&self, tags: &[Vec<String>]) -> bool {
+        self.tags.iter().all(|(letter, values)| {
+            let mut buf = [0u8; 4];
+            let name: &str = letter.encode_utf8(&mut buf);
+            tag_values(tags, name).any(|v| values.iter().any(|want| want == v))
+        })
     }
 
     /// True when an event with these fields satisfies every condition but the tag conditions

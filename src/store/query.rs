@@ -278,8 +278,8 @@ impl Damaged {
 }
 
 /// The stored event at `serial` as a hit of `filter`, or None when it does not match: its header
-/// is checked first, and its record (`record`, or read from `log`) is decoded only when the
-/// filter's tag conditions must be checked.
+/// is checked first, and its record's tags (`record`, or read from `log`) are decoded only when
+/// the filter's tag conditions must be checked.
 fn hit(
     filter: &Filter,
     candidate: Candidate,
@@ -300,10 +300,11 @@ fn hit(
         let Some(stored) = damaged.served(serial, read)? else {
             return Ok(None);
         };
-        let Some(event) = damaged.served(serial, record::decode(&stored).map_err(StoreError::from))? else {
+        // The header's fields were checked above: only the tags are decoded.
+        let Some(tags) = damaged.served(serial, record::tags(&stored).map_err(StoreError::from))? else {
             return Ok(None);
         };
-        if !filter.matches(&event) {
+        if !filter.matches_tags(&tags) {
             return Ok(None);
         }
         record = Some(stored);
