@@ -40,3 +40,13 @@ pub struct AppState {
     /// Every WebSocket frame in and out on stderr, when set (`hearth dev`).
     pub frame_log: std::sync::OnceLock<crate::dev::FrameLog>,
 }
+
+impl AppState {
+    /// Stops the store and, when `this` was the last handle on the state, checkpoints its
+    /// catalogue ([`Store::close`]).
+    pub async fn close(this: Arc<AppState>) -> Result<(), crate::store::StoreError> {
+        let (store, cache_capacity_mb) = (this.store.clone(), this.config.storage.cache_capacity_mb);
+        drop(this);
+        store.close(cache_capacity_mb).await
+    }
+}

@@ -188,7 +188,7 @@ impl Relay {
         app.shutdown.cancel();
         app.tasks.close();
         app.tasks.wait().await;
-        app.store.shutdown().await?;
+        AppState::close(app).await?;
         tracing::info!("stopped");
         Ok(())
     }

@@ -55,7 +55,7 @@ type Checked = (u64, Result<VerifiedEvent, String>);
 pub async fn import(config: Config, input: Box<dyn BufRead + Send>) -> Result<ImportSummary, OfflineError> {
     let app = open(config, true)?;
     let summary = import_into(app.clone(), input).await;
-    app.store.shutdown().await?;
+    AppState::close(app).await?;
     summary
 }
 

@@ -62,7 +62,7 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
     )?;
     let app = crate::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
     let import = import_into(app.clone(), Box::new(input)).await;
-    app.store.shutdown().await?;
+    crate::app::AppState::close(app).await?;
     let import = import?;
     std::fs::remove_file(&pending)?;
     std::fs::File::open(&dir)?.sync_all()?;

@@ -290,6 +290,14 @@ impl Store {
         self.inner.compaction.is_running()
     }
 
+    /// Resolves once no compaction runs, a remap resumed at open included (the writer finishes
+    /// one while idle).
+    pub(super) async fn until_compaction_ends(&self) {
+        while self.is_compacting() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Sets when the store compacts on its own, and how fast.
     pub fn set_compaction_policy(&self, policy: CompactPolicy) {
         *self.inner.compaction.policy.lock().unwrap_or_else(PoisonError::into_inner) = policy;
@@ -300,9 +308,7 @@ impl Store {
     /// held until [`Store::release_remap`] (or a reopen).
     #[cfg(test)]
     pub(super) async fn compact_until_swapped(&self) {
-        while self.is_compacting() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.until_compaction_ends().await;
         self.inner.compaction.hold_remap.store(true, Ordering::Release);
         assert!(self.start_compaction());
         while self.view().places.moved().is_none() {
@@ -314,9 +320,7 @@ impl Store {
     #[cfg(test)]
     pub(super) async fn release_remap(&self) {
         self.inner.compaction.hold_remap.store(false, Ordering::Release);
-        while self.is_compacting() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.until_compaction_ends().await;
     }
 
     /// Waits until no task holds another handle of this store (a held compaction's task lets go
@@ -579,8 +583,11 @@ fn stored_since(
 /// would open it (a crashed tail replayed, a stale generation removed), compacted, closed.
 pub async fn compact(dir: &Path, cache_capacity_mb: u64) -> Result<Compacted, StoreError> {
     let store = Store::open(dir, cache_capacity_mb)?;
+    // A compaction cut off after its swap left its remap to this open, which finishes it first
+    // (`compact` would refuse while it runs).
+    store.until_compaction_ends().await;
     let done = store.compact().await;
-    store.shutdown().await?;
+    store.close(cache_capacity_mb).await?;
     done
 }
 

@@ -437,6 +437,42 @@ impl Store {
         self.flush_durably().await
     }
 
+    /// [`Store::shutdown`], then [`Store::checkpoint`] off the async reactor.
+    pub async fn close(self, cache_capacity_mb: u64) -> Result<(), StoreError> {
+        self.shutdown().await?;
+        tokio::task::spawn_blocking(move || self.checkpoint(cache_capacity_mb))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))
+    }
+
+    /// Once this is the last handle on the store (after [`Store::shutdown`]), closes it and
+    /// opens its sled database once more. sled 0.34 writes the snapshot of its page table only
+    /// when it opens, and an open reads back everything written since the previous one (seconds
+    /// after a long ingest; README, Store size), so a stop that does this leaves the next start
+    /// nothing to read back: the wait moves from the start, when clients are refused, to the
+    /// stop. Returns without it (logged) while another handle is held, for a temporary store,
+    /// or when the open fails (the next start then reads back as before).
+    pub fn checkpoint(self, cache_capacity_mb: u64) {
+        let Some(inner) = Arc::into_inner(self.inner) else {
+            tracing::debug!("the store is still in use: no checkpoint of the catalogue at this stop");
+            return;
+        };
+        let Some(dir) = inner.dir.clone() else { return };
+        drop(inner);
+        let started = std::time::Instant::now();
+        let opened = {
+            let _progress = Progress::every_few_seconds("checkpointing the catalogue (sled)");
+            open_db(&dir, cache_capacity_mb)
+        };
+        match opened {
+            Ok(db) => {
+                drop(db);
+                tracing::info!(ms = started.elapsed().as_millis() as u64, "catalogue checkpointed");
+            }
+            Err(e) => tracing::warn!(error = %e, "the catalogue's checkpoint failed; the next start reads it back"),
+        }
+    }
+
     /// True when an event with this id is stored.
     pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
         catalogue::contains(&self.inner.tree, id)

@@ -1097,3 +1097,83 @@ async fn events_removed_between_a_compactions_copy_and_its_swap_stay_removed_aft
     assert_eq!(got, want, "the removals made during the compaction are still removals after a crash");
     assert_eq!(store.len(), want.len());
 }
+
+/// The positions in sled's log that its snapshot files in `dir` cover (`snap.<lsn in hex>`).
+fn snapshots(dir: &Path) -> Vec<u64> {
+    let mut lsns: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            u64::from_str_radix(name.strip_prefix("snap.")?, 16).ok()
+        })
+        .collect();
+    lsns.sort_unstable();
+    lsns
+}
+
+#[tokio::test]
+async fn a_closed_store_leaves_sled_nothing_to_read_back_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(11);
+    let write = |store: Store, from: u64| {
+        let k = k.clone();
+        async move {
+            for i in 0..200 {
+                store.put(signed(&k, from + i, 1, &[])).await.unwrap();
+            }
+            store
+        }
+    };
+    // What the next open reads back: the log past the newest snapshot, which it then writes.
+    let reopened = || {
+        let before = snapshots(dir.path());
+        drop(open_db(dir.path(), 8).unwrap());
+        (before, snapshots(dir.path()))
+    };
+    // A shutdown alone: the next open reads the writes back.
+    let store = write(Store::open(dir.path(), 8).unwrap(), 1000).await;
+    store.shutdown().await.unwrap();
+    drop(store);
+    let (before, plain) = reopened();
+    assert!(plain.last() > before.last(), "{before:?} -> {plain:?}");
+    // A close while another handle is held: no checkpoint, and no wait for one.
+    let store = write(Store::open(dir.path(), 8).unwrap(), 2000).await;
+    let held = store.clone();
+    store.close(8).await.unwrap();
+    assert_eq!(snapshots(dir.path()), plain);
+    drop(held);
+    let (_, read_back) = reopened();
+    assert!(read_back.last() > plain.last(), "{plain:?} -> {read_back:?}");
+    // A close of the last handle: the checkpoint covers every write, the next open reads none.
+    let store = write(Store::open(dir.path(), 8).unwrap(), 3000).await;
+    store.close(8).await.unwrap();
+    let (checkpointed, next) = reopened();
+    assert!(checkpointed.last() > read_back.last(), "{read_back:?} -> {checkpointed:?}");
+    assert_eq!(next, checkpointed);
+    assert_eq!(ids(&Store::open(dir.path(), 8).unwrap(), r#"{"kinds":[1]}"#).len(), 600);
+}
+
+#[tokio::test]
+async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = keys(12);
+    let store = Store::open(dir.path(), 8).unwrap();
+    let events: Vec<VerifiedEvent> = (0..40).map(|i| signed(&k, 1000 + i, 1, &[])).collect();
+    for e in &events {
+        store.put(e.clone()).await.unwrap();
+    }
+    for e in &events[..20] {
+        store.remove(e.event().id).await.unwrap();
+    }
+    // Stopped after a compaction's swap, its remap unfinished: the next open goes on with it.
+    store.compact_until_swapped().await;
+    store.shutdown().await.unwrap();
+    store.until_alone().await;
+    drop(store);
+
+    let done = compact(dir.path(), 8).await.unwrap();
+    assert!(done.after_bytes <= done.before_bytes, "{done:?}");
+    let store = Store::open(dir.path(), 8).unwrap();
+    let want: Vec<EventId> = events[20..].iter().rev().map(|e| e.event().id).collect();
+    assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
+}
