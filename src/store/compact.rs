@@ -108,6 +108,8 @@ pub(super) struct Control {
     /// Set while a compaction's remap is unfinished (after its swap, or found at open): no other
     /// compaction starts until it is done.
     remapping: AtomicBool,
+    /// Why the remap's last step failed, until a step succeeds.
+    remap_failing: Mutex<Option<String>>,
     due: Notify,
     policy: Mutex<CompactPolicy>,
     /// No automatic compaction before this (set when one failed).
@@ -142,6 +144,11 @@ impl Control {
         return self.hold_remap.load(Ordering::Acquire);
         #[cfg(not(test))]
         false
+    }
+
+    /// How the remap's last step went.
+    pub(super) fn remap_stepped(&self, failed: Option<String>) {
+        *self.remap_failing.lock().unwrap_or_else(PoisonError::into_inner) = failed;
     }
 
     /// The remap is done.
@@ -291,11 +298,17 @@ impl Store {
     }
 
     /// Resolves once no compaction runs, a remap resumed at open included (the writer finishes
-    /// one while idle).
-    pub(super) async fn until_compaction_ends(&self) {
+    /// one while idle); [`StoreError::Remap`] once a step of that remap fails (the writer would
+    /// retry it for ever: a full disk).
+    pub(super) async fn until_compaction_ends(&self) -> Result<(), StoreError> {
         while self.is_compacting() {
+            let failing = self.inner.compaction.remap_failing.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            if let Some(error) = failing {
+                return Err(StoreError::Remap(error));
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        Ok(())
     }
 
     /// Sets when the store compacts on its own, and how fast.
@@ -308,7 +321,7 @@ impl Store {
     /// held until [`Store::release_remap`] (or a reopen).
     #[cfg(test)]
     pub(super) async fn compact_until_swapped(&self) {
-        self.until_compaction_ends().await;
+        self.until_compaction_ends().await.unwrap();
         self.inner.compaction.hold_remap.store(true, Ordering::Release);
         assert!(self.start_compaction());
         while self.view().places.moved().is_none() {
@@ -320,7 +333,7 @@ impl Store {
     #[cfg(test)]
     pub(super) async fn release_remap(&self) {
         self.inner.compaction.hold_remap.store(false, Ordering::Release);
-        self.until_compaction_ends().await;
+        self.until_compaction_ends().await.unwrap();
     }
 
     /// Waits until no task holds another handle of this store (a held compaction's task lets go
@@ -585,7 +598,10 @@ pub async fn compact(dir: &Path, cache_capacity_mb: u64) -> Result<Compacted, St
     let store = Store::open(dir, cache_capacity_mb)?;
     // A compaction cut off after its swap left its remap to this open, which finishes it first
     // (`compact` would refuse while it runs).
-    store.until_compaction_ends().await;
+    if let Err(e) = store.until_compaction_ends().await {
+        store.close(cache_capacity_mb).await?;
+        return Err(e);
+    }
     let done = store.compact().await;
     store.close(cache_capacity_mb).await?;
     done

@@ -133,6 +133,10 @@ pub enum StoreError {
     /// A compaction was asked for while one runs.
     #[error("storage: a compaction is already running")]
     Compacting,
+    /// The remap that a cut-off compaction left could not go on (the relay retries it while it
+    /// serves; an offline command stops).
+    #[error("storage: the rewrite of the catalogue that a cut-off compaction left failed: {0}")]
+    Remap(String),
 }
 
 impl StoreError {
@@ -452,7 +456,7 @@ impl Store {
     /// nothing to read back: the wait moves from the start, when clients are refused, to the
     /// stop. Returns without it (logged) while another handle is held, for a temporary store,
     /// or when the open fails (the next start then reads back as before).
-    pub fn checkpoint(self, cache_capacity_mb: u64) {
+    fn checkpoint(self, cache_capacity_mb: u64) {
         let Some(inner) = Arc::into_inner(self.inner) else {
             tracing::debug!("the store is still in use: no checkpoint of the catalogue at this stop");
             return;

@@ -240,6 +240,7 @@ impl Remapping {
                 Ok(Turn::Waiting)
             }
         };
+        w.compaction.remap_stepped(turn.as_ref().err().map(ToString::to_string));
         turn.unwrap_or_else(|e| {
             tracing::error!(error = %e, "a step of the compaction's remap failed; trying again shortly");
             self.quiet_until = Some(Instant::now() + REMAP_RETRY);
