@@ -441,7 +441,9 @@ impl Store {
         self.flush_durably().await
     }
 
-    /// [`Store::shutdown`], then [`Store::checkpoint`] off the async reactor.
+    /// [`Store::shutdown`], then, off the async reactor, a checkpoint of the catalogue: once this
+    /// is the last handle on the store, sled is opened once more so that the next start reads
+    /// nothing back (see `checkpoint`).
     pub async fn close(self, cache_capacity_mb: u64) -> Result<(), StoreError> {
         self.shutdown().await?;
         tokio::task::spawn_blocking(move || self.checkpoint(cache_capacity_mb))
