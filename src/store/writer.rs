@@ -335,7 +335,7 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
             Err(()) => break,
         };
         let mut replies = Vec::new();
-        // The replies before this one have their commit's mark.
+        // The replies before this index have their commit's mark.
         let mut marked = 0;
         let log = w.log();
         let places = w.view.read().unwrap_or_else(PoisonError::into_inner).places.clone();
