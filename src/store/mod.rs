@@ -603,9 +603,31 @@ fn open_db(dir: &Path, cache_capacity_mb: u64) -> Result<sled::Db, StoreError> {
                 waited += LOCK_RETRY;
             }
             Err(e) if lock_busy(&e) => return Err(StoreError::InUse { path: dir.to_path_buf() }),
+            Err(sled::Error::Corruption { .. }) if remove_unfinished_snapshots(dir)? => {
+                tracing::warn!(path = %dir.display(), "removed a snapshot of sled's that a kill cut off; opening again");
+            }
             other => return Ok(other?),
         }
     }
+}
+
+/// Removes the snapshot files that sled was still writing when it was killed; true when there
+/// were any. sled 0.34 writes `snap.<lsn>.generating` and renames it when complete, but reads the
+/// highest-named `snap.` file at open, unfinished ones included, and then refuses to open as
+/// corrupt. Only called after an open failed, so the lock was free and no sled of another
+/// process is writing one.
+fn remove_unfinished_snapshots(dir: &Path) -> Result<bool, StoreError> {
+    let mut removed = false;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            std::fs::remove_file(entry.path())?;
+            removed = true;
+        }
+    }
+    Ok(removed)
 }
 
 /// The event log of an open catalogue: the file of its generation, at its committed end. Also
