@@ -614,8 +614,8 @@ fn open_db(dir: &Path, cache_capacity_mb: u64) -> Result<sled::Db, StoreError> {
 /// Removes the snapshot files that sled was still writing when it was killed; true when there
 /// were any. sled 0.34 writes `snap.<lsn>.generating` and renames it when complete, but reads the
 /// highest-named `snap.` file at open, unfinished ones included, and then refuses to open as
-/// corrupt. Only called after an open failed, so the lock was free and no sled of another
-/// process is writing one.
+/// corrupt. Only called after sled, holding the directory's lock, refused the open: no other
+/// process's sled was writing one then.
 fn remove_unfinished_snapshots(dir: &Path) -> Result<bool, StoreError> {
     let mut removed = false;
     for entry in std::fs::read_dir(dir)? {

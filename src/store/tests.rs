@@ -1153,15 +1153,21 @@ async fn a_closed_store_leaves_sled_nothing_to_read_back_at_the_next_open() {
     assert_eq!(ids(&Store::open(dir.path(), 8).unwrap(), r#"{"kinds":[1]}"#).len(), 600);
 }
 
-#[tokio::test]
-async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let k = keys(12);
-    let store = Store::open(dir.path(), 8).unwrap();
-    let events: Vec<VerifiedEvent> = (0..40).map(|i| signed(&k, 1000 + i, 1, &[])).collect();
+/// A store opened in `dir` with `n` kind-1 notes of `keys(key)` stored, and the notes.
+async fn stored_notes(dir: &Path, key: u8, n: u64) -> (Store, Vec<VerifiedEvent>) {
+    let store = Store::open(dir, 8).unwrap();
+    let k = keys(key);
+    let events: Vec<VerifiedEvent> = (0..n).map(|i| signed(&k, 1000 + i, 1, &[])).collect();
     for e in &events {
         store.put(e.clone()).await.unwrap();
     }
+    (store, events)
+}
+
+#[tokio::test]
+async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, events) = stored_notes(dir.path(), 12, 40).await;
     for e in &events[..20] {
         store.remove(e.event().id).await.unwrap();
     }
@@ -1181,12 +1187,7 @@ async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
 #[tokio::test]
 async fn a_snapshot_that_a_kill_cut_off_is_removed_and_the_store_opens() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(13);
-    let store = Store::open(dir.path(), 8).unwrap();
-    let events: Vec<VerifiedEvent> = (0..30).map(|i| signed(&k, 1000 + i, 1, &[])).collect();
-    for e in &events {
-        store.put(e.clone()).await.unwrap();
-    }
+    let (store, events) = stored_notes(dir.path(), 13, 30).await;
     store.close(8).await.unwrap();
     // What a kill in the middle of sled writing a snapshot leaves (at a stop's checkpoint, or at
     // any open): a partial file under a name sled reads first.
