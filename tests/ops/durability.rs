@@ -220,7 +220,7 @@ async fn a_write_that_cannot_reach_the_event_log_is_refused_and_the_relay_recove
 
 /// The crash loop of `hearth-bench crash` (one implementation for both): 50 SIGKILLs at seeded
 /// random moments while three clients publish notes, expiring notes, profile versions and
-/// deletions; after every restart everything acknowledged is served as acknowledged, nothing
+/// deletions, a third of them a moment after a SIGTERM (into the stop); after every restart everything acknowledged is served as acknowledged, nothing
 /// twice, and the relay listened within 10 s (the bench fails otherwise, with the relay's last
 /// log lines).
 #[test]
@@ -237,6 +237,7 @@ fn fifty_kills_while_publishing_lose_nothing_acknowledged() {
     // The loop did publish: every kind of write was acknowledged along the way.
     assert!(report["acked"].as_u64().unwrap() > 500, "{report}");
     assert!(report["deletions"].as_u64().unwrap() > 10, "{report}");
+    assert!(report["stops_cut"].as_u64().unwrap() >= 10, "{report}");
 }
 
 /// A tmpfs of `size` on a fresh directory, lazily unmounted when dropped. Mounting needs root,

@@ -114,7 +114,8 @@ enum Cmd {
         delay_ms: u64,
     },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
-    /// clients publish notes, profile versions and deletions; after each restart checks that
+    /// clients publish notes, profile versions and deletions (a third of the kills a moment
+    /// after a SIGTERM, into the stop); after each restart checks that
     /// everything acknowledged is served as acknowledged, and that it started within 10 s.
     Crash {
         #[arg(long, default_value_t = 1000)]

@@ -1,6 +1,13 @@
 //! `crash`: the relay killed with SIGKILL at seeded random moments while clients publish, started
 //! again on the same data directory each time, and checked against what it acknowledged.
 //!
+//! One round in [`STOP_EVERY`] is a stop cut short instead: SIGTERM, then SIGKILL a random few
+//! milliseconds later, so that kills land in the stop's own work (the last group commit, sled's
+//! flush, the checkpoint that reopens sled and writes its snapshot) as an impatient supervisor's
+//! would; half of those aim at the moment sled writes its snapshot file, a window of well under a
+//! millisecond that random delays hardly ever meet (a kill there once left a store that would not
+//! open).
+//!
 //! Three connections publish notes (some with a NIP-40 expiration a day ahead), versions of their
 //! author's profile (kind 0) and NIP-09 deletions of their own earlier notes, one at a time each,
 //! until the kill. After every start: each acknowledged note that no deletion (sent, acknowledged
@@ -21,6 +28,11 @@ use crate::stats::Rng;
 
 /// Publishing connections.
 const WRITERS: u8 = 3;
+/// One round in this many is a stop that a SIGKILL cuts short.
+const STOP_EVERY: u64 = 3;
+/// The longest wait between the SIGTERM and the SIGKILL of such a round, in ms: longer than the
+/// whole stop of the loop's small store, so that some stops finish.
+const STOP_KILL_MS: u64 = 60;
 
 /// What the relay acknowledged (and what was sent that may or may not have been stored).
 #[derive(Default)]
@@ -52,7 +64,7 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
         ("HEARTH_LIMITATION__DEFAULT_LIMIT", "1000000"),
         ("HEARTH_STORAGE__INDEX_MEMORY_EVENTS", "256"),
     ];
-    let mut slowest = Duration::ZERO;
+    let (mut slowest, mut stops_cut) = (Duration::ZERO, 0);
     let started = Instant::now();
     for kill in 0..=kills {
         let begun = Instant::now();
@@ -73,8 +85,15 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
         let writers: Vec<_> =
             (0..WRITERS).map(|w| tokio::spawn(publish(on.relay.clone(), w, model.clone(), rng.next()))).collect();
         tokio::time::sleep(window).await;
-        // SIGKILL with frames in flight; the writers end when their sockets do.
-        on.kill_keeping();
+        if rng.below(STOP_EVERY) == 0 {
+            // SIGTERM, and SIGKILL a moment into the stop.
+            stops_cut += 1;
+            let at_snapshot = rng.below(2) == 0;
+            on.terminate_then_kill(Duration::from_millis(rng.below(STOP_KILL_MS)), at_snapshot);
+        } else {
+            // SIGKILL with frames in flight; the writers end when their sockets do.
+            on.kill_keeping();
+        }
         for w in writers {
             w.await.map_err(err)?;
         }
@@ -83,10 +102,10 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
     Ok(vec![Report {
         json: json!({"cmd": "crash", "kills": kills, "seed": seed, "acked": m.acked,
             "notes_served": m.notes.len() - m.notes.keys().filter(|id| m.targeted.contains(*id)).count(),
-            "deletions": m.deleted.len(), "slowest_start_ms": slowest.as_secs_f64() * 1e3,
+            "deletions": m.deleted.len(), "stops_cut": stops_cut, "slowest_start_ms": slowest.as_secs_f64() * 1e3,
             "secs": started.elapsed().as_secs_f64()}),
         summary: format!(
-            "crash: {kills} kills (seed {seed}), {} events acknowledged, every one as acknowledged after each restart; slowest start {:.0} ms",
+            "crash: {kills} kills (seed {seed}; {stops_cut} of them into a stop), {} events acknowledged, every one as acknowledged after each restart; slowest start {:.0} ms",
             m.acked,
             slowest.as_secs_f64() * 1e3
         ),

@@ -67,6 +67,14 @@ pub(super) struct Spawned {
     log: Arc<Mutex<VecDeque<String>>>,
 }
 
+/// Whether sled is writing a snapshot in `dir` now.
+fn writing_snapshot(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries
+        .flatten()
+        .any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("snap.") && n.ends_with(".generating")))
+}
+
 /// Log lines a [`Spawned`] keeps.
 const KEPT_LINES: usize = 30;
 /// How long a start may take before it counts as hung.
@@ -156,6 +164,25 @@ impl Spawned {
     /// SIGTERM and wait; the scratch directory stays, for the next start.
     pub(super) fn stop_keeping(mut self) -> PathBuf {
         let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        self.data
+    }
+
+    /// SIGTERM, then SIGKILL `after` it (whether the stop has finished or not), or, with
+    /// `at_snapshot`, as soon as sled is seen writing a snapshot (`snap.<lsn>.generating` in the
+    /// data directory; the stop's checkpoint writes one), if that comes first; then wait. The
+    /// scratch directory stays.
+    pub(super) fn terminate_then_kill(mut self, after: Duration, at_snapshot: bool) -> PathBuf {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let begun = std::time::Instant::now();
+        while begun.elapsed() < after {
+            if at_snapshot && writing_snapshot(&self.data.join("data")) {
+                break;
+            }
+            // A snapshot of a small store is written in well under a millisecond.
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let _ = self.child.kill();
         let _ = self.child.wait();
         self.data
     }
