@@ -120,6 +120,9 @@ pub(super) struct Control {
     /// Tests hold the writer's part of a remap, to look at a store in the middle of one.
     #[cfg(test)]
     pub(super) hold_remap: AtomicBool,
+    /// Tests make the steps of a remap fail, as a full disk would.
+    #[cfg(test)]
+    pub(super) fail_remap: AtomicBool,
     /// Tests hold a compaction between its copy (`copied` is set then) and its swap.
     #[cfg(test)]
     pub(super) hold_swap: AtomicBool,
@@ -144,6 +147,15 @@ impl Control {
         return self.hold_remap.load(Ordering::Acquire);
         #[cfg(not(test))]
         false
+    }
+
+    /// An error while a test makes the remap's steps fail.
+    pub(super) fn remap_step_failure(&self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.fail_remap.load(Ordering::Acquire) {
+            return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device").into());
+        }
+        Ok(())
     }
 
     /// How the remap's last step went.

@@ -1185,6 +1185,35 @@ async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
 }
 
 #[tokio::test]
+async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, events) = stored_notes(dir.path(), 14, 40).await;
+    for e in &events[..20] {
+        store.remove(e.event().id).await.unwrap();
+    }
+    let want: Vec<EventId> = events[20..].iter().rev().map(|e| e.event().id).collect();
+    store.compact_until_swapped().await;
+    // A disk that is full while the catalogue is rewritten: whoever waits for the remap (`hearth
+    // compact`, when an open resumed one) hears why instead of waiting for ever, and reads go on.
+    store.inner.compaction.fail_remap.store(true, Ordering::Release);
+    store.inner.compaction.hold_remap.store(false, Ordering::Release);
+    let failed = store.until_compaction_ends().await;
+    let want_error = "storage: the rewrite of the catalogue that a cut-off compaction left failed: storage: no space left on device";
+    assert_eq!(failed.map_err(|e| e.to_string()), Err(want_error.to_string()));
+    assert!(store.remapping());
+    assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
+    // Once there is room again, the writer's next try finishes it.
+    store.inner.compaction.fail_remap.store(false, Ordering::Release);
+    let waited = std::time::Instant::now();
+    while store.remapping() {
+        assert!(waited.elapsed() < Duration::from_secs(30), "the remap was not tried again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store.until_compaction_ends().await.unwrap();
+    assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
+}
+
+#[tokio::test]
 async fn a_snapshot_that_a_kill_cut_off_is_removed_and_the_store_opens() {
     let dir = tempfile::tempdir().unwrap();
     let (store, events) = stored_notes(dir.path(), 13, 30).await;

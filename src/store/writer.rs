@@ -230,7 +230,11 @@ impl Remapping {
             (view.places.clone(), view.index.old_segments())
         };
         let turn = match (self.state.catalogue_done(), old_segments) {
-            (false, _) => remap::step(&w.tree, &places, &mut self.state).map(|()| Turn::Stepped),
+            (false, _) => w
+                .compaction
+                .remap_step_failure()
+                .and_then(|()| remap::step(&w.tree, &places, &mut self.state))
+                .map(|()| Turn::Stepped),
             (true, 0) => w.finish_remap().map(|()| Turn::Done),
             (true, _) => {
                 if self.woke.elapsed() >= MERGE_NUDGE {
