@@ -1198,7 +1198,8 @@ async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again
     store.inner.compaction.fail_remap.store(true, Ordering::Release);
     store.inner.compaction.hold_remap.store(false, Ordering::Release);
     let failed = store.until_compaction_ends().await;
-    let want_error = "storage: the rewrite of the catalogue that a cut-off compaction left failed: storage: no space left on device";
+    let want_error =
+        "storage: the rewrite of the catalogue that a cut-off compaction left failed: storage: no space left on device";
     assert_eq!(failed.map_err(|e| e.to_string()), Err(want_error.to_string()));
     assert!(store.remapping());
     assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
