@@ -1167,12 +1167,8 @@ async fn stored_notes(dir: &Path, key: u8, n: u64) -> (Store, Vec<VerifiedEvent>
 #[tokio::test]
 async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, events) = stored_notes(dir.path(), 12, 40).await;
-    for e in &events[..20] {
-        store.remove(e.event().id).await.unwrap();
-    }
+    let (store, want) = swapped_with_its_remap_held(dir.path(), 12).await;
     // Stopped after a compaction's swap, its remap unfinished: the next open goes on with it.
-    store.compact_until_swapped().await;
     store.shutdown().await.unwrap();
     store.until_alone().await;
     drop(store);
@@ -1180,19 +1176,24 @@ async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
     let done = compact(dir.path(), 8).await.unwrap();
     assert!(done.after_bytes <= done.before_bytes, "{done:?}");
     let store = Store::open(dir.path(), 8).unwrap();
-    let want: Vec<EventId> = events[20..].iter().rev().map(|e| e.event().id).collect();
     assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
+}
+
+/// A store in `dir` of 40 notes by key `key`, the first 20 of them removed, and a compaction
+/// swapped in with its remap held; the ids still stored, newest first.
+async fn swapped_with_its_remap_held(dir: &Path, key: u8) -> (Store, Vec<EventId>) {
+    let (store, events) = stored_notes(dir, key, 40).await;
+    for e in &events[..20] {
+        store.remove(e.event().id).await.unwrap();
+    }
+    store.compact_until_swapped().await;
+    (store, events[20..].iter().rev().map(|e| e.event().id).collect())
 }
 
 #[tokio::test]
 async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, events) = stored_notes(dir.path(), 14, 40).await;
-    for e in &events[..20] {
-        store.remove(e.event().id).await.unwrap();
-    }
-    let want: Vec<EventId> = events[20..].iter().rev().map(|e| e.event().id).collect();
-    store.compact_until_swapped().await;
+    let (store, want) = swapped_with_its_remap_held(dir.path(), 14).await;
     // A disk that is full while the catalogue is rewritten: whoever waits for the remap (`hearth
     // compact`, when an open resumed one) hears why instead of waiting for ever, and reads go on.
     store.inner.compaction.fail_remap.store(true, Ordering::Release);
