@@ -220,9 +220,10 @@ async fn a_write_that_cannot_reach_the_event_log_is_refused_and_the_relay_recove
 
 /// The crash loop of `hearth-bench crash` (one implementation for both): 50 SIGKILLs at seeded
 /// random moments while three clients publish notes, expiring notes, profile versions and
-/// deletions, a third of them a moment after a SIGTERM (into the stop); after every restart everything acknowledged is served as acknowledged, nothing
-/// twice, and the relay listened within 10 s (the bench fails otherwise, with the relay's last
-/// log lines).
+/// deletions, a third of them a moment after a SIGTERM (into the stop, some the moment sled
+/// writes its snapshot); after every restart everything acknowledged is served as acknowledged,
+/// nothing twice, and the relay listened within 10 s (the bench fails otherwise, with the
+/// relay's last log lines).
 #[test]
 fn fifty_kills_while_publishing_lose_nothing_acknowledged() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth-bench"))
