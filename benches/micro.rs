@@ -14,7 +14,8 @@ use hearth::config::LimitsConfig;
 use hearth::limiter::{Billed, LimitType, Limiter, SystemClock};
 use hearth::protocol::verify::verify;
 use hearth::protocol::{Event, Filter, Keys, Kind, Timestamp};
-use hearth::store::{Store, catalogue, index, record};
+use hearth::store::format::{bucket, record};
+use hearth::store::{Store, index};
 
 /// A kind-1 event shaped like the bench's: a few `t` and `p` tags, 200 bytes of content.
 fn sample() -> String {
@@ -46,7 +47,7 @@ fn encoding(c: &mut Criterion) {
         b.iter(|| {
             let stored = record::encode(black_box(&event));
             let header = record::header(&stored).unwrap();
-            (catalogue::key(&event.id), index::keys_of(&header, &event.tags))
+            (bucket::key(&event.id), index::keys_of(&header, &event.tags))
         })
     });
     c.bench_function("store: record render (stored → JSON)", |b| b.iter(|| record::render(black_box(&stored))));

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use crate::config::Config;
 use crate::protocol::message::{ClientMessage, RelayMessage};
 use crate::protocol::{Event, Filter, Keys, Kind, Timestamp, nip98, verify};
-use crate::store::{log, record, segment};
+use crate::store::format::{log, record, segment};
 
 /// The bytes as text, when they are UTF-8 (the relay reads only text frames and bodies as JSON).
 fn text(data: &[u8]) -> Option<&str> {

@@ -17,7 +17,8 @@ use super::import::{ImportSummary, import_into};
 use super::{OfflineError, existing};
 use crate::config::Config;
 use crate::limiter::SystemClock;
-use crate::store::{SCHEMA_VERSION, Store, StoreError, migrate};
+use crate::store::format::keys::SCHEMA_VERSION;
+use crate::store::{Store, StoreError, migrate};
 
 /// What `hearth migrate` prints.
 #[derive(Debug, Serialize)]

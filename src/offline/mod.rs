@@ -80,18 +80,18 @@ pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineE
     Ok(crate::store::compact(&dir, config.storage.cache_capacity_mb).await?)
 }
 
-/// Audits the configured data directory ([`crate::store::check`]); with `repair`, mends what it
-/// found and checks again ([`crate::store::repair`]).
-pub async fn check(config: Config, repair: bool) -> Result<crate::store::Repaired, OfflineError> {
+/// Audits the configured data directory ([`crate::store::check::check`]); with `repair`, mends what it
+/// found and checks again ([`crate::store::check::repair`]).
+pub async fn check(config: Config, repair: bool) -> Result<crate::store::check::Repaired, OfflineError> {
     let dir = existing(&config)?;
     let cache = config.storage.cache_capacity_mb;
     if repair {
-        return Ok(crate::store::repair(&dir, cache).await?);
+        return Ok(crate::store::check::repair(&dir, cache).await?);
     }
-    let found = tokio::task::spawn_blocking(move || crate::store::check(&dir, cache))
+    let found = tokio::task::spawn_blocking(move || crate::store::check::check(&dir, cache))
         .await
         .map_err(|e| OfflineError::Store(StoreError::Task(e.to_string())))??;
-    Ok(crate::store::Repaired { after: found.clone(), found })
+    Ok(crate::store::check::Repaired { after: found.clone(), found })
 }
 
 /// The relay's shared state over the configured data directory, for an offline command: the

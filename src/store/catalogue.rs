@@ -1,104 +1,85 @@
-//! The catalogue's id entries: which events are stored, and where each one's record is.
+//! The catalogue read: which events are stored, and where each one's record is.
 //!
-//! Owns the `i` entries of [`super::keys`]: an event is stored exactly while its id is in the
-//! bucket its id's first [`BUCKET_BITS`] bits name, beside the serial of its record. Deduplication,
-//! `ids` filters, removals and compaction go through here.
-//!
-//! Why buckets and not one sled key per id: sled 0.34 keeps, for every page of its tree, an entry
-//! in a page table that lives in memory and that it reads back from its log when it opens, and it
-//! splits a leaf past 16 keys. One key per id made that table, and with it the relay's memory and
-//! start-up, grow with the number of events (≈ 40 bytes and ≈ 1 µs of start-up per event; 440 MB
-//! at 10M events). A fixed number of buckets bounds the keys, and with them the table, whatever
-//! the store holds: a lookup reads one bucket of a few entries instead of one entry.
-//!
-//! A bucket's value is its entries, sorted by id, each the 32-byte id and the 8-byte big-endian
-//! stored place: the serial, with the generation's parity in its top bit ([`Places`], which reads
-//! it). A bucket with no entries is no key at all.
+//! Owns reading the `i` entries of [`keys`] through sled (their bytes are [`bucket`]'s) and how a
+//! stored place reads ([`Places`]): an entry's serial carries its log generation's parity in its
+//! top bit, and while a compaction's remap is unfinished the previous generation's places are
+//! looked up in its moves ([`Moves`]). Deduplication, `ids` filters, removals and compaction all
+//! find an event here. It reads and rebuilds values; writing them is the writer's.
+
+use std::sync::Arc;
 
 use sled::{IVec, Tree};
 
-use super::StoreError;
-use super::index::Serial;
-use super::keys;
-use super::pending::Pending;
-use super::remap::Places;
+use super::error::StoreError;
+use super::format::bucket::{entries, find, key};
+use super::format::keys;
+use super::format::moves::Moves;
+use super::format::{Serial, decode_serial};
 use crate::protocol::EventId;
 
-/// Bits of an event id that name its bucket: 2^20 buckets, about ten ids each at 10M events.
-pub const BUCKET_BITS: u32 = 20;
-/// Bytes of one entry: the id, then the serial.
-pub const ENTRY: usize = 40;
+/// The bit of a catalogue entry's stored place that tells the generation it points into (its
+/// parity); serials are below 2^48, so the bit is free.
+pub const PARITY: u64 = 1 << 63;
 
-/// The sled key of the bucket that holds `id`: `i` and the id's first [`BUCKET_BITS`] bits (the
-/// rest of the third byte zero).
-pub fn key(id: &EventId) -> [u8; 4] {
-    let [a, b, c] = [id.0[0], id.0[1], id.0[2]].map(u32::from);
-    bucket_key(((a << 16) | (b << 8) | c) >> (24 - BUCKET_BITS))
+/// How the catalogue's stored places read (see the module doc).
+#[derive(Clone, Debug, Default)]
+pub struct Places {
+    /// [`PARITY`] or 0: the bit of the entries that point into the current generation's log.
+    parity: u64,
+    /// While a remap is unfinished: where the previous generation's records went.
+    moved: Option<Arc<Moves>>,
 }
 
-/// The sled key of bucket number `n` (below 2^[`BUCKET_BITS`]): buckets in number order are
-/// in key order, so a range of numbers is a range of keys.
-pub fn bucket_key(n: u32) -> [u8; 4] {
-    let bits = n << (24 - BUCKET_BITS);
-    [keys::ID, (bits >> 16) as u8, (bits >> 8) as u8, bits as u8]
-}
-
-fn corrupt(bucket: &[u8]) -> StoreError {
-    StoreError::Corrupt(format!("catalogue bucket of {} bytes", bucket.len()))
-}
-
-/// Where `id` is among a bucket's entries: `Ok(entry)` when it is there, `Err(entry)` where it
-/// would go.
-fn position(bucket: &[u8], id: &EventId) -> Result<Result<usize, usize>, StoreError> {
-    if !bucket.len().is_multiple_of(ENTRY) {
-        return Err(corrupt(bucket));
+impl Places {
+    /// The places a catalogue records: `parity` set when the current generation's entries have
+    /// the top bit, and the moves of an unfinished remap.
+    pub fn new(parity: bool, moved: Option<Arc<Moves>>) -> Places {
+        Places { parity: if parity { PARITY } else { 0 }, moved }
     }
-    let (mut low, mut high) = (0, bucket.len() / ENTRY);
-    while low < high {
-        let mid = low + (high - low) / 2;
-        match bucket[mid * ENTRY..mid * ENTRY + 32].cmp(&id.0[..]) {
-            std::cmp::Ordering::Less => low = mid + 1,
-            std::cmp::Ordering::Equal => return Ok(Ok(mid)),
-            std::cmp::Ordering::Greater => high = mid,
+
+    /// The serial a stored place names in the current generation's log.
+    pub fn resolve(&self, raw: u64) -> Result<Serial, StoreError> {
+        let serial = raw & !PARITY;
+        if raw & PARITY == self.parity {
+            return Ok(serial);
+        }
+        match &self.moved {
+            Some(moved) => moved.get(serial).ok_or_else(|| {
+                StoreError::Corrupt(format!("a catalogue entry names {serial} of the previous log, which was not kept"))
+            }),
+            None => Err(StoreError::Corrupt(format!("a catalogue entry names {serial} of another log generation"))),
         }
     }
-    Ok(Err(low))
-}
 
-fn place_at(bucket: &[u8], entry: usize) -> Result<u64, StoreError> {
-    let bytes = bucket.get(entry * ENTRY + 32..(entry + 1) * ENTRY).ok_or_else(|| corrupt(bucket))?;
-    bytes.try_into().map(u64::from_be_bytes).map_err(|_| corrupt(bucket))
-}
-
-/// The stored place of `id` in `bucket` (read it with [`Places::resolve`]), if it is there.
-pub fn find(bucket: &[u8], id: &EventId) -> Result<Option<u64>, StoreError> {
-    match position(bucket, id)? {
-        Ok(entry) => Ok(Some(place_at(bucket, entry)?)),
-        Err(_) => Ok(None),
+    /// The stored place of `serial` in the current generation's log.
+    pub fn encode(&self, serial: Serial) -> u64 {
+        serial | self.parity
     }
-}
 
-/// `bucket` (none: an empty one) with `id` at the stored place `place` ([`Places::encode`]), in
-/// its place or replacing its entry. The other entries are kept as they are.
-pub fn with(bucket: Option<&[u8]>, id: &EventId, place: u64) -> Result<Vec<u8>, StoreError> {
-    let bucket = bucket.unwrap_or_default();
-    let mut out = Vec::with_capacity(bucket.len() + ENTRY);
-    let (at, replace) = match position(bucket, id)? {
-        Ok(entry) => (entry * ENTRY, ENTRY),
-        Err(entry) => (entry * ENTRY, 0),
-    };
-    out.extend_from_slice(&bucket[..at]);
-    out.extend_from_slice(&id.0);
-    out.extend_from_slice(&place.to_be_bytes());
-    out.extend_from_slice(&bucket[at + replace..]);
-    Ok(out)
-}
+    /// True when `raw` points into the current generation (it needs no rewriting).
+    pub fn is_current(&self, raw: u64) -> bool {
+        raw & PARITY == self.parity
+    }
 
-/// `bucket` without `id` (`None` when it was not there).
-pub fn without(bucket: &[u8], id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
-    match position(bucket, id)? {
-        Ok(entry) => Ok(Some([&bucket[..entry * ENTRY], &bucket[(entry + 1) * ENTRY..]].concat())),
-        Err(_) => Ok(None),
+    /// The moves of an unfinished remap.
+    pub fn moved(&self) -> Option<&Arc<Moves>> {
+        self.moved.as_ref()
+    }
+
+    /// The places after a compaction's swap: the other parity is current, and the entries of the
+    /// one that was are read through `moved`.
+    pub fn flipped(&self, moved: Arc<Moves>) -> Places {
+        Places { parity: self.parity ^ PARITY, moved: Some(moved) }
+    }
+
+    /// The places once every entry has been rewritten.
+    pub fn settled(&self) -> Places {
+        Places { parity: self.parity, moved: None }
+    }
+
+    /// The parity byte the catalogue records (`m` `parity`).
+    pub fn parity_byte(&self) -> u8 {
+        u8::from(self.parity != 0)
     }
 }
 
@@ -126,20 +107,6 @@ pub fn current(bucket: &[u8], places: &Places) -> Result<Option<Vec<u8>>, StoreE
         return Ok(None);
     }
     rebuilt(bucket, places, |_, serial| Ok(Some(serial))).map(Some)
-}
-
-/// A bucket's entries (each id and its stored place), in id order.
-pub fn entries(bucket: &[u8]) -> Result<impl Iterator<Item = (EventId, Serial)> + '_, StoreError> {
-    if !bucket.len().is_multiple_of(ENTRY) {
-        return Err(corrupt(bucket));
-    }
-    Ok(bucket.chunks_exact(ENTRY).map(|entry| {
-        let mut id = [0; 32];
-        id.copy_from_slice(&entry[..32]);
-        let mut serial = [0; 8];
-        serial.copy_from_slice(&entry[32..]);
-        (EventId(id), u64::from_be_bytes(serial))
-    }))
 }
 
 /// The serial of a stored event.
@@ -170,7 +137,7 @@ pub fn all(tree: &Tree, places: &Places) -> impl Iterator<Item = Result<(EventId
         let found: Vec<Result<(EventId, Serial), StoreError>> = match bucket {
             Ok((_, value)) => match entries(&value) {
                 Ok(entries) => entries.map(|(id, place)| Ok((id, places.resolve(place)?))).collect(),
-                Err(e) => vec![Err(e)],
+                Err(e) => vec![Err(e.into())],
             },
             Err(e) => vec![Err(e)],
         };
@@ -178,89 +145,47 @@ pub fn all(tree: &Tree, places: &Places) -> impl Iterator<Item = Result<(EventId
     })
 }
 
-/// The serial of `id` as a write group sees it (its own changes first).
-pub(super) fn pending_get(p: &Pending, id: &EventId) -> Result<Option<Serial>, StoreError> {
-    match p.get(&key(id))? {
-        Some(bucket) => find(&bucket, id)?.map(|place| p.places.resolve(place)).transpose(),
-        None => Ok(None),
+/// The serial of every stored event before `below`, in log order (from the catalogue's `i`
+/// entries, read with `places`): 8 bytes an event, what a compaction's copy holds while it runs.
+pub fn live_serials(tree: &Tree, places: &Places, below: Serial) -> Result<Vec<Serial>, StoreError> {
+    let mut out = Vec::new();
+    for entry in all(tree, places) {
+        let (_, serial) = entry?;
+        if serial < below {
+            out.push(serial);
+        }
     }
+    out.sort_unstable();
+    Ok(out)
 }
 
-/// Records `id` at `serial` in a write group.
-pub(super) fn pending_insert(p: &mut Pending, id: &EventId, serial: Serial) -> Result<(), StoreError> {
-    let key = key(id);
-    let bucket = with(p.get(&key)?.as_deref(), id, p.places.encode(serial))?;
-    p.insert(key, bucket);
-    Ok(())
-}
-
-/// Drops `id` in a write group.
-pub(super) fn pending_remove(p: &mut Pending, id: &EventId) -> Result<(), StoreError> {
-    let key = key(id);
-    let Some(bucket) = p.get(&key)? else { return Ok(()) };
-    match without(&bucket, id)? {
-        Some(rest) if rest.is_empty() => p.remove(key),
-        Some(rest) => p.insert(key, rest),
-        None => {}
+/// A u64 of the `m` entries (0 when absent).
+pub fn meta_u64(tree: &Tree, name: &str) -> Result<u64, StoreError> {
+    match tree.get(keys::meta(name))? {
+        Some(v) => Ok(decode_serial(&v)?),
+        None => Ok(0),
     }
-    Ok(())
-}
-
-/// An id beginning with `first` and ending with `last` (zeros between), for tests of buckets.
-#[cfg(test)]
-pub(super) fn test_id(first: [u8; 3], last: u8) -> EventId {
-    let mut id = [0u8; 32];
-    id[..3].copy_from_slice(&first);
-    id[31] = last;
-    EventId(id)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::test_id as id;
     use super::*;
 
     #[test]
-    fn ids_share_a_bucket_exactly_when_their_first_20_bits_agree() {
-        assert_eq!(key(&id([1, 2, 0x30], 0)), key(&id([1, 2, 0x3f], 9)));
-        assert_ne!(key(&id([1, 2, 0x30], 0)), key(&id([1, 2, 0x40], 0)));
-        assert_ne!(key(&id([1, 2, 0x30], 0)), key(&id([1, 3, 0x30], 0)));
-        assert_eq!(key(&id([0xab, 0xcd, 0xef], 0)), [b'i', 0xab, 0xcd, 0xe0]);
-    }
-
-    #[test]
-    fn a_bucket_keeps_its_entries_sorted_and_finds_each() {
-        let ids: Vec<EventId> = [7u8, 3, 9, 1, 5].iter().map(|&b| id([0, 0, 0], b)).collect();
-        let mut bucket: Option<Vec<u8>> = None;
-        for (serial, id) in ids.iter().enumerate() {
-            bucket = Some(with(bucket.as_deref(), id, serial as u64 * 100).unwrap());
-        }
-        let bucket = bucket.unwrap();
-        let listed: Vec<(EventId, Serial)> = entries(&bucket).unwrap().collect();
-        let mut want: Vec<(EventId, Serial)> = ids.iter().enumerate().map(|(s, &id)| (id, s as u64 * 100)).collect();
-        want.sort();
-        assert_eq!(listed, want);
-        for (serial, id) in ids.iter().enumerate() {
-            assert_eq!(find(&bucket, id).unwrap(), Some(serial as u64 * 100));
-        }
-        assert_eq!(find(&bucket, &id([0, 0, 0], 4)).unwrap(), None);
-        // Replacing keeps one entry.
-        let moved = with(Some(&bucket), &ids[2], 42).unwrap();
-        assert_eq!(moved.len(), bucket.len());
-        assert_eq!(find(&moved, &ids[2]).unwrap(), Some(42));
-        // Removing.
-        let rest = without(&moved, &ids[0]).unwrap().unwrap();
-        assert_eq!(rest.len(), 4 * ENTRY);
-        assert_eq!(find(&rest, &ids[0]).unwrap(), None);
-        assert_eq!(find(&rest, &ids[1]).unwrap(), Some(100));
-        assert_eq!(without(&rest, &ids[0]).unwrap(), None);
-    }
-
-    #[test]
-    fn a_bucket_of_a_wrong_length_is_an_error_not_a_guess() {
-        let damaged = vec![0u8; ENTRY + 3];
-        assert!(matches!(find(&damaged, &id([0, 0, 0], 0)), Err(StoreError::Corrupt(_))));
-        assert!(entries(&damaged).is_err());
-        assert!(with(Some(&damaged), &id([0, 0, 0], 0), 1).is_err());
+    fn a_place_of_the_previous_generation_reads_through_the_moves_and_the_current_one_directly() {
+        let before = Places::default();
+        assert_eq!(before.resolve(before.encode(40)).unwrap(), 40);
+        let after = before.flipped(Arc::new(Moves::new(vec![(10, 0), (40, 25), (90, 60)])));
+        // An entry written before the swap keeps its bits and is read through the moves.
+        assert_eq!(after.resolve(before.encode(40)).unwrap(), 25);
+        assert!(!after.is_current(before.encode(40)));
+        // One written after it names the new log.
+        assert_eq!(after.resolve(after.encode(40)).unwrap(), 40);
+        assert!(after.is_current(after.encode(7)));
+        // A place the compaction did not keep is an error, not a guess.
+        assert!(matches!(after.resolve(before.encode(11)), Err(StoreError::Corrupt(_))));
+        // Settled: the old parity names nothing any more.
+        assert!(after.settled().resolve(before.encode(40)).is_err());
+        assert_eq!(after.settled().resolve(after.encode(40)).unwrap(), 40);
     }
 }

@@ -15,10 +15,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
-use super::index::Serial;
-use super::log::FRAME_HEADER;
-use super::{EVENTS_TREE, StoreError, catalogue, keys, open_db, open_log, record, remap};
+use super::catalogue;
+use super::db::{EVENTS_TREE, flush_durably, open_db};
+use super::error::StoreError;
+use super::format::durable::Durable;
+use super::format::log::FRAME_HEADER;
+use super::format::{Serial, keys, record};
+use super::open::open_log;
+use super::write::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
+use super::write::remap;
 use crate::protocol::{EventId, Timestamp};
 
 /// One inconsistency.
@@ -257,7 +262,7 @@ fn drop_inconsistent(dir: &Path, cache_capacity_mb: u64, problems: &[Problem]) -
         batch.insert(keys::meta(keys::TAIL_RECORDED), end);
     }
     tree.apply_batch(batch)?;
-    super::flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
+    flush_durably(&db, Some(&Durable::open(dir)?))?;
     Ok(())
 }
 

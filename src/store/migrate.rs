@@ -9,10 +9,10 @@
 //! | layout | tree        | events                                                   |
 //! |--------|-------------|----------------------------------------------------------|
 //! | 1      | `events_v1` | `e` + id → NIP-40 expiration (u64) + the event's JSON     |
-//! | 2      | `events_v2` | `e` + serial → an event record ([`super::record`], format 1) |
+//! | 2      | `events_v2` | `e` + serial → an event record (`format::record`, format 1) |
 //! | 3      | `events_v3` | records in `events.log`; one `i` key per id                |
-//! | 4      | `events_v3` | records in `events.log`; `i` keys in buckets ([`super::catalogue`]) |
-//! | 5      | `events_v3` | as 4; a stored place's top bit is its generation's parity ([`super::remap`]; today's) |
+//! | 4      | `events_v3` | records in `events.log`; `i` keys in buckets (`format::bucket`) |
+//! | 5      | `events_v3` | as 4; a stored place's top bit is its generation's parity (`catalogue::Places`; today's) |
 //!
 //! Layouts 3 and 4 differ from today's only in their `i` entries, so they are converted in place
 //! when the store opens (as [`convert_in_place`] does for `hearth migrate`): layout 3's ids move
@@ -23,7 +23,13 @@ use std::path::Path;
 
 use sled::Tree;
 
-use super::{OLD_TREES, StoreError, catalogue, decode_serial, flush_durably, keys, open_db, record};
+use super::db::{EVENTS_TREE, OLD_TREES, flush_durably, open_db};
+use super::error::StoreError;
+use super::format::bucket;
+use super::format::durable::Durable;
+use super::format::keys::{self, SCHEMA_VERSION};
+use super::format::{decode_serial, record};
+use super::progress::Progress;
 use crate::protocol::EventId;
 
 /// Ids a layout-3 conversion moves into buckets per sled batch.
@@ -34,7 +40,7 @@ const CONVERT_BATCH: usize = 65_536;
 pub const PENDING: &str = "migration.jsonl";
 
 /// The tree and version of the older layout `db` holds.
-pub(super) fn found(db: &sled::Db) -> Option<(&'static str, u8)> {
+pub(crate) fn found(db: &sled::Db) -> Option<(&'static str, u8)> {
     let names = db.tree_names();
     OLD_TREES.iter().find(|(tree, _)| names.iter().any(|n| n.as_ref() == tree.as_bytes())).copied()
 }
@@ -72,7 +78,7 @@ pub fn carry_out(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8, u64)>
     std::fs::File::open(dir)?.sync_all()?;
     drop(tree);
     db.drop_tree(name)?;
-    flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
+    flush_durably(&db, Some(&Durable::open(dir)?))?;
     Ok(Some((layout, events)))
 }
 
@@ -80,29 +86,29 @@ pub fn carry_out(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8, u64)>
 /// returns 3 and how many ids moved, or `None` when `dir` has another layout.
 pub fn convert_in_place(dir: &Path, cache_capacity_mb: u64) -> Result<Option<(u8, u64)>, StoreError> {
     let db = open_db(dir, cache_capacity_mb)?;
-    if !db.tree_names().iter().any(|n| n.as_ref() == super::EVENTS_TREE.as_bytes()) {
+    if !db.tree_names().iter().any(|n| n.as_ref() == EVENTS_TREE.as_bytes()) {
         return Ok(None);
     }
-    let tree = db.open_tree(super::EVENTS_TREE)?;
+    let tree = db.open_tree(EVENTS_TREE)?;
     let layout = match tree.get(keys::meta("schema"))?.as_deref() {
         Some([layout @ (3 | 4)]) => *layout,
         _ => return Ok(None),
     };
     let ids = convert(&tree, layout)?;
-    flush_durably(&db, Some(&super::durable::Durable::open(dir)?))?;
+    flush_durably(&db, Some(&Durable::open(dir)?))?;
     Ok(Some((layout, ids)))
 }
 
 /// Converts a layout-3 or layout-4 catalogue to today's, in place; returns how many ids it moved
 /// into buckets (layout 3's).
-pub(super) fn convert(tree: &Tree, layout: u8) -> Result<u64, StoreError> {
+pub(crate) fn convert(tree: &Tree, layout: u8) -> Result<u64, StoreError> {
     let ids = if layout == 3 { bucket_catalogue(tree)? } else { 0 };
     // Layout 5 reads layout 4 as it is: every stored place is at parity 0, the current one. Its
     // tail's removals were not recorded: a start looks the records written so far up.
     let end = tree.get(keys::meta(keys::LOG_END))?.map(|v| decode_serial(&v)).transpose()?.unwrap_or(0);
     let mut batch = sled::Batch::default();
     batch.insert(keys::meta(keys::TAIL_RECORDED), &end.to_be_bytes());
-    batch.insert(keys::meta("schema"), &[super::SCHEMA_VERSION]);
+    batch.insert(keys::meta("schema"), &[SCHEMA_VERSION]);
     tree.apply_batch(batch)?;
     Ok(ids)
 }
@@ -112,8 +118,8 @@ pub(super) fn convert(tree: &Tree, layout: u8) -> Result<u64, StoreError> {
 /// to buckets and the keys it removes go together, so a conversion cut off by a crash goes on
 /// where it stopped at the next open, and an id is in exactly one of the two forms throughout.
 /// Returns how many ids it moved.
-pub(super) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
-    let _progress = super::Progress::every_few_seconds("moving the catalogue's ids into buckets (layout 3 to 4)");
+pub(crate) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
+    let _progress = Progress::every_few_seconds("moving the catalogue's ids into buckets (layout 3 to 4)");
     let mut moved = 0u64;
     let mut buckets: std::collections::BTreeMap<[u8; 4], Vec<u8>> = std::collections::BTreeMap::new();
     let mut batch = sled::Batch::default();
@@ -132,14 +138,14 @@ pub(super) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
         // A bucket: made by this conversion, or by one that was cut off.
         let Some(id) = key.get(1..).and_then(|id| <[u8; 32]>::try_from(id).ok()).map(EventId) else { continue };
         let serial = decode_serial(&value)?;
-        let bucket_key = catalogue::key(&id);
+        let bucket_key = bucket::key(&id);
         let bucket = match buckets.entry(bucket_key) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
                 e.insert(tree.get(bucket_key)?.map(|v| v.to_vec()).unwrap_or_default())
             }
         };
-        *bucket = catalogue::with(Some(bucket), &id, serial)?;
+        *bucket = bucket::with(Some(bucket), &id, serial)?;
         batch.remove(key);
         moved += 1;
         in_batch += 1;
@@ -154,8 +160,9 @@ pub(super) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use super::catalogue::test_id as id;
     use super::*;
+    use crate::store::catalogue;
+    use crate::store::format::bucket::test_id as id;
 
     #[test]
     fn a_conversion_cut_off_inside_a_bucket_goes_on_where_it_stopped() {
@@ -164,7 +171,11 @@ mod tests {
         // Three ids of one bucket and one of another; one of the three already moved (the
         // batch that moved it was the last to land before the crash).
         let ids = [id([1, 2, 0x30], 1), id([1, 2, 0x31], 2), id([1, 2, 0x3f], 3), id([9, 9, 9], 4)];
-        tree.insert(catalogue::key(&ids[1]), catalogue::with(None, &ids[1], 100).unwrap()).unwrap();
+        tree.insert(
+            crate::store::format::bucket::key(&ids[1]),
+            crate::store::format::bucket::with(None, &ids[1], 100).unwrap(),
+        )
+        .unwrap();
         for (n, id) in ids.iter().enumerate().filter(|&(n, _)| n != 1) {
             tree.insert([&[keys::ID][..], &id.0].concat(), &(n as u64 * 100).to_be_bytes()).unwrap();
         }

@@ -8,29 +8,53 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::index::{Key, Serial};
-use super::log::{Log, LogError};
-use super::{MAX_PAIRS, Mark, Store, StoreError, View, catalogue, keys, record, render};
+use std::sync::RwLock;
+
+use sled::Tree;
+
+use super::catalogue;
+use super::error::StoreError;
+use super::format::log::{Log, LogError};
+use super::format::{Serial, keys, record};
+use super::index::Key;
+use super::view::{Mark, View};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp};
 
-impl Store {
+/// More author × kind pairs than this are scanned by author only.
+const MAX_PAIRS: usize = 256;
+
+/// The read side of one open store: the catalogue, the view, and the damaged records met;
+/// cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Reader {
+    pub(crate) tree: Tree,
+    pub(crate) view: Arc<RwLock<View>>,
+    pub(crate) damaged: Arc<Damaged>,
+}
+
+impl Reader {
+    /// The view, for a read.
+    pub(crate) fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The record of a stored event by id.
     fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
         let read = {
             let view = self.view();
-            let serial = catalogue::get(&self.inner.tree, &view.places, id)?;
+            let serial = catalogue::get(&self.tree, &view.places, id)?;
             serial.map(|serial| (serial, view.log.read(serial).map_err(StoreError::from)))
         };
         match read {
-            Some((serial, stored)) => Ok(self.inner.damaged.served(serial, stored)?.map(|r| (serial, r))),
+            Some((serial, stored)) => Ok(self.damaged.served(serial, stored)?.map(|r| (serial, r))),
             None => Ok(None),
         }
     }
 
     /// One stored event by id (expired events are not served, nor a damaged record).
-    pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
+    pub(crate) fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
         let Some((serial, stored)) = self.record_by_id(id)? else { return Ok(None) };
-        let damaged = &self.inner.damaged;
+        let damaged = &self.damaged;
         match damaged.served(serial, record::header(&stored).map_err(StoreError::from))? {
             Some(header) if !header.is_expired(now) => damaged.served(serial, render(&stored)),
             _ => Ok(None),
@@ -39,12 +63,16 @@ impl Store {
 
     /// Stored events matching any filter: newest first, ties lowest id first, each filter's
     /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
-    pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
+    pub(crate) fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
         Ok(self.query_marked(filters, now)?.0)
     }
 
-    /// [`Store::query`], and the [`Mark`] of what the query saw.
-    pub fn query_marked(&self, filters: &[Filter], now: Timestamp) -> Result<(Vec<EventJson>, Mark), StoreError> {
+    /// `Store::query`, and the [`Mark`] of what the query saw.
+    pub(crate) fn query_marked(
+        &self,
+        filters: &[Filter],
+        now: Timestamp,
+    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
         // compaction meanwhile replaces the view, and the old log stays open for this read).
@@ -66,7 +94,7 @@ impl Store {
             (hits, view.log.clone(), view.mark)
         };
         let mut out = Vec::with_capacity(hits.len());
-        let damaged = &self.inner.damaged;
+        let damaged = &self.damaged;
         for hit in hits {
             // An event removed since the scan is still served: the answer is the store as the
             // scan saw it (its frame stays in the log).
@@ -84,7 +112,7 @@ impl Store {
     /// How many stored events match any filter (NIP-45); `limit` is ignored. A filter with no
     /// condition besides what names its index lists (and `since`/`until`) is counted from the
     /// lists alone, without reading a record.
-    pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
+    pub(crate) fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
         let view = &*self.view();
         {
             let mut seen = HashSet::new();
@@ -118,10 +146,10 @@ impl Store {
         let from = keys::expiry(Timestamp(0), &EventId([0; 32]));
         let to = keys::expiry(now, &EventId([0xff; 32]));
         let mut out = HashSet::new();
-        for item in self.inner.tree.range(from..=to) {
+        for item in self.tree.range(from..=to) {
             let id = item?.0.get(9..).and_then(|id| id.try_into().ok()).map(EventId);
             let Some(id) = id else { continue };
-            if let Some(serial) = catalogue::get(&self.inner.tree, &view.places, &id)? {
+            if let Some(serial) = catalogue::get(&self.tree, &view.places, &id)? {
                 out.insert(serial);
             }
         }
@@ -132,7 +160,7 @@ impl Store {
     /// first, as a snapshot: which events is fixed now, and each is read as the iterator reaches
     /// it. An event removed meanwhile is still exported (its frame stays in the log), so the
     /// export is the store as it was when it started, while writes go on.
-    pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
+    pub(crate) fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
         let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The export keeps this log open: a compaction meanwhile does not move its records.
         let (hits, log) = {
@@ -144,31 +172,7 @@ impl Store {
         // Ties in the order they were stored: an import of the export stores them in that order,
         // so exporting the import gives the same lines.
         refs.sort_unstable();
-        Ok(Export { log, refs: refs.into_iter(), damaged: self.inner.damaged.clone() })
-    }
-
-    /// [`Store::export`] off the async reactor.
-    pub async fn export_async(&self, filter: Filter, now: Timestamp) -> Result<Export, StoreError> {
-        self.off_reactor(move |s| s.export(&filter, now)).await
-    }
-
-    /// [`Store::query_marked`] off the async reactor.
-    pub async fn query_async(
-        &self,
-        filters: Vec<Filter>,
-        now: Timestamp,
-    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        self.off_reactor(move |s| s.query_marked(&filters, now)).await
-    }
-
-    /// [`Store::count`] off the async reactor.
-    pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<u64, StoreError> {
-        self.off_reactor(move |s| s.count(&filters, now)).await
-    }
-
-    /// [`Store::get`] off the async reactor.
-    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
-        self.off_reactor(move |s| s.get(&id, now)).await
+        Ok(Export { log, refs: refs.into_iter(), damaged: self.damaged.clone() })
     }
 
     /// The newest `limit` events of one filter in `view`, in order (ties: lowest id first).
@@ -182,13 +186,13 @@ impl Store {
             Plan::Ids(ids) => {
                 let check_tags = !filter.tags.is_empty();
                 for id in ids {
-                    let Some(serial) = catalogue::get(&self.inner.tree, &view.places, &id)? else { continue };
+                    let Some(serial) = catalogue::get(&self.tree, &view.places, &id)? else { continue };
                     // None: a write still in flight, not acknowledged yet.
                     let Some(candidate) = self.candidate(view, serial, 0)? else { continue };
                     if candidate.header.id != id {
                         continue;
                     }
-                    hits.extend(hit(filter, candidate, check_tags, now, log, &self.inner.damaged)?);
+                    hits.extend(hit(filter, candidate, check_tags, now, log, &self.damaged)?);
                 }
             }
             Plan::Scan { keys, check_tags } => {
@@ -205,7 +209,7 @@ impl Store {
                         // A segment's list of a tag may hold another tag's events (a hash
                         // collision): the tags of what it lists are checked.
                         let check = check_tags || (candidate.record.is_some() && matches!(key, Key::Tag(..)));
-                        let found = hit(filter, candidate, check, now, log, &self.inner.damaged)?;
+                        let found = hit(filter, candidate, check, now, log, &self.damaged)?;
                         let Some(hit) = found else { continue };
                         hits.push(hit);
                         taken += 1;
@@ -221,7 +225,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl Reader {
     /// The header of the event at `serial` in `view`, with its record when that had to be read
     /// for it (the index keeps headers of the in-memory events only; `len` is the record's length
     /// when known, else 0); None when the index does not have it (a write in flight) or its record
@@ -233,7 +237,7 @@ impl Store {
         if serial >= view.index.covered() {
             return Ok(None);
         }
-        let damaged = &self.inner.damaged;
+        let damaged = &self.damaged;
         let read = match len {
             0 => view.log.read(serial),
             len => view.log.read_sized(serial, len),
@@ -248,6 +252,12 @@ impl Store {
     }
 }
 
+/// A stored event's JSON. The record's frame passed its CRC check when it was read, and the
+/// record's tags and content were written by serde_json when it was stored.
+fn render(stored: &[u8]) -> Result<EventJson, StoreError> {
+    Ok(EventJson::written_by_hearth(record::render(stored)?))
+}
+
 /// An indexed event a scan met: its header, and its record when that was read for the header.
 struct Candidate {
     serial: Serial,
@@ -258,7 +268,7 @@ struct Candidate {
 /// The damaged records serving has met: each is logged once and skipped, so a reader gets every
 /// other event and never garbage (`hearth check` names them, `--repair` drops them).
 #[derive(Default)]
-pub(super) struct Damaged(Mutex<HashSet<Serial>>);
+pub(crate) struct Damaged(Mutex<HashSet<Serial>>);
 
 impl Damaged {
     /// `read` of the record at `serial`, or None when the record is damaged (its frame fails its
@@ -326,7 +336,7 @@ fn lists_are_exact(filter: &Filter, keys: &[Key]) -> bool {
     filter.ids.is_none() && keys.iter().all(exact)
 }
 
-/// A snapshot of stored events being read out in order ([`Store::export`]).
+/// A snapshot of stored events being read out in order (`Store::export`).
 pub struct Export {
     log: Arc<Log>,
     refs: std::vec::IntoIter<(Timestamp, Serial, u32)>,

@@ -5,6 +5,50 @@ use crate::protocol::verify::verify;
 use std::collections::HashMap;
 
 use crate::protocol::{Event, Filter, Keys, Kind, KindClass, PubKey};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::db::{EVENTS_TREE, open_db};
+use super::format::keys::{self, SCHEMA_VERSION};
+use super::format::log;
+use super::format::record;
+
+/// What the tests look at and hold of a store in the middle of a compaction.
+impl Store {
+    /// Starts a compaction and returns once its swap is done, with the writer's part of its remap
+    /// held until `Store::release_remap` (or a reopen).
+    #[cfg(test)]
+    pub(crate) async fn compact_until_swapped(&self) {
+        self.until_compaction_ends().await.unwrap();
+        self.inner.writes.shared.compaction.hold_remap.store(true, Ordering::Release);
+        assert!(self.start_compaction());
+        while self.inner.writes.shared.view.read().unwrap_or_else(PoisonError::into_inner).places.moved().is_none() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Lets a held remap go on, and waits until it is done.
+    #[cfg(test)]
+    pub(crate) async fn release_remap(&self) {
+        self.inner.writes.shared.compaction.hold_remap.store(false, Ordering::Release);
+        self.until_compaction_ends().await.unwrap();
+    }
+
+    /// Waits until no task holds another handle of this store (a held compaction's task lets go
+    /// once the store has shut down), so that the directory can be opened again.
+    #[cfg(test)]
+    pub(crate) async fn until_alone(&self) {
+        while Arc::strong_count(&self.inner) > 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// True while a compaction's remap is unfinished (its moves are still read).
+    #[cfg(test)]
+    pub(crate) fn remapping(&self) -> bool {
+        self.inner.writes.shared.view.read().unwrap_or_else(PoisonError::into_inner).places.moved().is_some()
+    }
+}
 
 fn keys(n: u8) -> Keys {
     Keys::from_bytes([n; 32]).unwrap()
@@ -279,7 +323,7 @@ async fn a_layout_3_directory_is_converted_at_open_and_every_event_is_found() {
         let buckets: Vec<_> = catalogue::buckets(&tree).map(Result::unwrap).collect();
         assert_eq!(catalogue::all(&tree, &Default::default()).count(), 300);
         for (key, value) in buckets {
-            for (id, serial) in catalogue::entries(&value).unwrap() {
+            for (id, serial) in format::bucket::entries(&value).unwrap() {
                 tree.insert([&[keys::ID][..], &id.0].concat(), &serial.to_be_bytes()).unwrap();
             }
             tree.remove(key).unwrap();
@@ -295,9 +339,10 @@ async fn a_layout_3_directory_is_converted_at_open_and_every_event_is_found() {
     let want: Vec<EventId> = events.iter().rev().map(|e| e.id).collect();
     assert_eq!(ids(&store, r##"{"#t":["a"]}"##), want);
     assert!(matches!(store.put(events[7].clone()).await.unwrap(), PutOutcome::Duplicate));
-    let keys_left = store.inner.tree.scan_prefix([keys::ID]).filter(|item| item.as_ref().unwrap().0.len() != 4).count();
+    let keys_left =
+        store.inner.reader.tree.scan_prefix([keys::ID]).filter(|item| item.as_ref().unwrap().0.len() != 4).count();
     assert_eq!(keys_left, 0);
-    assert_eq!(store.inner.tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [SCHEMA_VERSION]);
+    assert_eq!(store.inner.reader.tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [SCHEMA_VERSION]);
 }
 
 #[tokio::test]
@@ -310,7 +355,7 @@ async fn every_blob_sled_writes_is_synced() {
     for i in 0..40 {
         store.save_setting(&format!("doc-{i:02}"), document.clone()).await.unwrap();
     }
-    let synced = store.inner.durable.as_ref().unwrap().synced_blobs();
+    let synced = store.inner.writes.shared.durable.as_ref().unwrap().synced_blobs();
     let blobs: Vec<_> = std::fs::read_dir(dir.path().join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(!blobs.is_empty(), "no blob was written: the test no longer covers blobs");
     for blob in blobs {
@@ -343,7 +388,7 @@ async fn frames_after_sleds_end_are_replayed_at_open_and_a_torn_one_is_cut_off()
     for e in [&note, &removed_by_admin, &deletion] {
         log::push_frame(&mut tail, &record::encode(e.event()));
     }
-    log::push_frame(&mut tail, &writer::remove_frame(&removed_by_admin.id));
+    log::push_frame(&mut tail, &write::replay::remove_frame(&removed_by_admin.id));
     let replayed = tail.len() as u64;
     // Half a frame of a group whose sync never returned.
     let mut torn = Vec::new();
@@ -382,7 +427,7 @@ async fn a_replayed_sweep_runs_where_it_ran_the_first_time() {
     let mut tail = Vec::new();
     log::push_frame(&mut tail, &record::encode(note.event()));
     log::push_frame(&mut tail, &record::encode(expiring.event()));
-    log::push_frame(&mut tail, &writer::sweep_frame(Timestamp(200)));
+    log::push_frame(&mut tail, &write::replay::sweep_frame(Timestamp(200)));
     log::push_frame(&mut tail, &record::encode(older.event()));
     // After the sweep's partial apply, a deletion still reads its target from the tail.
     log::push_frame(&mut tail, &record::encode(deletion.event()));
@@ -964,7 +1009,7 @@ async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_throug
             store.until_alone().await;
             drop(store);
             if held {
-                let checked = crate::store::check(dir.path(), 8).unwrap();
+                let checked = crate::store::check::check(dir.path(), 8).unwrap();
                 assert_eq!(checked.problems, vec![], "a directory in the middle of a remap checks clean");
             }
             store = segmented(dir.path(), 7);
@@ -1065,7 +1110,7 @@ async fn events_removed_between_a_compactions_copy_and_its_swap_stay_removed_aft
     for e in &notes {
         store.put(e.clone()).await.unwrap();
     }
-    let control = &store.inner.compaction;
+    let control = &store.inner.writes.shared.compaction;
     control.hold_swap.store(true, Ordering::Release);
     assert!(store.start_compaction());
     while !control.copied.load(Ordering::Acquire) {
@@ -1196,8 +1241,8 @@ async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again
     let (store, want) = swapped_with_its_remap_held(dir.path(), 14).await;
     // A disk that is full while the catalogue is rewritten: whoever waits for the remap (`hearth
     // compact`, when an open resumed one) hears why instead of waiting for ever, and reads go on.
-    store.inner.compaction.fail_remap.store(true, Ordering::Release);
-    store.inner.compaction.hold_remap.store(false, Ordering::Release);
+    store.inner.writes.shared.compaction.fail_remap.store(true, Ordering::Release);
+    store.inner.writes.shared.compaction.hold_remap.store(false, Ordering::Release);
     let failed = store.until_compaction_ends().await;
     let want_error =
         "storage: the rewrite of the catalogue that a cut-off compaction left failed: storage: no space left on device";
@@ -1205,7 +1250,7 @@ async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again
     assert!(store.remapping());
     assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
     // Once there is room again, the writer's next try finishes it.
-    store.inner.compaction.fail_remap.store(false, Ordering::Release);
+    store.inner.writes.shared.compaction.fail_remap.store(false, Ordering::Release);
     let waited = std::time::Instant::now();
     while store.remapping() {
         assert!(waited.elapsed() < Duration::from_secs(30), "the remap was not tried again");

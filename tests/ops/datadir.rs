@@ -398,7 +398,7 @@ fn old_layout_dir(data: &Path, layout: u8, events: &[hearth::protocol::Event]) {
             }
             _ => {
                 let key = [&b"e"[..], &(serial as u64).to_be_bytes()].concat();
-                tree.insert(key, hearth::store::record::encode(e)).unwrap();
+                tree.insert(key, hearth::store::format::record::encode(e)).unwrap();
                 tree.insert([&b"i"[..], &e.id.0].concat(), &(serial as u64).to_be_bytes()).unwrap();
             }
         }

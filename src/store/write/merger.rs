@@ -15,12 +15,16 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
-use super::compact::Control;
-use super::durable::Durable;
-use super::remap::Moves;
-use super::segment::Segment;
-use super::writer::Writer;
-use super::{StoreError, View, flush_durably, indexes};
+use super::control::Control;
+use super::shared::Shared;
+use crate::store::db::flush_durably;
+use crate::store::error::StoreError;
+use crate::store::format::durable::Durable;
+use crate::store::format::moves::Moves;
+use crate::store::format::remove_if_there;
+use crate::store::format::segment::Segment;
+use crate::store::index::segments::{merge_into, rewrite_old as rewrite_segments};
+use crate::store::view::View;
 
 struct Merger {
     db: sled::Db,
@@ -31,9 +35,9 @@ struct Merger {
     control: Arc<Control>,
 }
 
-/// Starts the merge thread of the writer's store (none for a temporary store, whose index stays
+/// Starts the merge thread of the store `w` shares (none for a temporary store, whose index stays
 /// in memory); a send on the channel wakes it.
-pub(super) fn spawn(w: &Writer) -> (Sender<()>, Option<JoinHandle<()>>) {
+pub(crate) fn spawn(w: &Shared) -> (Sender<()>, Option<JoinHandle<()>>) {
     let (tx, rx) = channel();
     let Some(dir) = w.dir.clone() else { return (tx, None) };
     let m = Merger {
@@ -90,7 +94,7 @@ fn merge_once(m: &Merger) -> Result<bool, StoreError> {
         let Some(inputs) = view.index.merge_inputs(at) else { return Ok(false) };
         inputs
     };
-    let merged = match indexes::merge_into(&m.dir, generation, &inputs, seq, &m.control.stopping) {
+    let merged = match merge_into(&m.dir, generation, &inputs, seq, &m.control.stopping) {
         Ok(merged) => merged,
         // A compaction that started meanwhile removed the old generation's files.
         Err(_) if m.view.read().unwrap_or_else(PoisonError::into_inner).generation != generation => return Ok(true),
@@ -115,7 +119,7 @@ fn install(
     let mut view = m.view.write().unwrap_or_else(PoisonError::into_inner);
     if !replace(&mut view, made) {
         drop(view);
-        indexes::remove_if_there(&path)?;
+        remove_if_there(&path)?;
         return Ok(false);
     }
     view.index.meta().save(&m.tree)?;
@@ -123,7 +127,7 @@ fn install(
     flush_durably(&m.db, m.durable.as_deref())?;
     for old in inputs {
         // A compaction may have removed its generation's files meanwhile.
-        indexes::remove_if_there(old.path())?;
+        remove_if_there(old.path())?;
     }
     Ok(true)
 }
@@ -139,7 +143,7 @@ fn rewrite_old(
 ) -> Result<bool, StoreError> {
     let started = std::time::Instant::now();
     // The writer and the readers go on with the old segments meanwhile.
-    let rewritten = indexes::rewrite_old(&m.dir, generation, inputs, moved, seq, &m.control.stopping)?;
+    let rewritten = rewrite_segments(&m.dir, generation, inputs, moved, seq, &m.control.stopping)?;
     if install(m, rewritten, inputs, |view, rewritten| view.index.replace_old(inputs, rewritten, seq))? {
         tracing::info!(
             segments = inputs.len(),

@@ -3,40 +3,44 @@
 //!
 //! Owns reading through the overlay, keeping a failed write's changes apart, and committing a
 //! whole group: its frames synced to the event log first, then one sled batch with the log's new
-//! end, then the in-memory index. The rules that decide what a write changes are `apply`'s.
+//! end, then the in-memory index; and an id's catalogue entry as the group sees it. The rules
+//! that decide what a write changes are `apply`'s.
 
 use std::collections::HashMap;
 
 use sled::{Batch, IVec, Tree};
 
-use super::StoreError;
-use super::index::{IndexOp, Serial};
-use super::keys;
-use super::log::{self, Log};
-use super::remap::Places;
+use crate::protocol::EventId;
+use crate::store::catalogue::Places;
+use crate::store::error::StoreError;
+use crate::store::format::bucket::{find, key, with, without};
+use crate::store::format::log::{self, Log};
+use crate::store::format::segment::MAX_SERIAL;
+use crate::store::format::{Serial, keys};
+use crate::store::index::IndexOp;
 
 /// The writes of one group not yet in sled, read through by later writes of the same group.
 /// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway
 /// leaves nothing behind. New records collect as log frames that go after the log's committed
 /// end (`start`); a record's serial is where its frame will be.
-pub(super) struct Pending<'t> {
-    pub(super) tree: &'t Tree,
+pub(crate) struct Pending<'t> {
+    pub(crate) tree: &'t Tree,
     log: &'t Log,
     /// Where this group's frames start: the log's committed end when the group began.
-    pub(super) start: Serial,
+    pub(crate) start: Serial,
     /// How the catalogue's stored places read, and how this group's are written.
-    pub(super) places: Places,
+    pub(crate) places: Places,
     group: HashMap<Vec<u8>, Option<Vec<u8>>>,
     group_frames: Vec<u8>,
     group_index: Vec<IndexOp>,
     op: HashMap<Vec<u8>, Option<Vec<u8>>>,
     op_frames: Vec<u8>,
-    pub(super) op_index: Vec<IndexOp>,
+    pub(crate) op_index: Vec<IndexOp>,
 }
 
 impl<'t> Pending<'t> {
     /// A group after the log's committed end, whose catalogue's places read as `places` say.
-    pub(super) fn new(tree: &'t Tree, log: &'t Log, places: Places) -> Pending<'t> {
+    pub(crate) fn new(tree: &'t Tree, log: &'t Log, places: Places) -> Pending<'t> {
         Pending {
             tree,
             log,
@@ -51,30 +55,30 @@ impl<'t> Pending<'t> {
         }
     }
 
-    pub(super) fn get(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
         match self.op.get(key).or_else(|| self.group.get(key)) {
             Some(value) => Ok(value.as_deref().map(IVec::from)),
             None => Ok(self.tree.get(key)?),
         }
     }
 
-    pub(super) fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+    pub(crate) fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
         self.op.insert(key.into(), Some(value.into()));
     }
 
-    pub(super) fn remove(&mut self, key: impl Into<Vec<u8>>) {
+    pub(crate) fn remove(&mut self, key: impl Into<Vec<u8>>) {
         self.op.insert(key.into(), None);
     }
 
     /// Adds a frame to the log frames of the write in progress; returns its serial.
-    pub(super) fn push_frame(&mut self, payload: &[u8]) -> Serial {
+    pub(crate) fn push_frame(&mut self, payload: &[u8]) -> Serial {
         let serial = self.start + (self.group_frames.len() + self.op_frames.len()) as u64;
         log::push_frame(&mut self.op_frames, payload);
         serial
     }
 
     /// The record at `serial`: from this group's frames, or from the log.
-    pub(super) fn record(&self, serial: Serial) -> Result<Vec<u8>, StoreError> {
+    pub(crate) fn record(&self, serial: Serial) -> Result<Vec<u8>, StoreError> {
         let Some(at) = serial.checked_sub(self.start) else { return Ok(self.log.read(serial)?) };
         let at = usize::try_from(at).map_err(|_| StoreError::Corrupt("serial".into()))?;
         let found = match at.checked_sub(self.group_frames.len()) {
@@ -85,7 +89,7 @@ impl<'t> Pending<'t> {
     }
 
     /// Ends the write in progress: keeps its changes when it succeeded, drops them otherwise.
-    pub(super) fn finish<T>(&mut self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+    pub(crate) fn finish<T>(&mut self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
         if outcome.is_ok() {
             self.group.extend(self.op.drain());
             self.group_frames.append(&mut self.op_frames);
@@ -98,7 +102,7 @@ impl<'t> Pending<'t> {
         outcome
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.group.is_empty()
     }
 
@@ -112,12 +116,12 @@ impl<'t> Pending<'t> {
 
     /// Writes the group's frames to the log and syncs them (the commit point), applies its sled
     /// changes and the log's new end as one atomic batch; returns the changes to the index that
-    /// follow ([`super::index::Index::apply`]). A group that fails leaves no frames behind it in
+    /// follow (`Indexes::apply`). A group that fails leaves no frames behind it in
     /// the log.
-    pub(super) fn apply(&mut self) -> Result<Vec<IndexOp>, StoreError> {
+    pub(crate) fn apply(&mut self) -> Result<Vec<IndexOp>, StoreError> {
         let frames = std::mem::take(&mut self.group_frames);
         let end = self.start + frames.len() as u64;
-        if end >= super::segment::MAX_SERIAL {
+        if end >= MAX_SERIAL {
             self.group.clear();
             return Err(StoreError::LogFull);
         }
@@ -149,4 +153,32 @@ impl<'t> Pending<'t> {
         self.start = end;
         Ok(ops)
     }
+}
+
+/// The serial of `id` as a write group sees it (its own changes first).
+pub(crate) fn pending_get(p: &Pending, id: &EventId) -> Result<Option<Serial>, StoreError> {
+    match p.get(&key(id))? {
+        Some(bucket) => find(&bucket, id)?.map(|place| p.places.resolve(place)).transpose(),
+        None => Ok(None),
+    }
+}
+
+/// Records `id` at `serial` in a write group.
+pub(crate) fn pending_insert(p: &mut Pending, id: &EventId, serial: Serial) -> Result<(), StoreError> {
+    let key = key(id);
+    let bucket = with(p.get(&key)?.as_deref(), id, p.places.encode(serial))?;
+    p.insert(key, bucket);
+    Ok(())
+}
+
+/// Drops `id` in a write group.
+pub(crate) fn pending_remove(p: &mut Pending, id: &EventId) -> Result<(), StoreError> {
+    let key = key(id);
+    let Some(bucket) = p.get(&key)? else { return Ok(()) };
+    match without(&bucket, id)? {
+        Some(rest) if rest.is_empty() => p.remove(key),
+        Some(rest) => p.insert(key, rest),
+        None => {}
+    }
+    Ok(())
 }

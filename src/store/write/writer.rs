@@ -11,54 +11,47 @@
 //! moderation removal and each expiry sweep that removed something) are written to the event log
 //! and synced; only then is its sled batch applied, with the log's new end, and only then are
 //! its writes acknowledged. sled is flushed in the background ([`SLED_FLUSH_EVERY`]) and at
-//! shutdown. After a crash, [`replay`] runs the frames after the end sled last made durable
+//! shutdown. After a crash, `replay` runs the frames after the end sled last made durable
 //! through the same code the writes took the first time, in the same order, so sled and the index
 //! come back exactly as they were acknowledged. One sled batch per group and one sync per ack
 //! (not one batch per event, nor three syncs per ack) are what the ingest figures in README rest
 //! on.
 //!
-//! Between groups it also takes the steps of an unfinished compaction's remap (`super::remap`):
+//! Between groups it also takes the steps of an unfinished compaction's remap (`remap`, `remapping`):
 //! it is the only thread that changes the catalogue's buckets, so a step needs no transaction
 //! either.
 
-use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use sled::Tree;
 use tokio::sync::{mpsc, oneshot};
 
-use super::apply::{put, remove_into, sweep};
-use super::compact::{self, Compacted, Control, Prepared, Swapped};
-use super::index::Serial;
-use super::log::{self, Log};
+use super::apply::{PutOutcome, put, remove_into, sweep};
+use super::compact::{self, Prepared};
+use super::control::Compacted;
+use super::merger;
 use super::pending::Pending;
-use super::record;
-use super::remap::{self, Places, Remap};
-use super::{Mark, PutOutcome, StoreError, View};
+use super::remap::Remap;
+use super::remapping::{Remapping, Turn, remap_turn};
+use super::replay::{remove_frame, sweep_frame};
+use super::shared::Shared;
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
+use crate::store::error::StoreError;
+use crate::store::index::meta::written_out;
+use crate::store::view::Mark;
 
 /// Writes handled in one group at most.
 const MAX_GROUP: usize = 4096;
 /// How often sled's state is flushed and synced behind the acknowledged writes; this bounds what
-/// [`replay`] has to redo after a crash.
+/// `replay` has to redo after a crash.
 const SLED_FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long the writer waits to write an index segment again after it failed.
 const INDEX_RETRY: Duration = Duration::from_secs(60);
-/// How long the writer waits before another remap step after one failed.
-const REMAP_RETRY: Duration = Duration::from_secs(1);
 /// How often an idle writer looks whether the merge thread has finished its part of a remap.
 const REMAP_POLL: Duration = Duration::from_millis(10);
-/// How often the merge thread is woken while the writer waits for its part of a remap.
-const MERGE_NUDGE: Duration = Duration::from_secs(5);
-/// First byte of the log frame of a moderation removal (then the id); records start with
-/// [`record::FORMAT`].
-const REMOVE_FRAME: u8 = 0x80;
-/// First byte of the log frame of an expiry sweep that removed events (then `now`, u64).
-const SWEEP_FRAME: u8 = 0x81;
 
 /// A request to the writer.
-pub(super) enum WriteOp {
+pub(crate) enum WriteOp {
     Put {
         event: Arc<VerifiedEvent>,
         reply: oneshot::Sender<Result<PutOutcome, StoreError>>,
@@ -115,36 +108,7 @@ impl Reply {
     }
 }
 
-/// What the writer thread owns.
-pub(super) struct Writer {
-    pub db: sled::Db,
-    pub tree: Tree,
-    /// The index and the log the records go to.
-    pub view: Arc<RwLock<View>>,
-    /// Syncs what sled flushed (`None` for a temporary store).
-    pub durable: Option<Arc<super::durable::Durable>>,
-    /// The data directory (`None` for a temporary store).
-    pub dir: Option<PathBuf>,
-    /// When a compaction is due.
-    pub compaction: Arc<Control>,
-}
-
-impl Writer {
-    /// sled's flush, then the data sync that makes it durable.
-    pub(super) fn flush(&self) -> Result<(), StoreError> {
-        super::flush_durably(&self.db, self.durable.as_deref())
-    }
-
-    /// The log the next group's frames go to.
-    pub(super) fn log(&self) -> Arc<Log> {
-        self.view.read().unwrap_or_else(PoisonError::into_inner).log.clone()
-    }
-
-    /// The view, for the writer's changes; readers wait meanwhile.
-    pub(super) fn view_mut(&self) -> RwLockWriteGuard<'_, View> {
-        self.view.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
+impl Shared {
     /// Commits a group: its frames and sled batch, then its changes to the index, which makes
     /// them visible at the mark returned.
     fn commit(&self, pending: &mut Pending) -> Result<Mark, StoreError> {
@@ -171,7 +135,7 @@ impl Writer {
         let mut view = self.view_mut();
         let from = view.index.covered();
         view.index.wrote(seq, seg, end);
-        self.tree.apply_batch(super::indexes::written_out(&self.tree, &view.index.meta(), from, end)?)?;
+        self.tree.apply_batch(written_out(&self.tree, &view.index.meta(), from, end)?)?;
         drop(view);
         if let Some(merges) = merges {
             let _ = merges.send(());
@@ -181,7 +145,7 @@ impl Writer {
 }
 
 /// Starts the writer thread; `remap` is an unfinished remap found at open.
-pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) -> Result<(), StoreError> {
+pub(crate) fn spawn(writer: Shared, rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("hearth-writer".into())
         .spawn(move || run(writer, rx, remap))
@@ -189,116 +153,10 @@ pub(super) fn spawn(writer: Writer, rx: mpsc::Receiver<WriteOp>, remap: Option<R
     Ok(())
 }
 
-/// An unfinished remap as the writer carries it on, and the compaction waiting for it (none when
-/// it was found at open).
-struct Remapping {
-    state: Remap,
-    waiting: Option<(oneshot::Sender<Result<Compacted, StoreError>>, Swapped)>,
-    /// No step before this (set after one failed).
-    quiet_until: Option<Instant>,
-    /// When the merge thread was last woken for its part.
-    woke: Instant,
-}
-
-/// What a turn of a remap's work came to.
-#[derive(PartialEq)]
-enum Turn {
-    /// The remap is done.
-    Done,
-    /// A step was taken: more to do.
-    Stepped,
-    /// Nothing to do now: the merge thread's part is not done, a failed step waits, or a test
-    /// holds it.
-    Waiting,
-}
-
-impl Remapping {
-    /// An unfinished remap, with the compaction waiting for it if any.
-    fn new(state: Remap, waiting: Option<(oneshot::Sender<Result<Compacted, StoreError>>, Swapped)>) -> Remapping {
-        Remapping { state, waiting, quiet_until: None, woke: Instant::now() }
-    }
-
-    /// Takes the next step of the catalogue's rewrite, or finishes the remap once the merge
-    /// thread has rewritten the old segments too (woken again now and then while it has not: a
-    /// rewrite that failed, on a full disk say, is tried again).
-    fn work(&mut self, w: &Writer, merges: &std::sync::mpsc::Sender<()>) -> Turn {
-        if self.quiet_until.is_some_and(|until| Instant::now() < until) || w.compaction.remap_held() {
-            return Turn::Waiting;
-        }
-        let (places, old_segments) = {
-            let view = w.view.read().unwrap_or_else(PoisonError::into_inner);
-            (view.places.clone(), view.index.old_segments())
-        };
-        let turn = match (self.state.catalogue_done(), old_segments) {
-            (false, _) => w
-                .compaction
-                .remap_step_failure()
-                .and_then(|()| remap::step(&w.tree, &places, &mut self.state))
-                .map(|()| Turn::Stepped),
-            (true, 0) => w.finish_remap().map(|()| Turn::Done),
-            (true, _) => {
-                if self.woke.elapsed() >= MERGE_NUDGE {
-                    let _ = merges.send(());
-                    self.woke = Instant::now();
-                }
-                Ok(Turn::Waiting)
-            }
-        };
-        w.compaction.remap_stepped(turn.as_ref().err().map(ToString::to_string));
-        turn.unwrap_or_else(|e| {
-            tracing::error!(error = %e, "a step of the compaction's remap failed; trying again shortly");
-            self.quiet_until = Some(Instant::now() + REMAP_RETRY);
-            Turn::Waiting
-        })
-    }
-
-    /// Answers the compaction waiting for it, if any, and wakes the merge thread, which merges
-    /// no segments while a compaction runs.
-    fn answer(self, w: &Writer, merges: &std::sync::mpsc::Sender<()>) {
-        if let Some((reply, swapped)) = self.waiting {
-            let _ = reply.send(swapped.done(w));
-        }
-        let _ = merges.send(());
-    }
-}
-
-impl Writer {
-    /// Ends a remap whose catalogue and segments are rewritten: its record goes, durably, then
-    /// the moves file and the previous generation's segment files.
-    fn finish_remap(&self) -> Result<(), StoreError> {
-        remap::finish(&self.tree)?;
-        let generation = {
-            let mut view = self.view_mut();
-            view.places = view.places.settled();
-            view.generation
-        };
-        self.flush()?;
-        if let Some(dir) = &self.dir {
-            remap::remove_stale(dir, None)?;
-            super::indexes::remove_other_generations(dir, &[generation])?;
-        }
-        self.compaction.remapped();
-        tracing::info!("the compaction's rewrite of the catalogue and the index is done");
-        Ok(())
-    }
-}
-
-/// A turn of the unfinished remap, if there is one; once it is done, the compaction waiting for
-/// it is answered and the remap let go.
-fn remap_turn(w: &Writer, remapping: &mut Option<Remapping>, merges: &std::sync::mpsc::Sender<()>) -> Option<Turn> {
-    let turn = remapping.as_mut()?.work(w, merges);
-    if turn == Turn::Done
-        && let Some(done) = remapping.take()
-    {
-        done.answer(w, merges);
-    }
-    Some(turn)
-}
-
 /// The next request: waited for, or, while a remap has work to do, taken only if one is there
 /// (None then, after a step of the remap). `Err` when every sender is gone.
 fn next_op(
-    w: &Writer,
+    w: &Shared,
     rx: &mut mpsc::Receiver<WriteOp>,
     remapping: &mut Option<Remapping>,
     merges: &std::sync::mpsc::Sender<()>,
@@ -318,10 +176,10 @@ fn next_op(
     }
 }
 
-fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
+fn run(w: Shared, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     let mut flushed = Instant::now();
-    let (merges, merger) = super::merger::spawn(&w);
+    let (merges, merger) = merger::spawn(&w);
     // After a segment could not be written (a full disk), the in-memory index grows until then.
     let mut index_quiet_until: Option<Instant> = None;
     let mut remapping = remap.map(|state| Remapping::new(state, None));
@@ -460,71 +318,11 @@ fn run(w: Writer, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
 
 /// Flushes sled behind the acknowledgements when the last flush is [`SLED_FLUSH_EVERY`] ago: a
 /// failure here only means a longer replay.
-fn flush_if_due(w: &Writer, flushed: &mut Instant) {
+fn flush_if_due(w: &Shared, flushed: &mut Instant) {
     if flushed.elapsed() >= SLED_FLUSH_EVERY {
         if let Err(e) = w.flush() {
             tracing::error!(error = %e, "flushing sled behind the event log failed");
         }
         *flushed = Instant::now();
     }
-}
-
-/// The log frame of a moderation removal.
-pub(super) fn remove_frame(id: &EventId) -> Vec<u8> {
-    let mut frame = vec![REMOVE_FRAME];
-    frame.extend_from_slice(&id.0);
-    frame
-}
-
-/// The log frame of an expiry sweep that removed events.
-pub(super) fn sweep_frame(now: Timestamp) -> Vec<u8> {
-    let mut frame = vec![SWEEP_FRAME];
-    frame.extend_from_slice(&now.0.to_be_bytes());
-    frame
-}
-
-/// Redoes, in order, the writes whose frames are in the event log after the end sled made
-/// durable (`serials`, from [`Log::recover_tail`]): puts, removals and sweeps take the same code
-/// as the first time against the same state, so they decide the same way. Returns how many frames
-/// were replayed; the caller flushes.
-pub(super) fn replay(tree: &Tree, log: &Log, serials: &[Serial], places: &Places) -> Result<usize, StoreError> {
-    // The index is rebuilt from sled afterwards: the replayed changes to it are not needed.
-    let mut p = Pending::new(tree, log, places.clone());
-    for &serial in serials {
-        let frame = log.read(serial)?;
-        // What is applied to sled records as done exactly the frames before this one (a sweep
-        // applies the group so far), so a crash during the replay redoes the rest.
-        p.start = serial;
-        let outcome = match frame.split_first() {
-            Some((&REMOVE_FRAME, id)) => {
-                let id = EventId(id.try_into().map_err(|_| StoreError::Corrupt(format!("removal frame at {serial}")))?);
-                remove_into(&mut p, &id).map(drop)
-            }
-            Some((&SWEEP_FRAME, now)) => {
-                let now = now.try_into().map_err(|_| StoreError::Corrupt(format!("sweep frame at {serial}")))?;
-                if !p.is_empty() {
-                    p.apply()?;
-                }
-                sweep(&mut p, Timestamp(u64::from_be_bytes(now))).map(drop)
-            }
-            _ => match put(&mut p, &record::decode(&frame)?, Some(serial))? {
-                PutOutcome::Stored(_) => Ok(()),
-                other => {
-                    tracing::warn!(serial, outcome = ?other, "a replayed record was not stored again");
-                    // Its frame is dead: recorded as a removal, so the tail's reader skips it.
-                    p.insert(
-                        super::keys::removed(serial),
-                        (log::FRAME_HEADER as u32 + frame.len() as u32).to_be_bytes(),
-                    );
-                    Ok(())
-                }
-            },
-        };
-        p.finish(outcome)?;
-        p.start = serial + log::FRAME_HEADER + frame.len() as u64;
-    }
-    if !p.is_empty() {
-        p.apply()?;
-    }
-    Ok(serials.len())
 }

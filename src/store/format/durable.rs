@@ -21,7 +21,7 @@ const LOG: &str = "db";
 const BLOBS: &str = "blobs";
 
 /// The files of one sled data directory that need syncing after a flush.
-pub(super) struct Durable {
+pub struct Durable {
     log: File,
     blobs: PathBuf,
     /// Blob files already synced (sled never rewrites a blob: each gets a new name).

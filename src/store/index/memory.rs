@@ -11,11 +11,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::record::Header;
 use crate::protocol::{Kind, PubKey, Timestamp};
-
-/// The position of a record in the tree; only grows.
-pub type Serial = u64;
+use crate::store::format::Serial;
+use crate::store::format::log::FRAME_HEADER;
+use crate::store::format::record::Header;
+use crate::store::format::segment::{Posting as SegmentPosting, pack};
 
 /// Hashes serials with one multiplication. Serials are places in the log, never chosen by a
 /// client, so SipHash's defence against chosen keys buys nothing for them, and the maps keyed by
@@ -141,14 +141,14 @@ impl Index {
             self.lists.entry(key).or_default().insert(posting);
         }
         if self.headers.insert(serial, header).is_none() {
-            self.live_bytes += super::log::FRAME_HEADER + u64::from(header.len);
+            self.live_bytes += FRAME_HEADER + u64::from(header.len);
         }
     }
 
     /// Removes a stored event from its lists.
     pub fn remove(&mut self, serial: Serial, keys: &[Key]) {
         let Some(header) = self.headers.remove(&serial) else { return };
-        self.live_bytes = self.live_bytes.saturating_sub(super::log::FRAME_HEADER + u64::from(header.len));
+        self.live_bytes = self.live_bytes.saturating_sub(FRAME_HEADER + u64::from(header.len));
         let posting = (u64::MAX - header.created_at.0, serial);
         for key in keys {
             if let Some(list) = self.lists.get_mut(key) {
@@ -172,7 +172,7 @@ impl Index {
                 lists.entry(key).or_default().push(posting);
             }
             if index.headers.insert(serial, header).is_none() {
-                index.live_bytes += super::log::FRAME_HEADER + u64::from(header.len);
+                index.live_bytes += FRAME_HEADER + u64::from(header.len);
             }
         }
         index.lists.reserve(lists.len());
@@ -192,12 +192,12 @@ impl Index {
     }
 
     /// Every posting, named by its list's [`Key::hash64`], sorted: an index segment's content.
-    pub fn postings(&self) -> Vec<super::segment::Posting> {
+    pub fn postings(&self) -> Vec<SegmentPosting> {
         let mut out = Vec::with_capacity(self.lists.values().map(BTreeSet::len).sum());
         for (key, list) in &self.lists {
             let hash = key.hash64();
             let len = |serial| self.headers.get(&serial).map_or(0, |h| h.len);
-            out.extend(list.iter().map(|&(rev, serial)| (hash, rev, super::segment::pack(serial, len(serial)))));
+            out.extend(list.iter().map(|&(rev, serial)| (hash, rev, pack(serial, len(serial)))));
         }
         out.sort_unstable();
         out
@@ -218,7 +218,7 @@ impl Index {
         for (&serial, header) in &self.headers {
             if let Some(new) = to(serial) {
                 out.headers.insert(new, *header);
-                out.live_bytes += super::log::FRAME_HEADER + u64::from(header.len);
+                out.live_bytes += FRAME_HEADER + u64::from(header.len);
             }
         }
         for (key, list) in &self.lists {

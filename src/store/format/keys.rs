@@ -5,13 +5,13 @@
 //!
 //! | prefix | key                                   | value                          |
 //! |--------|---------------------------------------|--------------------------------|
-//! | `i`    | the id's first 20 bits (3 bytes)      | (id + stored place: the serial, its generation's parity in the top bit) × the ids of that bucket: [`super::catalogue`] |
+//! | `i`    | the id's first 20 bits (3 bytes)      | (id + stored place: the serial, its generation's parity in the top bit) × the ids of that bucket: `catalogue` |
 //! | `r`    | pubkey + kind + d                     | id + created_at                |
 //! | `x`    | expiration + id                       | —                              |
 //! | `d`    | id (tombstone)                        | deleting pubkey                |
 //! | `D`    | pubkey + kind + d (address tombstone) | deletion created_at            |
 //! | `z`    | serial (in the current generation)    | frame bytes (u32): a removed event that an index segment still lists, or whose record is in the log's tail (after the segments) |
-//! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen`, `index`, `parity`, `remap` ([`super::remap`]) |
+//! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen`, `index`, `parity`, `remap` (the writer's `remap`) |
 //!
 //! The `i` entry (an id and the serial of its record, its place in [`super::log`]) is the event's identity: deduplication and `ids` filters go through it, and an
 //! event is stored exactly while its `i` entry exists. The records themselves are in the event
@@ -19,6 +19,9 @@
 //! (`super::indexes`).
 
 use crate::protocol::{EventId, Kind, PubKey, Timestamp};
+
+/// Current on-disk layout version (the `m` `schema` entry).
+pub const SCHEMA_VERSION: u8 = 5;
 
 /// Id bucket → (id, serial) entries.
 pub const ID: u8 = b'i';

@@ -7,16 +7,28 @@
 
 use sled::IVec;
 
-use super::catalogue;
-use super::index::IndexOp;
-use super::index::{self, Serial};
-use super::keys;
-use super::pending::Pending;
-use super::record;
-use super::{PutOutcome, StoreError};
+use super::pending::{Pending, pending_get, pending_insert, pending_remove};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp};
+use crate::store::error::StoreError;
+use crate::store::format::log::FRAME_HEADER;
+use crate::store::format::{Serial, keys, record};
+use crate::store::index::{self, IndexOp};
+use crate::store::view::Mark;
 
-pub(super) fn address_of(event: &Event) -> Option<Vec<u8>> {
+/// What happened to an event given to `Store::put`.
+#[derive(Clone, Debug)]
+pub enum PutOutcome {
+    /// Newly stored and durable, readable from the mark given.
+    Stored(Mark),
+    /// The same id is already stored.
+    Duplicate,
+    /// A newer version of this replaceable / addressable event is stored.
+    Superseded,
+    /// Its author deleted it (NIP-09 tombstone).
+    Deleted,
+}
+
+pub(crate) fn address_of(event: &Event) -> Option<Vec<u8>> {
     match event.kind.class() {
         KindClass::Replaceable => Some(keys::address(&event.pubkey, event.kind, "")),
         KindClass::Addressable => Some(keys::address(&event.pubkey, event.kind, event.d_tag())),
@@ -24,7 +36,7 @@ pub(super) fn address_of(event: &Event) -> Option<Vec<u8>> {
     }
 }
 
-pub(super) fn address_tombstone_of(event: &Event) -> Option<Vec<u8>> {
+pub(crate) fn address_tombstone_of(event: &Event) -> Option<Vec<u8>> {
     match event.kind.class() {
         KindClass::Replaceable => Some(keys::address_tombstone(&event.pubkey, event.kind, "")),
         KindClass::Addressable => Some(keys::address_tombstone(&event.pubkey, event.kind, event.d_tag())),
@@ -33,27 +45,27 @@ pub(super) fn address_tombstone_of(event: &Event) -> Option<Vec<u8>> {
 }
 
 /// The current version at an address: (id, created_at).
-pub(super) fn decode_address(value: &[u8]) -> Result<(EventId, Timestamp), StoreError> {
+pub(crate) fn decode_address(value: &[u8]) -> Result<(EventId, Timestamp), StoreError> {
     let corrupt = || StoreError::Corrupt("address record".into());
     let id: [u8; 32] = value.get(..32).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;
     let at: [u8; 8] = value.get(32..40).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;
     Ok((EventId(id), Timestamp(u64::from_be_bytes(at))))
 }
 
-pub(super) fn encode_address(id: &EventId, at: Timestamp) -> Vec<u8> {
+pub(crate) fn encode_address(id: &EventId, at: Timestamp) -> Vec<u8> {
     let mut v = id.0.to_vec();
     v.extend_from_slice(&at.0.to_be_bytes());
     v
 }
 
-pub(super) fn read_u64(value: &IVec) -> u64 {
+pub(crate) fn read_u64(value: &IVec) -> u64 {
     value.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
 /// Removes a stored event and everything that points at it. Returns the event.
-pub(super) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreError> {
-    let Some(serial) = catalogue::pending_get(p, id)? else { return Ok(None) };
-    catalogue::pending_remove(p, id)?;
+pub(crate) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>, StoreError> {
+    let Some(serial) = pending_get(p, id)? else { return Ok(None) };
+    pending_remove(p, id)?;
     // The record stays in the log, unreachable.
     let stored = p.record(serial)?;
     let event = record::decode(&stored)?;
@@ -70,7 +82,7 @@ pub(super) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>
     // An index segment lists it (segments never change, so the removal is kept beside them), or
     // its record is in the log's tail, which a start after a crash reads back: either way the
     // removal is recorded, so neither needs the catalogue to tell.
-    let frame = super::log::FRAME_HEADER as u32 + header.len;
+    let frame = FRAME_HEADER as u32 + header.len;
     p.insert(keys::removed(serial), frame.to_be_bytes());
     p.op_index.push(IndexOp::Remove(serial, header.len, index::keys_of(&header, &event.tags)));
     Ok(Some(event))
@@ -78,8 +90,8 @@ pub(super) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>
 
 /// Stores an event (verified by the caller) unless it is a duplicate, superseded or deleted.
 /// Its record goes into a new log frame, or, when replaying, is the frame at `replayed`.
-pub(super) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> Result<PutOutcome, StoreError> {
-    if catalogue::pending_get(p, &event.id)?.is_some() {
+pub(crate) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> Result<PutOutcome, StoreError> {
+    if pending_get(p, &event.id)?.is_some() {
         return Ok(PutOutcome::Duplicate);
     }
     if let Some(deleter) = p.get(&keys::tombstone(&event.id))?
@@ -113,13 +125,13 @@ pub(super) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
         Some(serial) => serial,
         None => p.push_frame(&stored),
     };
-    catalogue::pending_insert(p, &event.id, serial)?;
+    pending_insert(p, &event.id, serial)?;
     p.op_index.push(IndexOp::Insert(serial, header, index::keys_of(&header, &event.tags)));
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
     }
     // The writer gives it the mark of the group that makes it visible.
-    Ok(PutOutcome::Stored(super::Mark::default()))
+    Ok(PutOutcome::Stored(Mark::default()))
 }
 
 /// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records
@@ -128,7 +140,7 @@ fn delete_targets(p: &mut Pending, deletion: &Event) -> Result<(), StoreError> {
     let author = deletion.pubkey;
     for value in deletion.tag_values("e") {
         let Some(id) = EventId::from_hex(value) else { continue };
-        if let Some(serial) = catalogue::pending_get(p, &id)? {
+        if let Some(serial) = pending_get(p, &id)? {
             let target = record::header(&p.record(serial)?)?;
             // Only the author's own events; a deletion cannot delete a deletion.
             if target.pubkey != author || target.kind == Kind::DELETION {
@@ -168,7 +180,7 @@ fn parse_address(value: &str) -> Option<(Kind, PubKey, &str)> {
 
 /// Deletes every event whose expiration is at or before `now`. Reads the tree directly: the
 /// caller applies the group first.
-pub(super) fn sweep(p: &mut Pending, now: Timestamp) -> Result<usize, StoreError> {
+pub(crate) fn sweep(p: &mut Pending, now: Timestamp) -> Result<usize, StoreError> {
     let start = vec![keys::EXPIRY];
     let end = keys::expiry(now, &EventId([0xff; 32]));
     let mut removed = 0;
@@ -189,7 +201,7 @@ pub(super) fn sweep(p: &mut Pending, now: Timestamp) -> Result<usize, StoreError
 mod tests {
     use super::*;
     use crate::protocol::Keys;
-    use crate::store::log::Log;
+    use crate::store::format::log::Log;
 
     fn tag(name: &str, value: &str) -> Vec<String> {
         vec![name.to_string(), value.to_string()]
@@ -201,7 +213,7 @@ mod tests {
 
     /// A group over an empty catalogue; `with` runs the writes, then the group is applied.
     fn group<T>(tree: &sled::Tree, log: &Log, with: impl FnOnce(&mut Pending) -> T) -> T {
-        let mut p = Pending::new(tree, log, crate::store::remap::Places::default());
+        let mut p = Pending::new(tree, log, crate::store::catalogue::Places::default());
         let out = with(&mut p);
         if !p.is_empty() {
             p.apply().unwrap();
@@ -221,7 +233,7 @@ mod tests {
     }
 
     fn stored(tree: &sled::Tree, e: &Event) -> bool {
-        catalogue::contains(tree, &e.id).unwrap()
+        crate::store::catalogue::contains(tree, &e.id).unwrap()
     }
 
     #[test]

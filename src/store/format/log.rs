@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
-use super::index::Serial;
+use super::Serial;
 
 /// The log's file name in the data directory before its first compaction (generation 0).
 pub const FILE: &str = "events.log";

@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn render_equals_to_json_for_every_vector() {
-        let valid = include_str!("../../tests/vectors/valid.jsonl");
+        let valid = include_str!("../../../tests/vectors/valid.jsonl");
         for line in valid.lines().filter(|l| !l.trim().is_empty()) {
             let event = Event::from_json(line).unwrap();
             let record = encode(&event);
@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn a_record_with_an_empty_tag_does_not_decode() {
         let mut event =
-            Event::from_json(include_str!("../../tests/vectors/valid.jsonl").lines().next().unwrap()).unwrap();
+            Event::from_json(include_str!("../../../tests/vectors/valid.jsonl").lines().next().unwrap()).unwrap();
         event.tags = vec![vec![], vec!["t".into(), "x".into()]];
         let record = encode(&event);
         assert_eq!(decode(&record).unwrap_err().to_string(), "event record: a tag is empty");
@@ -199,7 +199,8 @@ mod tests {
 
     #[test]
     fn truncated_records_are_errors_not_panics() {
-        let event = Event::from_json(include_str!("../../tests/vectors/valid.jsonl").lines().next().unwrap()).unwrap();
+        let event =
+            Event::from_json(include_str!("../../../tests/vectors/valid.jsonl").lines().next().unwrap()).unwrap();
         let record = encode(&event);
         for n in 0..record.len() {
             let cut = &record[..n];
