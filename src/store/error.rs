@@ -86,7 +86,7 @@ pub enum StoreError {
 impl StoreError {
     /// An I/O failure while opening `dir`, named with the directory (a bare `Permission denied`
     /// says nothing of where).
-    pub(in crate::store) fn opening(self, dir: &Path) -> StoreError {
+    pub(crate) fn opening(self, dir: &Path) -> StoreError {
         let path = dir.to_path_buf();
         match self {
             StoreError::Io(source)
