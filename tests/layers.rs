@@ -14,6 +14,8 @@
 //! brought in. Tests (`tests.rs` files and `#[cfg(test)]` items) are left out: they may reach
 //! across floors to look at what they test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

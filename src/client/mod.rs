@@ -3,12 +3,15 @@
 //! over the REST API.
 //!
 //! The rules live in [`core`] (no I/O, time passed in, unit-tested with a fake clock); the
-//! [`session`] moves frames between that core and a WebSocket, and [`rest`] moves the same
-//! requests between it and HTTP calls.
+//! [`session`] is the caller's handle and what both transports share, [`ws`] moves frames
+//! between the core and a WebSocket, and [`rest`] moves the same requests between it and HTTP
+//! calls; neither transport imports the other.
 
 pub mod core;
+mod nip11;
 pub mod rest;
 pub mod session;
+pub mod ws;
 
 pub use self::core::{Pace, Progress, PublishError, Update};
 pub use session::Session;

@@ -13,26 +13,18 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use super::core::{Core, Pace, Progress, Reply, Target, Transport};
+use super::nip11::{http_base, nip11};
 use super::session::{Command, Options, Session, Waiters, sleep_until};
 
 use crate::protocol::nip98;
 use crate::protocol::{ClientMessage, Keys, TIER_HEADER, Tier, Timestamp};
 
-/// The `http(s)://` base of a `ws(s)://` relay URL.
-pub fn http_base(relay_url: &str) -> String {
-    relay_url.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1).trim_end_matches('/').to_string()
-}
-
-/// The relay's NIP-11 document: `Ok(None)` when it serves none, `Err` when it cannot be reached.
-pub async fn nip11(http: &reqwest::Client, base: &str) -> Result<Option<Value>, String> {
-    let response = http
-        .get(format!("{base}/"))
-        .header("Accept", "application/nostr+json")
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .map_err(|e| format!("cannot connect to {base}: {e}"))?;
-    Ok(response.json().await.ok())
+impl Session {
+    /// A session with the relay at `relay_url` (`ws(s)://` or `http(s)://`) over its REST API;
+    /// `keys` sign every call (NIP-98), so it is billed to the key.
+    pub async fn connect_rest(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
+        start(relay_url, keys, options).await
+    }
 }
 
 /// What the session task needs besides the core.

@@ -1,32 +1,19 @@
 //! An async relay session, driven by [`super::core::Core`]: the caller's handle for both
-//! transports, and the WebSocket's task.
+//! transports.
 //!
-//! Owns the socket task and what both transports' tasks share: the commands callers send through
+//! Owns what both transports' tasks share: the commands callers send through
 //! a bounded channel, and who waits for the answers (`Waiters`). Every decision (gate, resend,
-//! pacing, AUTH) is the core's; the REST task is [`super::rest`]'s.
+//! pacing, AUTH) is the core's; the tasks are [`super::ws`]'s and [`super::rest`]'s.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use super::core::{Core, Pace, Progress, PublishError, Transport, Update};
-use super::rest;
+use super::core::{Core, Pace, Progress, PublishError, Update};
 
-use crate::protocol::{Event, EventId, Filter, Keys, Tier};
-
-/// Bytes read from the socket at once: tungstenite's default of 128 KiB is zero-filled on every
-/// read, which costs more than the frames of a relay session.
-const READ_BUFFER: usize = 8 * 1024;
-
-/// The client side's socket configuration (the bench uses it too).
-pub fn socket_config() -> WebSocketConfig {
-    WebSocketConfig::default().read_buffer_size(READ_BUFFER)
-}
+use crate::protocol::{Event, EventId, Filter, Tier};
 
 /// Session settings.
 #[derive(Clone, Debug)]
@@ -62,41 +49,7 @@ pub struct Session {
     tier: Option<watch::Receiver<Option<Tier>>>,
 }
 
-/// How long a session with keys holds its first requests for the relay's NIP-42 challenge and the
-/// answer to its AUTH, so that they are billed to the key and not to the address. hearth sends
-/// the challenge as its first frame; a relay that sends none costs this wait once.
-const AUTH_HOLD: Duration = Duration::from_secs(2);
-
 impl Session {
-    /// Connects to `relay_url`; `keys` answer NIP-42 challenges.
-    pub async fn connect(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
-        let pace = match options.pace {
-            Some(p) => Some(p),
-            None => rest::nip11(&reqwest::Client::new(), &rest::http_base(relay_url))
-                .await
-                .ok()
-                .flatten()
-                .and_then(|doc| Pace::advertised(&doc, Tier::Human, Transport::WebSocket)),
-        };
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(relay_url, Some(socket_config()), true)
-            .await
-            .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
-        let with_keys = keys.is_some();
-        let mut core = Core::new(relay_url, keys, options.publish_timeout, pace);
-        if with_keys {
-            core.hold_for_auth(Instant::now() + AUTH_HOLD);
-        }
-        let (session, rx, progress) = Session::channels(None);
-        tokio::spawn(drive(ws, core, rx, progress));
-        Ok(session)
-    }
-
-    /// A session with the relay at `relay_url` (`ws(s)://` or `http(s)://`) over its REST API;
-    /// `keys` sign every call (NIP-98), so it is billed to the key.
-    pub async fn connect_rest(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
-        rest::start(relay_url, keys, options).await
-    }
-
     /// A session and the ends its task keeps: the commands, and where it says its progress.
     pub(super) fn channels(
         tier: Option<watch::Receiver<Option<Tier>>>,
@@ -170,48 +123,6 @@ impl Session {
             .map_err(|_| "session closed".to_string())?;
         rx.await.map_err(|_| "connection lost".to_string())?
     }
-}
-
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn drive(ws: Ws, mut core: Core, mut commands: mpsc::Receiver<Command>, progress: watch::Sender<Progress>) {
-    let (mut sink, mut stream) = ws.split();
-    let mut waiters = Waiters::default();
-    let mut open = true;
-    let mut connected = true;
-    while open {
-        let now = Instant::now();
-        while let Some(message) = core.poll_transmit(now) {
-            let Ok(text) = serde_json::to_string(&message) else { continue };
-            if !connected || sink.send(Message::text(text)).await.is_err() {
-                connected = false;
-                core.on_disconnect("connection reset");
-                break;
-            }
-        }
-        waiters.deliver(&mut core, &progress).await;
-        if !connected {
-            waiters.lost();
-        }
-        let wake = core.next_wakeup(Instant::now());
-        tokio::select! {
-            frame = stream.next(), if connected => match frame {
-                Some(Ok(Message::Text(text))) => core.on_frame(text.as_str(), Instant::now()),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    connected = false;
-                    core.on_disconnect(&e.to_string());
-                }
-                None => {
-                    connected = false;
-                    core.on_disconnect("connection closed by the relay");
-                }
-            },
-            command = commands.recv() => open = waiters.command(&mut core, command),
-            _ = sleep_until(wake) => core.on_tick(Instant::now()),
-        }
-    }
-    let _ = sink.send(Message::Close(None)).await;
 }
 
 /// Who waits for what the core answers: the same for both transports' tasks.

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use config::{Environment, File, FileFormat};
-use serde::Serialize;
 
-use super::{Config, EMBEDDED_RELAY_TOML, LimitKey, LimitsConfig};
+use super::quota::{LimitKey, Source};
+use super::sections::{Config, EMBEDDED_RELAY_TOML, LimitsConfig};
 
 /// Why the configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -30,20 +30,6 @@ pub enum ConfigError {
 
 fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key: key.to_string(), problem: problem.into() }
-}
-
-/// Where a configuration value came from (admin overrides are tracked by the admin module).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    /// The built-in default (or a file value equal to it).
-    Default,
-    /// The configuration file.
-    Config,
-    /// A `HEARTH_…` environment variable.
-    Env,
-    /// Set live through the admin API.
-    Admin,
 }
 
 /// Keys whose environment value is a comma-separated list.

@@ -157,6 +157,20 @@ impl<'de> Deserialize<'de> for LimitKey {
     }
 }
 
+/// Where a configuration value came from (admin overrides are tracked by the admin module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The built-in default (or a file value equal to it).
+    Default,
+    /// The configuration file.
+    Config,
+    /// A `HEARTH_…` environment variable.
+    Env,
+    /// Set live through the admin API.
+    Admin,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

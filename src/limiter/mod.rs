@@ -15,38 +15,34 @@ pub mod clock;
 mod gcra;
 mod permits;
 mod principal;
+mod state;
 mod table;
+mod totals;
 mod usage;
 
-use std::collections::HashSet;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use ipnet::IpNet;
-
 pub use clock::{Clock, ManualClock, SystemClock};
-use gcra::{NANOS, Quota};
+use gcra::Quota;
 pub use permits::HandlerPermit;
 use permits::Permits;
 pub use principal::{Billed, Principal};
+pub use state::ADMIN_AUTH_FAILURES_PER_MIN;
+use state::{Cell, Policy, QUOTAS, State, cell_wait, secs};
+use totals::Totals;
+pub use totals::{ADMISSION_BUCKETS_US, TotalsSnapshot};
 pub use usage::{LimitUsage, Usage};
 
+use crate::config::LimitsConfig;
 pub use crate::config::Tier;
-use crate::config::{LimitsConfig, TierLimits};
+use crate::protocol::Timestamp;
 pub use crate::protocol::refusal::{LimitType, RateLimited};
-use crate::protocol::{PubKey, Timestamp};
 use table::Table;
 
 /// Idle principals are forgotten after this many seconds (longer than any quota's refill window).
 const IDLE_SECS: u32 = 3600;
-/// Failed admin credentials allowed per IP: a burst of this many, refilling over a minute.
-pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
-
-/// The limit types backed by a per-principal quota, in report order; also the ones the IP
-/// ceiling bills.
-const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
 
 /// What [`Limiter::preview`] finds: per quota (in the order ws_events, messages, api_calls),
 /// how many tracked principals are refused their next request now and would be under the
@@ -68,217 +64,6 @@ pub struct Preview {
 impl Preview {
     /// The quotas, in the order of [`Preview::refused_now`] and [`Preview::would_refuse`].
     pub const QUOTAS: [LimitType; 3] = QUOTAS;
-}
-
-/// One tier's quotas as GCRA parameters.
-#[derive(Clone, Copy, Debug)]
-struct TierQuotas {
-    ws_events: Quota,
-    messages: Quota,
-    api_calls: Quota,
-}
-
-impl TierQuotas {
-    fn of(t: &TierLimits) -> TierQuotas {
-        TierQuotas {
-            ws_events: Quota::new(t.ws_events_per_sec, 1, t.ws_events_per_sec.saturating_mul(t.ws_burst_window_secs)),
-            messages: Quota::new(t.messages_per_min, 60, t.messages_per_min),
-            api_calls: Quota::new(t.api_calls_per_min, 60, t.api_calls_per_min),
-        }
-    }
-}
-
-/// The live limits, swapped whole.
-struct Policy {
-    config: LimitsConfig,
-    human: TierQuotas,
-    agent: TierQuotas,
-    ip: TierQuotas,
-    agents: HashSet<PubKey>,
-    exempt: Vec<IpNet>,
-}
-
-impl Policy {
-    fn of(config: LimitsConfig) -> Policy {
-        Policy {
-            human: TierQuotas::of(&config.human),
-            agent: TierQuotas::of(&config.agent),
-            ip: TierQuotas::of(&config.ip),
-            agents: config.agent_pubkeys.iter().copied().collect(),
-            exempt: config.ip_ceiling_exempt.clone(),
-            config,
-        }
-    }
-
-    fn tier(&self, principal: &Principal) -> Tier {
-        match principal {
-            Principal::Pubkey(pk) if self.agents.contains(pk) => Tier::Agent,
-            Principal::Ceiling(..) => Tier::Ip,
-            _ => Tier::Human,
-        }
-    }
-
-    /// The IP ceiling `ip` is billed under, or `None` when it is exempt.
-    fn ceiling(&self, ip: IpAddr) -> Option<Principal> {
-        let ip = ip.to_canonical();
-        if self.exempt.iter().any(|net| net.contains(&ip)) {
-            return None;
-        }
-        Some(Principal::ceiling_of(ip, self.config.ipv6_prefix_len))
-    }
-
-    /// The quota of `limit_type` for `principal`; `None` for `Unavailable`, which is a bound,
-    /// not a quota.
-    fn quota(&self, principal: &Principal, limit_type: LimitType) -> Option<Quota> {
-        let tier = match self.tier(principal) {
-            Tier::Human => &self.human,
-            Tier::Agent => &self.agent,
-            Tier::Ip => &self.ip,
-        };
-        match limit_type {
-            LimitType::WsEvents => Some(tier.ws_events),
-            LimitType::Messages => Some(tier.messages),
-            LimitType::ApiCalls => Some(tier.api_calls),
-            LimitType::AdminAuth => Some(Quota::new(ADMIN_AUTH_FAILURES_PER_MIN, 60, ADMIN_AUTH_FAILURES_PER_MIN)),
-            LimitType::Unavailable => None,
-        }
-    }
-}
-
-/// One GCRA cell: the theoretical arrival time, with the interval it was computed under (so a
-/// live limit change keeps the cells in use).
-#[derive(Clone, Copy, Debug, Default)]
-struct Cell {
-    tat: u64,
-    interval: u64,
-}
-
-/// A principal's cells, one per quota.
-#[derive(Clone, Copy, Debug, Default)]
-struct Cells {
-    ws_events: Cell,
-    messages: Cell,
-    api_calls: Cell,
-    admin_auth: Cell,
-}
-
-impl Cells {
-    /// The cell of a quota-backed limit type (`None` for `Unavailable`).
-    fn of(&mut self, limit_type: LimitType) -> Option<&mut Cell> {
-        match limit_type {
-            LimitType::WsEvents => Some(&mut self.ws_events),
-            LimitType::Messages => Some(&mut self.messages),
-            LimitType::ApiCalls => Some(&mut self.api_calls),
-            LimitType::AdminAuth => Some(&mut self.admin_auth),
-            LimitType::Unavailable => None,
-        }
-    }
-
-    fn get(mut self, limit_type: LimitType) -> Cell {
-        self.of(limit_type).copied().unwrap_or_default()
-    }
-}
-
-/// Refusals of a principal per limit type (saturating).
-#[derive(Clone, Copy, Debug, Default)]
-struct Refusals {
-    ws_events: u32,
-    messages: u32,
-    api_calls: u32,
-    admin_auth: u32,
-    unavailable: u32,
-}
-
-impl Refusals {
-    fn of(&mut self, limit_type: LimitType) -> &mut u32 {
-        match limit_type {
-            LimitType::WsEvents => &mut self.ws_events,
-            LimitType::Messages => &mut self.messages,
-            LimitType::ApiCalls => &mut self.api_calls,
-            LimitType::AdminAuth => &mut self.admin_auth,
-            LimitType::Unavailable => &mut self.unavailable,
-        }
-    }
-
-    fn count(&mut self, limit_type: LimitType) {
-        let n = self.of(limit_type);
-        *n = n.saturating_add(1);
-    }
-
-    fn get(mut self, limit_type: LimitType) -> u32 {
-        *self.of(limit_type)
-    }
-}
-
-/// Per-principal state: one GCRA cell per quota, refusal counts, first/last seen.
-#[derive(Debug)]
-struct State {
-    cells: Cells,
-    refusals: Refusals,
-    first_seen: Timestamp,
-    last_seen: Timestamp,
-}
-
-impl State {
-    fn fresh() -> State {
-        let now = Timestamp::now();
-        State { cells: Cells::default(), refusals: Refusals::default(), first_seen: now, last_seen: now }
-    }
-}
-
-/// A time on the limiter's clock in whole seconds, as the table keeps it.
-fn secs(now_ns: u64) -> u32 {
-    u32::try_from(now_ns / NANOS).unwrap_or(u32::MAX)
-}
-
-/// Counts a refusal in the metrics.
-/// Upper bounds (µs) of the admission-time buckets the limiter counts for the admin page's
-/// p99 (the Prometheus histogram has its own).
-pub const ADMISSION_BUCKETS_US: [u64; 12] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 10_000, u64::MAX];
-
-/// Running totals since the limiter was made: refusals per limit type and admissions per time
-/// bucket, for the admin API's samples (rates are their differences).
-#[derive(Default)]
-struct Totals {
-    refused: [AtomicU64; 5],
-    admissions: [AtomicU64; ADMISSION_BUCKETS_US.len()],
-}
-
-/// A reading of the limiter's running totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TotalsSnapshot {
-    /// Refusals so far, per limit type in the order of [`LimitType::ALL`].
-    pub refused: [u64; 5],
-    /// Admissions so far, per bucket of [`ADMISSION_BUCKETS_US`].
-    pub admissions: [u64; ADMISSION_BUCKETS_US.len()],
-}
-
-impl Totals {
-    fn refused(&self, limit_type: LimitType) {
-        if let Some(i) = LimitType::ALL.iter().position(|t| *t == limit_type) {
-            self.refused[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn admitted_in(&self, took: Duration) {
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let bucket =
-            ADMISSION_BUCKETS_US.iter().position(|&bound| us <= bound).unwrap_or(ADMISSION_BUCKETS_US.len() - 1);
-        self.admissions[bucket].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn read(&self) -> TotalsSnapshot {
-        TotalsSnapshot {
-            refused: std::array::from_fn(|i| self.refused[i].load(Ordering::Relaxed)),
-            admissions: std::array::from_fn(|i| self.admissions[i].load(Ordering::Relaxed)),
-        }
-    }
-}
-
-/// How long until `cell`, billed under whatever rate it was, could take one more under `quota`
-/// (0 = now).
-fn cell_wait(quota: Quota, cell: Cell, now_ns: u64) -> u64 {
-    quota.wait(quota.rescale(cell.tat, now_ns, cell.interval), now_ns)
 }
 
 /// The admission limiter.
@@ -520,6 +305,17 @@ impl Limiter {
     /// How many principals have state.
     pub fn tracked(&self) -> u64 {
         self.principals().len() as u64
+    }
+}
+
+impl Limiter {
+    /// What the limiter knows of `principal`: exactly the state it decides with (a principal
+    /// it holds no state for has a full bucket everywhere and was never seen).
+    pub fn usage(&self, principal: &Principal) -> Usage {
+        let snapshot = self
+            .states
+            .read(principal, self.now_secs(), |s| (s.cells, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
+        usage::report(principal, &self.policy(), snapshot, self.clock.now_ns())
     }
 }
 

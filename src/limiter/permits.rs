@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::Principal;
+use super::principal::Principal;
 
 /// Permits held per key (a principal, or an IP ceiling); an entry exists only while it holds one.
 #[derive(Default)]

@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use indexmap::IndexMap;
 
-use super::Principal;
+use super::principal::Principal;
 
 /// Shards at most (fewer for small bounds, so the bound is exact).
 const MAX_SHARDS: usize = 64;

@@ -8,7 +8,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::gcra::NANOS;
-use super::{Cells, LimitType, Limiter, Principal, QUOTAS, RateLimited, Refusals, Tier};
+use super::principal::Principal;
+use super::state::{Cells, Policy, QUOTAS, Refusals};
+use crate::config::Tier;
+use crate::protocol::refusal::{LimitType, RateLimited};
 
 /// Usage of one limit, exactly as the limiter decides with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -42,47 +45,38 @@ pub struct Usage {
     pub last_seen: Option<u64>,
 }
 
-impl Limiter {
-    /// What the limiter knows of `principal`: exactly the state it decides with (a principal
-    /// it holds no state for has a full bucket everywhere and was never seen).
-    pub fn usage(&self, principal: &Principal) -> Usage {
-        let snapshot = self
-            .states
-            .read(principal, self.now_secs(), |s| (s.cells, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
-        let (cells, refusals, first_seen, last_seen) =
-            snapshot.unwrap_or((Cells::default(), Refusals::default(), None, None));
-        let now = self.clock.now_ns();
-        let policy = self.policy();
-        let limits = QUOTAS
-            .iter()
-            .filter_map(|lt| {
-                let q = policy.quota(principal, *lt)?;
-                let cell = cells.get(*lt);
-                let tat = q.rescale(cell.tat, now, cell.interval);
-                let used = q.used(tat, now);
-                let wait = q.wait(tat, now);
-                let usage = LimitUsage {
-                    used,
-                    limit: q.burst,
-                    remaining: q.burst - used,
-                    window_secs: q.window_ns().div_ceil(NANOS),
-                    retry_in_secs: if wait == 0 {
-                        0
-                    } else {
-                        RateLimited { limit_type: *lt, retry_after: Duration::from_nanos(wait) }.retry_secs()
-                    },
-                };
-                Some((lt.as_str(), usage))
-            })
-            .collect();
-        let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals.get(*lt)))).collect();
-        Usage {
-            principal: principal.to_string(),
-            tier: policy.tier(principal),
-            limits,
-            refusals,
-            first_seen,
-            last_seen,
-        }
-    }
+/// The report of `principal` from the state the limiter holds of it (`snapshot`: its cells, its
+/// refusals, when first and last seen; none when it holds none) under `policy`, at `now` (ns).
+pub(super) fn report(
+    principal: &Principal,
+    policy: &Policy,
+    snapshot: Option<(Cells, Refusals, Option<u64>, Option<u64>)>,
+    now: u64,
+) -> Usage {
+    let (cells, refusals, first_seen, last_seen) =
+        snapshot.unwrap_or((Cells::default(), Refusals::default(), None, None));
+    let limits = QUOTAS
+        .iter()
+        .filter_map(|lt| {
+            let q = policy.quota(principal, *lt)?;
+            let cell = cells.get(*lt);
+            let tat = q.rescale(cell.tat, now, cell.interval);
+            let used = q.used(tat, now);
+            let wait = q.wait(tat, now);
+            let usage = LimitUsage {
+                used,
+                limit: q.burst,
+                remaining: q.burst - used,
+                window_secs: q.window_ns().div_ceil(NANOS),
+                retry_in_secs: if wait == 0 {
+                    0
+                } else {
+                    RateLimited { limit_type: *lt, retry_after: Duration::from_nanos(wait) }.retry_secs()
+                },
+            };
+            Some((lt.as_str(), usage))
+        })
+        .collect();
+    let refusals = LimitType::ALL.iter().map(|lt| (lt.as_str(), u64::from(refusals.get(*lt)))).collect();
+    Usage { principal: principal.to_string(), tier: policy.tier(principal), limits, refusals, first_seen, last_seen }
 }

@@ -5,6 +5,8 @@
 
 use bech32::{Bech32, Hrp};
 
+use super::event::PubKey;
+
 /// Decodes `text` as bech32 with the human-readable part `hrp` and a 32-byte payload.
 pub fn decode(hrp: &str, text: &str) -> Option<[u8; 32]> {
     let (got, data) = bech32::decode(text).ok()?;
@@ -22,12 +24,12 @@ pub fn encode(hrp: &str, bytes: &[u8; 32]) -> String {
     }
 }
 
-impl super::PubKey {
+impl PubKey {
     /// A pubkey given as 64 lowercase hex characters or as an `npub`, as operators and admin
     /// callers write it.
-    pub fn parse(text: &str) -> Option<super::PubKey> {
+    pub fn parse(text: &str) -> Option<PubKey> {
         let text = text.trim();
-        if text.starts_with("npub1") { decode("npub", text).map(super::PubKey) } else { super::PubKey::from_hex(text) }
+        if text.starts_with("npub1") { decode("npub", text).map(PubKey) } else { PubKey::from_hex(text) }
     }
 }
 

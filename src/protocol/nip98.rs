@@ -8,8 +8,9 @@
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::verify::verify;
-use super::{Event, Keys, Kind, Timestamp, VerifiedEvent};
+use super::event::{Event, Kind, Timestamp};
+use super::keys::Keys;
+use super::verify::{VerifiedEvent, verify};
 
 /// How far `created_at` may be from now, in seconds.
 pub const WINDOW_SECS: u64 = 60;

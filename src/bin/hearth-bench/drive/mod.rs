@@ -50,10 +50,9 @@ pub(super) fn err(e: impl std::fmt::Display) -> String {
 }
 
 pub(super) async fn connect(url: &str) -> Res<Ws> {
-    let (ws, _) =
-        tokio_tungstenite::connect_async_with_config(url, Some(hearth::client::session::socket_config()), true)
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(hearth::client::ws::socket_config()), true)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
     Ok(ws)
 }
 

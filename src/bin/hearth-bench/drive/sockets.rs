@@ -25,7 +25,7 @@ async fn open_from(addr: SocketAddr, source: Ipv4Addr) -> Res<Ws> {
     socket.bind(SocketAddr::new(IpAddr::V4(source), 0)).map_err(err)?;
     let stream = socket.connect(addr).await.map_err(err)?;
     let url = format!("ws://{addr}/");
-    let config = Some(hearth::client::session::socket_config());
+    let config = Some(hearth::client::ws::socket_config());
     let (mut ws, _) =
         tokio_tungstenite::client_async_with_config(url, MaybeTlsStream::Plain(stream), config).await.map_err(err)?;
     match tokio::time::timeout(QUIET, ws.next()).await {
