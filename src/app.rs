@@ -1,18 +1,22 @@
 //! Shared application state: built once in [`crate::run`], handed to every transport.
 //!
 //! Owns nothing but handles: the configuration, the store, the fan-out registry, and the
-//! shutdown token and task tracker that every long-lived task obeys.
+//! shutdown token and task tracker that every long-lived task obeys. None of what it holds
+//! imports it back; the one thing it defines itself is the set of NIP-98 auth ids seen
+//! ([`ReplayCache`]), which the HTTP side asks.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::fanout::Fanout;
-use crate::http::nip98::ReplayCache;
 use crate::limiter::Limiter;
 use crate::moderation::Moderation;
+use crate::protocol::EventId;
+use crate::protocol::nip98;
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -38,7 +42,7 @@ pub struct AppState {
     /// When the relay started (uptime, for the admin page).
     pub started: std::time::Instant,
     /// Every WebSocket frame in and out on stderr, when set (`hearth dev`).
-    pub frame_log: std::sync::OnceLock<crate::dev::FrameLog>,
+    pub frame_log: std::sync::OnceLock<crate::frames::FrameLog>,
 }
 
 impl AppState {
@@ -48,5 +52,25 @@ impl AppState {
         let (store, cache_capacity_mb) = (this.store.clone(), this.config.storage.cache_capacity_mb);
         drop(this);
         store.close(cache_capacity_mb).await
+    }
+}
+
+/// NIP-98 auth event ids seen within their validity window, bounded in count.
+pub struct ReplayCache(moka::sync::Cache<EventId, ()>);
+
+impl ReplayCache {
+    /// A cache of at most `capacity` ids, each kept for longer than an auth event is valid.
+    pub fn new(capacity: u64) -> ReplayCache {
+        ReplayCache(
+            moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(Duration::from_secs(2 * nip98::WINDOW_SECS + 10))
+                .build(),
+        )
+    }
+
+    /// True the first time `id` is seen.
+    pub fn first_use(&self, id: EventId) -> bool {
+        self.0.entry(id).or_insert(()).is_fresh()
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -25,6 +25,7 @@ use warp::Filter;
 use warp::reply::Reply;
 
 use crate::config::Config;
+use crate::http::PeerAddr;
 
 /// A connection's place under the caps, as a request extension: an upgraded WebSocket holds it
 /// (see [`held`]) until it closes, since the HTTP connection ends at the upgrade.
@@ -36,15 +37,6 @@ pub struct Held {
 /// A filter extracting the connection's place under the caps.
 pub fn held() -> impl Filter<Extract = (Option<Held>,), Error = Infallible> + Clone {
     warp::ext::optional::<Held>()
-}
-
-/// The TCP peer of a request, as a request extension (read with [`peer`]).
-#[derive(Clone, Copy, Debug)]
-pub struct PeerAddr(pub SocketAddr);
-
-/// A filter extracting the TCP peer of the request.
-pub fn peer() -> impl Filter<Extract = (Option<SocketAddr>,), Error = Infallible> + Clone {
-    warp::ext::optional::<PeerAddr>().map(|p: Option<PeerAddr>| p.map(|p| p.0))
 }
 
 /// What the accept loop enforces.

@@ -34,7 +34,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
     let ws = warp::path::end()
         .and(crate::ws::upgrade::ws())
         .and(with_app(app.clone()))
-        .and(crate::listener::peer())
+        .and(crate::http::peer())
         .and(warp::header::headers_cloned())
         .and(crate::listener::held())
         .map(|ws: crate::ws::upgrade::Ws, app: Arc<AppState>, peer: Option<SocketAddr>, headers: HeaderMap, held| {

@@ -9,13 +9,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::app::AppState;
-use crate::limiter::{ADMISSION_BUCKETS_US, LimitType, TotalsSnapshot};
+use crate::fanout::Fanout;
+use crate::limiter::{ADMISSION_BUCKETS_US, LimitType, Limiter, TotalsSnapshot};
 use crate::protocol::Timestamp;
 
 /// Time between samples.
@@ -66,11 +66,11 @@ impl Stats {
         self.ring.lock().unwrap_or_else(PoisonError::into_inner).0.iter().cloned().collect()
     }
 
-    /// Takes a sample of `app` now.
-    pub fn sample(&self, app: &AppState) {
-        let (connections, subscriptions) = (app.fanout.connections(), app.fanout.subscriptions());
-        let now =
-            Last { taken: Instant::now(), stored: self.stored.load(Ordering::Relaxed), totals: app.limiter.totals() };
+    /// Takes a sample now of the connections and subscriptions of `fanout` and the totals of
+    /// `limiter`.
+    pub fn sample(&self, fanout: &Fanout, limiter: &Limiter) {
+        let (connections, subscriptions) = (fanout.connections(), fanout.subscriptions());
+        let now = Last { taken: Instant::now(), stored: self.stored.load(Ordering::Relaxed), totals: limiter.totals() };
         let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         let sample = sample_between(ring.1.as_ref(), &now, Timestamp::now().0, connections, subscriptions);
         if ring.0.len() == KEPT {
@@ -121,24 +121,6 @@ fn p99(counts: &[u64]) -> Option<u64> {
         }
     }
     None
-}
-
-/// Samples `app` now, before anything is served (so the admin API never finds the ring empty),
-/// and returns the task that samples it every [`INTERVAL`] from then on until the relay shuts
-/// down.
-pub fn sample_every_interval(app: Arc<AppState>) -> impl std::future::Future<Output = ()> {
-    app.stats.sample(&app);
-    sample_after_first(app)
-}
-
-async fn sample_after_first(app: Arc<AppState>) {
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + INTERVAL, INTERVAL);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => app.stats.sample(&app),
-            () = app.shutdown.cancelled() => return,
-        }
-    }
 }
 
 #[cfg(test)]

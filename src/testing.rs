@@ -37,7 +37,7 @@ use crate::config::{Config, LimitsConfig};
 use crate::limiter::{Clock, Limiter, ManualClock, SystemClock};
 use crate::offline::ImportSummary;
 use crate::protocol::Event;
-use crate::{Relay, RunError};
+use crate::relay::{Relay, RunError};
 
 /// The data directory's name inside the temporary directory: beside it a test may keep files
 /// of its own.

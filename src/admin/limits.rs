@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use warp::http::{HeaderValue, StatusCode, header};
 use warp::reply::Response;
 
-use super::{Admin, audit, ok_json};
+use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::config::{LimitKey, QuotaKey, Source, Tier};
 use crate::http::{ApiError, RequestCtx, internal, json_response, parse_body, require_json};

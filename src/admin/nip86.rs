@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use warp::reply::Response;
 
-use super::{Admin, audit, ok_json};
+use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
 use crate::protocol::EventId;

@@ -9,7 +9,7 @@ use warp::http::StatusCode;
 use warp::http::header::{CONTENT_TYPE, HeaderValue};
 use warp::reply::Response;
 
-use super::{Admin, audit};
+use super::auth::{Admin, audit};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, json_response};
 use crate::protocol::{Filter, Timestamp};

@@ -1,7 +1,7 @@
-//! The admin page (`admin-ui/` in the repository): its files, embedded in the binary so that a
-//! build never needs Node, and how they are served at `/admin/`.
+//! The admin page (`admin-ui/` in the repository) as it is served at `/admin/` (its embedded files
+//! are [`crate::http::page`]'s, which the OpenAPI document lists too).
 //!
-//! Owns the table of files and their content types, and the headers every one of them carries:
+//! Owns the headers every one of its files carries:
 //! a Content-Security-Policy that allows only this origin's own files (no inline script or
 //! style, no framing), `nosniff`, and no caching, so a new build's page is the one loaded. The
 //! page is served only where the admin API is (404 while it is off; on `admin.bind` when set);
@@ -13,23 +13,11 @@ use warp::http::header::{
 use warp::http::{HeaderValue, StatusCode};
 use warp::reply::Response;
 
+use crate::http::page::FILES;
+
 /// The page's Content-Security-Policy.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'";
-
-const HTML: &str = "text/html; charset=utf-8";
-const CSS: &str = "text/css; charset=utf-8";
-const JS: &str = "text/javascript; charset=utf-8";
-
-/// Every file of the page: its name under `/admin/`, its content type, its bytes.
-pub const FILES: &[(&str, &str, &[u8])] = &[
-    ("index.html", HTML, include_bytes!("../../admin-ui/index.html")),
-    ("style.css", CSS, include_bytes!("../../admin-ui/style.css")),
-    ("app.js", JS, include_bytes!("../../admin-ui/app.js")),
-    ("api.js", JS, include_bytes!("../../admin-ui/api.js")),
-    ("dom.js", JS, include_bytes!("../../admin-ui/dom.js")),
-    ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
-];
 
 /// The file at `name` (`""`: the page itself), with the page's headers; `None` for any other name.
 pub fn file(name: &str) -> Option<Response> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
-use super::{Admin, ok_json};
+use super::auth::{Admin, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx};
 use crate::limiter::{Principal, Usage};

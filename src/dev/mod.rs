@@ -5,8 +5,6 @@
 //! with a random token, seed events loaded by the import path before it is ready, the frame log
 //! ([`frames`]) on stderr, and one ready line on stdout. Everything else is the real relay.
 
-pub mod frames;
-
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -15,10 +13,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use self::frames::FrameLog;
-use crate::Relay;
 use crate::config::Config;
+pub use crate::frames::FrameLog;
 use crate::limiter::SystemClock;
+use crate::relay::Relay;
 
 /// `hearth dev`'s port when none is given.
 pub const DEFAULT_PORT: u16 = 7777;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use warp::http::HeaderMap;
 
-use super::ApiError;
+use super::error::ApiError;
 use crate::app::AppState;
 
 /// The address billed and checked when the peer is unknown (never for a real TCP connection).

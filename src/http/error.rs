@@ -145,9 +145,9 @@ pub async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
         (StatusCode::NOT_FOUND, "not found".to_string())
     } else if let Some(e) = rejection.find::<warp::reject::PayloadTooLarge>() {
         (StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
-    } else if rejection.find::<super::BodyTooLarge>().is_some() {
+    } else if rejection.find::<BodyTooLarge>().is_some() {
         (StatusCode::PAYLOAD_TOO_LARGE, "The request payload is too large".to_string())
-    } else if rejection.find::<super::BodyUnreadable>().is_some() {
+    } else if rejection.find::<BodyUnreadable>().is_some() {
         (StatusCode::BAD_REQUEST, "the request body broke off".to_string())
     } else if let Some(e) = rejection.find::<warp::reject::LengthRequired>() {
         (StatusCode::LENGTH_REQUIRED, e.to_string())
@@ -163,6 +163,16 @@ pub async fn recover(rejection: Rejection) -> Result<impl Reply, Infallible> {
     };
     Ok(json_response(status, &ErrorBody { error: &error }))
 }
+
+/// A request body past `limitation.max_message_length` (413).
+#[derive(Debug)]
+pub struct BodyTooLarge;
+impl warp::reject::Reject for BodyTooLarge {}
+
+/// A request body that broke off (400).
+#[derive(Debug)]
+pub struct BodyUnreadable;
+impl warp::reject::Reject for BodyUnreadable {}
 
 #[cfg(test)]
 mod tests {

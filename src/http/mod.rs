@@ -1,6 +1,7 @@
 //! What the REST API and the admin API share on top of warp: the request context and its
 //! extractors, one [`ApiError`] with its one response mapping, the rejection handler, the
-//! client's IP and the IP block, and NIP-98 caller identification with its replay cache.
+//! client's IP and the IP block, NIP-98 caller identification, and the TCP peer the accept loop
+//! hands every request.
 //!
 //! Owns HTTP plumbing only: no route lives here, and nothing here decides what a call does.
 //! `rest` and `admin` are thin route modules on top of it; neither imports the other.
@@ -8,6 +9,7 @@
 pub mod client_ip;
 mod error;
 pub mod nip98;
+pub mod page;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -20,7 +22,17 @@ use warp::reply::Response;
 use warp::{Filter, Rejection};
 
 use crate::app::AppState;
-pub use error::{ApiError, NotHere, internal, json_response, recover};
+pub use error::{ApiError, BodyTooLarge, BodyUnreadable, NotHere, internal, json_response, recover};
+
+/// The TCP peer of a request, as a request extension: the accept loop inserts it (read with
+/// [`peer`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// A filter extracting the TCP peer of the request.
+pub fn peer() -> impl Filter<Extract = (Option<SocketAddr>,), Error = Infallible> + Clone {
+    warp::ext::optional::<PeerAddr>().map(|p: Option<PeerAddr>| p.map(|p| p.0))
+}
 
 /// What a handler needs to know about the request.
 #[derive(Debug)]
@@ -158,19 +170,16 @@ fn raw_query() -> impl Filter<Extract = (String,), Error = Infallible> + Clone {
 
 /// Extracts a request without a body.
 pub fn ctx() -> impl Filter<Extract = (RequestCtx,), Error = Infallible> + Clone {
-    warp::method()
-        .and(warp::path::full())
-        .and(raw_query())
-        .and(warp::header::headers_cloned())
-        .and(crate::listener::peer())
-        .map(|method, path: warp::path::FullPath, query, headers, peer| RequestCtx {
+    warp::method().and(warp::path::full()).and(raw_query()).and(warp::header::headers_cloned()).and(peer()).map(
+        |method, path: warp::path::FullPath, query, headers, peer| RequestCtx {
             method,
             path: path.as_str().to_string(),
             query,
             headers,
             peer,
             body: Bytes::new(),
-        })
+        },
+    )
 }
 
 /// Extracts a request with a body of at most `limit` bytes (413 beyond): sized by its
@@ -187,16 +196,6 @@ pub fn ctx_with_body(limit: u64) -> impl Filter<Extract = (RequestCtx,), Error =
         },
     )
 }
-
-/// A request body past `limitation.max_message_length` (413).
-#[derive(Debug)]
-pub struct BodyTooLarge;
-impl warp::reject::Reject for BodyTooLarge {}
-
-/// A request body that broke off (400).
-#[derive(Debug)]
-pub struct BodyUnreadable;
-impl warp::reject::Reject for BodyUnreadable {}
 
 /// The whole body, refused as soon as it passes `limit` bytes.
 async fn read_bounded(

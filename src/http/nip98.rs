@@ -5,32 +5,10 @@
 //! event itself (kind, `u`, `method`, `payload`, time, signature) are
 //! [`crate::protocol::nip98`]'s, which the client library shares.
 
-use std::time::Duration;
-
 use super::RequestCtx;
 use crate::app::AppState;
 use crate::protocol::nip98::{self, AuthError};
-use crate::protocol::{EventId, PubKey, Timestamp};
-
-/// NIP-98 auth event ids seen within their validity window, bounded in count.
-pub struct ReplayCache(moka::sync::Cache<EventId, ()>);
-
-impl ReplayCache {
-    /// A cache of at most `capacity` ids, each kept for longer than an auth event is valid.
-    pub fn new(capacity: u64) -> ReplayCache {
-        ReplayCache(
-            moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(Duration::from_secs(2 * nip98::WINDOW_SECS + 10))
-                .build(),
-        )
-    }
-
-    /// True the first time `id` is seen.
-    fn first_use(&self, id: EventId) -> bool {
-        self.0.entry(id).or_insert(()).is_fresh()
-    }
-}
+use crate::protocol::{PubKey, Timestamp};
 
 impl RequestCtx {
     /// The absolute URL the client requested, as NIP-98's `u` tag must name it: from

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use super::{OfflineError, open};
+use super::dir::{OfflineError, open};
 use crate::config::Config;
 use crate::protocol::{Filter, Timestamp};
 

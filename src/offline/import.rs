@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::{OfflineError, open};
+use super::dir::{OfflineError, open};
 use crate::app::AppState;
 use crate::config::Config;
 use crate::ingest::{Settled, settle};
@@ -164,4 +164,12 @@ fn check(line: &str) -> Result<VerifiedEvent, String> {
         return Err(format!("invalid: kind {} is never stored", event.kind.0));
     }
     verify(event).map_err(|e| format!("invalid: {e}"))
+}
+
+impl crate::relay::Relay {
+    /// Stores JSON lines of signed events before the relay serves, by the publish rules without
+    /// quotas (what `hearth import` does); bad lines are reported on stderr and counted.
+    pub async fn import(&self, input: Box<dyn std::io::BufRead + Send>) -> Result<ImportSummary, OfflineError> {
+        import_into(self.app.clone(), input).await
+    }
 }

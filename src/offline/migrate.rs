@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::dir::{OfflineError, existing};
 use super::import::{ImportSummary, import_into};
-use super::{OfflineError, existing};
 use crate::config::Config;
 use crate::limiter::SystemClock;
 use crate::store::format::keys::SCHEMA_VERSION;
@@ -61,7 +61,7 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
         &dir,
         crate::store::Tuning { cache_capacity_mb: cache, index_memory_events: crate::store::INDEX_MEMORY_EVENTS },
     )?;
-    let app = crate::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
+    let app = crate::relay::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
     let import = import_into(app.clone(), Box::new(input)).await;
     crate::app::AppState::close(app).await?;
     let import = import?;

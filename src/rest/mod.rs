@@ -270,6 +270,6 @@ fn openapi_document(max_filters: usize) -> Result<serde_json::Value, ApiError> {
     let files = doc
         .pointer_mut("/paths/~1admin~1{file}/get/parameters/0/schema/enum")
         .ok_or_else(|| internal("the OpenAPI document has no /admin/{file} parameter"))?;
-    *files = crate::admin::ui::FILES.iter().map(|(name, ..)| serde_json::Value::from(*name)).collect();
+    *files = crate::http::page::FILES.iter().map(|(name, ..)| serde_json::Value::from(*name)).collect();
     Ok(doc)
 }

@@ -1,0 +1,17 @@
+//! The admin page's files (`admin-ui/` in the repository), embedded in the binary so that a build
+//! never needs Node: what the admin routes serve and what the OpenAPI document lists, so the two
+//! cannot disagree.
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// Every file of the page: its name under `/admin/`, its content type, its bytes.
+pub const FILES: &[(&str, &str, &[u8])] = &[
+    ("index.html", HTML, include_bytes!("../../admin-ui/index.html")),
+    ("style.css", CSS, include_bytes!("../../admin-ui/style.css")),
+    ("app.js", JS, include_bytes!("../../admin-ui/app.js")),
+    ("api.js", JS, include_bytes!("../../admin-ui/api.js")),
+    ("dom.js", JS, include_bytes!("../../admin-ui/dom.js")),
+    ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
+];

@@ -1,0 +1,214 @@
+//! A relay: its data directory opened and its shared state built once ([`Relay::open`]), then
+//! served on a bound listener until a shutdown future resolves ([`Relay::serve`], [`run`]); and
+//! the background tasks a serving relay keeps (the expiry sweep, compaction when due, the
+//! statistics' samples).
+//!
+//! The caller binds, the library serves: a test binds port 0 and hands the listener in.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use warp::Filter;
+
+use crate::app::AppState;
+use crate::app::ReplayCache;
+use crate::config::Config;
+use crate::fanout::Fanout;
+use crate::frames::FrameLog;
+use crate::limiter::{Clock, Limiter, SystemClock};
+use crate::moderation::Moderation;
+use crate::protocol::Timestamp;
+use crate::store::{Store, StoreError};
+use crate::{admin, http, listener, metrics, server, stats, store};
+
+/// Why the relay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The data directory could not be opened or flushed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The listener failed.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+    /// The data directory could not be created.
+    #[error("data directory {}: cannot create it: {source}", path.display())]
+    DataDir {
+        /// The configured `storage.data_dir`.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A setting is out of range.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
+/// A relay with its storage open, ready to serve.
+pub struct Relay {
+    pub(crate) app: Arc<AppState>,
+}
+
+impl Relay {
+    /// Opens the data directory and builds the shared state; `clock` times the limiter.
+    pub fn open(config: Config, clock: Arc<dyn Clock>) -> Result<Relay, RunError> {
+        let dir = &config.storage.data_dir;
+        std::fs::create_dir_all(dir).map_err(|source| RunError::DataDir { path: dir.clone(), source })?;
+        let store = Store::open_tuned(dir, config.storage.tuning())?;
+        Relay::with_store(config, clock, store)
+    }
+
+    /// The relay over a store already open.
+    pub(crate) fn with_store(config: Config, clock: Arc<dyn Clock>, store: Store) -> Result<Relay, RunError> {
+        metrics::install();
+        let moderation = Moderation::load(&store, &config)?;
+        let limiter = Limiter::new(&config.limits, clock);
+        limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
+        let app = Arc::new(AppState {
+            limiter: Arc::new(limiter),
+            moderation,
+            nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
+            config,
+            store,
+            fanout: Arc::new(Fanout::default()),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            stats: stats::Stats::default(),
+            started: std::time::Instant::now(),
+            frame_log: std::sync::OnceLock::new(),
+        });
+        Ok(Relay { app })
+    }
+
+    /// The shared state, for the offline commands that work on it without serving.
+    pub(crate) fn app(self) -> Arc<AppState> {
+        self.app
+    }
+
+    /// Logs every WebSocket frame in and out on stderr, one line each (`hearth dev`).
+    pub fn log_frames(&self, log: FrameLog) {
+        let _ = self.app.frame_log.set(log);
+    }
+
+    /// The relay's limiter (tests and embedding programs tune it live).
+    pub fn limiter(&self) -> Arc<Limiter> {
+        self.app.limiter.clone()
+    }
+
+    /// Serves on `listener` (and the admin API on `admin_listener`, bound by the caller to
+    /// `admin.bind` when that is set) until `shutdown` resolves; then stops accepting, lets every
+    /// connection finish its in-flight writes, flushes the store and returns.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        admin_listener: Option<tokio::net::TcpListener>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), RunError> {
+        let app = self.app;
+        let addr = listener.local_addr()?;
+        app.tasks.spawn(sweep_expired(app.clone()));
+        app.tasks.spawn(compact_when_due(app.clone()));
+        app.tasks.spawn(sample_every_interval(app.clone()));
+        // Both listeners keep sockets under the same caps and timeouts (each its own count).
+        let limits = listener::Limits::of(&app.config);
+        tracing::info!("listening on {addr}");
+        if !app.config.admin.enabled() {
+            tracing::info!(
+                "admin API is off: set admin.token (HEARTH_ADMIN__TOKEN) or admin.pubkeys (HEARTH_ADMIN__PUBKEYS) to turn it on"
+            );
+        } else if let Some(admin_listener) = admin_listener {
+            tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
+            let token = app.shutdown.clone();
+            let served = server::ROUTES.iter().copied().filter(|&(method, path)| server::is_admin(method, path));
+            let routes = http::first_of([http::method_not_allowed(served.collect()), admin::routes(app.clone())])
+                .recover(http::recover);
+            let limits = limits.clone();
+            app.tasks.spawn(listener::serve(admin_listener, routes, limits, async move { token.cancelled().await }));
+        }
+        let token = app.shutdown.clone();
+        let signal = async move {
+            tokio::select! {
+                _ = shutdown => token.cancel(),
+                _ = token.cancelled() => {}
+            }
+        };
+        listener::serve(listener, server::routes(app.clone()), limits, signal).await;
+        app.shutdown.cancel();
+        app.tasks.close();
+        app.tasks.wait().await;
+        AppState::close(app).await?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Serves the relay on `listener` with the real clock until `shutdown` resolves; binds
+/// `admin.bind` itself when set.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let admin_listener = match config.admin.bind {
+        None => None,
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+    };
+    Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, admin_listener, shutdown).await
+}
+
+/// Compacts the event log whenever its dead share passes `storage.compact_dead_ratio` (and it
+/// is `storage.compact_min_mb` long), while serving.
+async fn compact_when_due(app: Arc<AppState>) {
+    app.store.set_compaction_policy(app.config.storage.compact_policy());
+    loop {
+        tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            _ = app.store.compaction_due() => {}
+        }
+        // A stop does not wait for the copy: it is abandoned (the store's shutdown stops it), and
+        // the next start removes its file.
+        let compacted = tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            compacted = app.store.compact() => compacted,
+        };
+        match compacted {
+            Ok(_) | Err(store::StoreError::Compacting) => {}
+            Err(e) => tracing::error!(error = %e, "automatic compaction failed"),
+        }
+    }
+}
+
+/// Samples `app` now, before anything is served (so the admin API never finds the ring empty),
+/// then every [`stats::INTERVAL`] until the relay stops.
+fn sample_every_interval(app: Arc<AppState>) -> impl Future<Output = ()> {
+    app.stats.sample(&app.fanout, &app.limiter);
+    sample_after_first(app)
+}
+
+async fn sample_after_first(app: Arc<AppState>) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + stats::INTERVAL, stats::INTERVAL);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => app.stats.sample(&app.fanout, &app.limiter),
+            () = app.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Deletes expired (NIP-40) events every `storage.expiration_sweep_secs`.
+async fn sweep_expired(app: Arc<AppState>) {
+    let period = Duration::from_secs(app.config.storage.expiration_sweep_secs);
+    loop {
+        tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        match app.store.sweep_expired(Timestamp::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "expired events swept"),
+            Err(e) => tracing::error!(error = %e, "expiration sweep failed"),
+        }
+    }
+}
