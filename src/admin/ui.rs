@@ -37,6 +37,7 @@ pub fn file(name: &str) -> Option<Response> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::page::{CSS, HTML, JS};
 
     #[test]
     fn every_file_of_the_page_is_embedded_and_nothing_else() {

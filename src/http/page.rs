@@ -2,9 +2,12 @@
 //! never needs Node: what the admin routes serve and what the OpenAPI document lists, so the two
 //! cannot disagree.
 
-const HTML: &str = "text/html; charset=utf-8";
-const CSS: &str = "text/css; charset=utf-8";
-const JS: &str = "text/javascript; charset=utf-8";
+/// The content type of the page itself.
+pub const HTML: &str = "text/html; charset=utf-8";
+/// The content type of its style sheet.
+pub const CSS: &str = "text/css; charset=utf-8";
+/// The content type of its scripts.
+pub const JS: &str = "text/javascript; charset=utf-8";
 
 /// Every file of the page: its name under `/admin/`, its content type, its bytes.
 pub const FILES: &[(&str, &str, &[u8])] = &[
