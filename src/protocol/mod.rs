@@ -13,6 +13,7 @@ pub mod nip19;
 pub mod nip42;
 pub mod nip98;
 pub mod refusal;
+pub mod relay_message;
 pub mod tier;
 pub mod verify;
 

@@ -1,7 +1,9 @@
 //! Unit tests of the client rules: the rate-limit gate, the one resend, pacing.
 
+use serde_json::{Value, json};
+
 use super::*;
-use serde_json::json;
+use crate::protocol::Tier;
 
 /// The next frame as the WebSocket session would send it.
 fn tx(c: &mut Core, now: Instant) -> Option<String> {

@@ -5,6 +5,7 @@
 //! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts,
 //! `crash` kills a relay while clients publish and checks what it acknowledged.
 
+mod bounds;
 mod crash;
 mod generate;
 mod harness;
@@ -17,12 +18,13 @@ mod workloads;
 use generate::*;
 use harness::*;
 
+pub(crate) use bounds::{bound, limiter};
 pub(crate) use crash::crash;
 pub(crate) use generate::gen_file;
 pub(crate) use scale::{compact_under_ingest, scale};
 pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
-pub(crate) use workloads::{bound, fanout, ingest, limiter, query, rtt};
+pub(crate) use workloads::{fanout, ingest, query, rtt};
 
 use std::time::Duration;
 
