@@ -16,8 +16,12 @@
 //! ```
 //!
 //! Every refusal on the way is one of [`protocol::refusal`]'s types, mapped to `OK`/`CLOSED`/
-//! `NOTICE` by `ws` and to a status and `Retry-After` by `http`. [`run`] takes a bound listener
-//! and a shutdown future: the caller binds, the library serves.
+//! `NOTICE` by `ws` and to a status and `Retry-After` by `http`. [`run`] (in `relay.rs`) takes a
+//! bound listener and a shutdown future: the caller binds, the library serves.
+//!
+//! This file only declares the modules and re-exports the API; nothing imports it. The modules
+//! are floors that import only the floors below them (README, Layout; `tests/layers.rs` checks
+//! it from the code's own imports).
 
 pub(crate) mod admin;
 pub(crate) mod app;
