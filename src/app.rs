@@ -15,8 +15,8 @@ use crate::config::Config;
 use crate::fanout::Fanout;
 use crate::limiter::Limiter;
 use crate::moderation::Moderation;
-use crate::protocol::EventId;
 use crate::protocol::nip98;
+use crate::protocol::{EventId, PrivateKinds};
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -27,6 +27,8 @@ pub struct AppState {
     pub store: Store,
     /// Live subscriptions.
     pub fanout: Arc<Fanout>,
+    /// The kinds served only to their parties (`auth.private_kinds`), as every read path asks.
+    pub private: PrivateKinds,
     /// The one admission limiter every transport bills.
     pub limiter: Arc<Limiter>,
     /// Bans, allow lists, info overrides, tiers and limit overrides set by operators.

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::limiter::Principal;
-use crate::protocol::{Event, EventJson, Filter, RelayMessage};
+use crate::protocol::{Event, EventJson, Filter, PrivateKinds, PubKey, RelayMessage};
 use crate::store::Mark;
 
 /// Identifies one connection for its lifetime.
@@ -97,12 +97,24 @@ struct Entry {
     subs: HashMap<String, (u64, Arc<Vec<Filter>>)>,
 }
 
+impl Entry {
+    /// The pubkey the connection authenticated as (NIP-42), if it did.
+    fn reader(&self) -> Option<PubKey> {
+        match self.principal {
+            Principal::Pubkey(pubkey) => Some(pubkey),
+            _ => None,
+        }
+    }
+}
+
 /// The subscription registry shared by every connection.
 #[derive(Default)]
 pub struct Fanout {
     conns: RwLock<HashMap<ConnId, Entry>>,
     next_id: AtomicU64,
     subscriptions: AtomicU64,
+    /// Events of these kinds go only to connections authenticated as one of their parties.
+    private: PrivateKinds,
 }
 
 /// A connection's registration: dropping it unregisters the connection.
@@ -163,6 +175,11 @@ impl Drop for Registration {
 }
 
 impl Fanout {
+    /// A registry that delivers events of the `private` kinds only to their parties.
+    pub fn new(private: PrivateKinds) -> Fanout {
+        Fanout { private, ..Fanout::default() }
+    }
+
     /// Registers a connection billed to `principal` with an outbound queue of `capacity` live
     /// events.
     pub fn register(self: &Arc<Self>, capacity: usize, max_bytes: usize, principal: Principal) -> Registration {
@@ -270,8 +287,14 @@ impl Fanout {
     pub fn publish(&self, event: &Event, mark: Option<Mark>) {
         let conns = self.read();
         let json: OnceCell<Option<EventJson>> = OnceCell::new();
+        let private = self.private.contains(event.kind);
         for entry in conns.values() {
             if entry.slow.is_cancelled() {
+                continue;
+            }
+            // A private event goes only to a connection authenticated as one of its parties,
+            // whenever it authenticated (the connection's principal is its NIP-42 pubkey then).
+            if private && !self.private.viewer(entry.reader()).may_read(event.kind, &event.pubkey, &event.tags) {
                 continue;
             }
             for (sub_id, (generation, filters)) in &entry.subs {

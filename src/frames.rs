@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use serde_json::Value;
 
 use crate::fanout::ConnId;
-use crate::protocol::RelayMessage;
+use crate::protocol::{Kind, PrivateKinds, RelayMessage};
 
 /// Characters of a frame's rendering kept on its line.
 pub const MAX_LINE: usize = 200;
@@ -28,15 +28,23 @@ pub enum Direction {
 }
 
 /// Writes the frame log to stderr.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct FrameLog {
     color: bool,
+    /// Events of these kinds are shown without their content and tags (NIP-42 read
+    /// restrictions: the log is one more reader).
+    private: PrivateKinds,
 }
 
 impl FrameLog {
     /// A log; `color` = ANSI colours (stderr is a terminal).
     pub fn new(color: bool) -> FrameLog {
-        FrameLog { color }
+        FrameLog { color, private: PrivateKinds::default() }
+    }
+
+    /// This log, showing events of the `private` kinds without their content.
+    pub fn withholding(self, private: PrivateKinds) -> FrameLog {
+        FrameLog { private, ..self }
     }
 
     /// A connection opened.
@@ -52,13 +60,13 @@ impl FrameLog {
 
     /// A text frame from the client, as it came.
     pub fn inbound(&self, conn: ConnId, text: &str) {
-        self.write(&line(conn, Direction::In, text), Style::In);
+        self.write(&line(conn, Direction::In, text, &self.private), Style::In);
     }
 
     /// A frame to the client.
     pub fn outbound(&self, conn: ConnId, message: &RelayMessage) {
         let Ok(text) = message.to_json() else { return };
-        let text = line(conn, Direction::Out, &text);
+        let text = line(conn, Direction::Out, &text, &self.private);
         match refusal(message) {
             Some(why) => self.write(&(text + &why), Style::Refused),
             None => self.write(&text, Style::Out),
@@ -105,13 +113,14 @@ enum Style {
     Refused,
 }
 
-/// One frame's line: `c<conn> <- ` or `c<conn> -> `, then the frame, cut at [`MAX_LINE`].
-pub fn line(conn: ConnId, direction: Direction, text: &str) -> String {
+/// One frame's line: `c<conn> <- ` or `c<conn> -> `, then the frame, cut at [`MAX_LINE`]; an
+/// event of a `private` kind without its content.
+pub fn line(conn: ConnId, direction: Direction, text: &str, private: &PrivateKinds) -> String {
     let arrow = match direction {
         Direction::In => "<-",
         Direction::Out => "->",
     };
-    format!("c{conn} {arrow} {}", cut(&render(text), MAX_LINE))
+    format!("c{conn} {arrow} {}", cut(&render(text, private), MAX_LINE))
 }
 
 /// The suffix that makes a refusal stand out: `  !! refused: rate-limited (messages)`.
@@ -136,7 +145,7 @@ fn refusal_of(text: &str) -> String {
 /// A frame as the log shows it: the verb, then each part; a text that is not a JSON array as a
 /// JSON string. Control characters a client sent are always escaped: a line stays one line, and
 /// no frame can send escape sequences to the developer's terminal.
-fn render(text: &str) -> String {
+fn render(text: &str, private: &PrivateKinds) -> String {
     let Ok(Value::Array(parts)) = serde_json::from_str::<Value>(text) else { return Value::from(text).to_string() };
     let mut out = String::new();
     for (i, part) in parts.iter().enumerate() {
@@ -146,17 +155,22 @@ fn render(text: &str) -> String {
         match part {
             // The verb, and the id after it (subscription, event or challenge), bare.
             Value::String(s) if i < 2 && !s.chars().any(char::is_control) => out.push_str(&short(s)),
-            Value::Object(o) if o.contains_key("sig") => out.push_str(&event(part)),
+            Value::Object(o) if o.contains_key("sig") => out.push_str(&event(part, private)),
             other => out.push_str(&other.to_string()),
         }
     }
     out
 }
 
-/// An event by its id, kind, author and content.
-fn event(e: &Value) -> String {
+/// An event by its id, kind, author and content (none for a `private` kind).
+fn event(e: &Value, private: &PrivateKinds) -> String {
     let text = |k: &str| e[k].as_str().unwrap_or("");
-    format!("{} kind {} by {} {}", short(text("id")), e["kind"], short(text("pubkey")), Value::from(text("content")))
+    let kind = e["kind"].as_u64().and_then(|k| u16::try_from(k).ok()).map(Kind);
+    let content = match kind {
+        Some(kind) if private.contains(kind) => "(private kind: content withheld)".to_string(),
+        _ => Value::from(text("content")).to_string(),
+    };
+    format!("{} kind {} by {} {content}", short(text("id")), e["kind"], short(text("pubkey")))
 }
 
 /// A 64-hex id or pubkey as its first four characters and an ellipsis; anything else as it is.
@@ -177,7 +191,32 @@ fn cut(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Keys, Kind, Timestamp};
+    use crate::protocol::{Keys, Timestamp};
+
+    /// A line with no private kinds.
+    fn line(conn: ConnId, direction: Direction, text: &str) -> String {
+        super::line(conn, direction, text, &PrivateKinds::default())
+    }
+
+    #[test]
+    fn an_event_of_a_private_kind_is_shown_without_its_content() {
+        let keys = Keys::from_bytes([5; 32]).unwrap();
+        let private = PrivateKinds::new(&[Kind(4), Kind(1059)]);
+        let wrap = keys.sign(Timestamp(1), Kind(1059), vec![vec!["p".into(), "ab".repeat(32)]], "sealed secret");
+        let text = serde_json::to_string(&serde_json::json!(["EVENT", "s", wrap])).unwrap();
+        let shown = super::line(2, Direction::Out, &text, &private);
+        assert_eq!(
+            shown,
+            format!(
+                "c2 -> EVENT s {}… kind 1059 by {}… (private kind: content withheld)",
+                &wrap.id.to_hex()[..4],
+                &keys.public_key().to_hex()[..4]
+            )
+        );
+        let note = keys.sign(Timestamp(1), Kind(1), vec![], "public words");
+        let text = serde_json::to_string(&serde_json::json!(["EVENT", note])).unwrap();
+        assert!(super::line(2, Direction::In, &text, &private).ends_with("\"public words\""));
+    }
 
     #[test]
     fn frames_are_shown_by_verb_and_short_ids() {

@@ -17,6 +17,9 @@ use crate::protocol::verify::verify;
 use crate::protocol::{Event, PubKey, Timestamp, VerifiedEvent};
 use crate::store::PutOutcome;
 
+/// NIP-59 gift wraps.
+const GIFT_WRAP: crate::protocol::Kind = crate::protocol::Kind(1059);
+
 /// What happened to a published event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -73,7 +76,11 @@ fn policy(app: &AppState, event: &Event, now: Timestamp) -> Result<(), Refusal> 
             format!("event has {} tags, the limit is {}", event.tags.len(), lim.max_event_tags),
         ));
     }
-    if lim.created_at_lower_limit > 0 && event.created_at.0 < now.0.saturating_sub(lim.created_at_lower_limit) {
+    // A gift wrap's created_at is randomised into the past by design (NIP-59): never too old.
+    if lim.created_at_lower_limit > 0
+        && event.kind != GIFT_WRAP
+        && event.created_at.0 < now.0.saturating_sub(lim.created_at_lower_limit)
+    {
         return Err(Refusal::new(
             Prefix::Invalid,
             format!("created_at is more than {} seconds in the past", lim.created_at_lower_limit),

@@ -11,7 +11,7 @@
 use crate::app::AppState;
 use crate::config::Limitation;
 use crate::limiter::{Billed, RateLimited};
-use crate::protocol::{EventJson, Filter, Timestamp};
+use crate::protocol::{EventJson, Filter, PubKey, Timestamp, Viewer};
 use crate::store::{Mark, StoreError};
 
 /// Why a read was not answered.
@@ -52,24 +52,32 @@ fn store_failed(e: StoreError) -> QueryError {
     QueryError::Store(e)
 }
 
-/// The stored events matching prepared `filters`, newest first, and the mark of what the store
+/// The stored events matching prepared `filters` that `viewer` may read, newest first, and the mark of what the store
 /// showed the query (see [`Mark`]). `on_permit` runs once the permit is held, before the store
 /// is read.
 pub async fn events(
     app: &AppState,
     billed: &Billed,
     filters: Vec<Filter>,
+    viewer: Viewer,
     on_permit: impl FnOnce(&[Filter]),
 ) -> Result<(Vec<EventJson>, Mark), QueryError> {
     let _permit = app.limiter.acquire_handler(billed).await?;
     on_permit(&filters);
-    app.store.query_async(filters, Timestamp::now()).await.map_err(store_failed)
+    app.store.query_async(filters, Timestamp::now(), viewer).await.map_err(store_failed)
 }
 
-/// How many stored events match prepared `filters` (NIP-45).
-pub async fn count(app: &AppState, billed: &Billed, filters: Vec<Filter>) -> Result<u64, QueryError> {
+/// How many stored events match prepared `filters` (NIP-45) that `viewer` may read.
+pub async fn count(app: &AppState, billed: &Billed, filters: Vec<Filter>, viewer: Viewer) -> Result<u64, QueryError> {
     let _permit = app.limiter.acquire_handler(billed).await?;
-    app.store.count_async(filters, Timestamp::now()).await.map_err(store_failed)
+    app.store.count_async(filters, Timestamp::now(), viewer).await.map_err(store_failed)
+}
+
+/// True when a request from a reader who has not authenticated can be answered with nothing:
+/// every filter names private kinds only (NIP-42: it is refused `auth-required:`, so the client
+/// authenticates and sends it again).
+pub fn needs_auth_to_read(app: &AppState, reader: Option<PubKey>, filters: &[Filter]) -> bool {
+    reader.is_none() && !filters.is_empty() && filters.iter().all(|f| app.private.only(f))
 }
 
 #[cfg(test)]

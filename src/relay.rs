@@ -66,13 +66,15 @@ impl Relay {
         let moderation = Moderation::load(&store, &config)?;
         let limiter = Limiter::new(&config.limits, clock);
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
+        let private = config.auth.private();
         let app = Arc::new(AppState {
             limiter: Arc::new(limiter),
             moderation,
             nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
             config,
             store,
-            fanout: Arc::new(Fanout::default()),
+            fanout: Arc::new(Fanout::new(private.clone())),
+            private,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             stats: stats::Stats::default(),
@@ -87,9 +89,10 @@ impl Relay {
         self.app
     }
 
-    /// Logs every WebSocket frame in and out on stderr, one line each (`hearth dev`).
+    /// Logs every WebSocket frame in and out on stderr, one line each (`hearth dev`); events of
+    /// the private kinds without their content.
     pub fn log_frames(&self, log: FrameLog) {
-        let _ = self.app.frame_log.set(log);
+        let _ = self.app.frame_log.set(log.withholding(self.app.private.clone()));
     }
 
     /// The relay's limiter (tests and embedding programs tune it live).

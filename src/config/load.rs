@@ -33,8 +33,14 @@ fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
 }
 
 /// Keys whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] =
-    &["auth.members", "auth.trusted_proxies", "limits.agent_pubkeys", "limits.ip_ceiling_exempt", "admin.pubkeys"];
+const LIST_KEYS: &[&str] = &[
+    "auth.members",
+    "auth.trusted_proxies",
+    "auth.private_kinds",
+    "limits.agent_pubkeys",
+    "limits.ip_ceiling_exempt",
+    "admin.pubkeys",
+];
 
 /// The environment variable that sets `key`.
 fn env_name(key: LimitKey) -> String {
@@ -214,6 +220,16 @@ mod tests {
         assert_eq!(c.auth.trusted_proxies, vec![std::net::IpAddr::from([127, 0, 0, 1])]);
         assert_eq!(c.limits.human.ws_events_per_sec, 20);
         assert_eq!(c.limits.agent.ws_events_per_sec, 10);
+    }
+
+    #[test]
+    fn private_kinds_default_to_direct_messages_and_gift_wraps_and_take_an_env_list() {
+        let kinds = |c: Config| c.auth.private_kinds.iter().map(|k| k.0).collect::<Vec<u16>>();
+        assert_eq!(kinds(Config::load(None, &env(&[])).unwrap()), vec![4, 1059]);
+        assert_eq!(kinds(Config::default()), vec![4, 1059]);
+        let c = Config::load(None, &env(&[("HEARTH_AUTH__PRIVATE_KINDS", "4,1059,14")])).unwrap();
+        assert_eq!(kinds(c), vec![4, 1059, 14]);
+        assert!(Config::load(None, &env(&[("HEARTH_AUTH__PRIVATE_KINDS", "4,dm")])).is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::de;
 use super::quota::{LimitKey, Source, Tier, TierLimits};
-use crate::protocol::PubKey;
+use crate::protocol::{Kind, PrivateKinds, PubKey};
 
 /// The repository's `relay.toml`, the documented defaults.
 pub const EMBEDDED_RELAY_TOML: &str = include_str!("../../relay.toml");
@@ -311,7 +311,7 @@ impl Default for LimitsConfig {
 }
 
 /// `[auth]`
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// REQ, COUNT and EVENT need NIP-42 authentication first.
@@ -322,4 +322,26 @@ pub struct AuthConfig {
     /// Peer addresses whose `X-Forwarded-For` / `Forwarded` header names the client.
     #[serde(with = "de::ips")]
     pub trusted_proxies: Vec<IpAddr>,
+    /// Kinds served only to a connection authenticated as the event's author or as a pubkey in
+    /// one of its `p` tags (NIP-42 read restrictions): NIP-04 direct messages and NIP-59 gift
+    /// wraps by default.
+    pub private_kinds: Vec<Kind>,
+}
+
+impl AuthConfig {
+    /// [`AuthConfig::private_kinds`] as the read paths ask them.
+    pub fn private(&self) -> PrivateKinds {
+        PrivateKinds::new(&self.private_kinds)
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            required: false,
+            members: Vec::new(),
+            trusted_proxies: Vec::new(),
+            private_kinds: vec![Kind(4), Kind(1059)],
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! Owns what differs from the production start: `127.0.0.1` on a chosen port, a temporary data
 //! directory removed on exit (unless `--data`), quotas off (unless `--limits`), the admin API on
 //! with a random token, seed events loaded by the import path before it is ready, the frame log
-//! ([`frames`]) on stderr, and one ready line on stdout. Everything else is the real relay.
+//! ([`FrameLog`]) on stderr, and one ready line on stdout. Everything else is the real relay.
 
 use std::future::Future;
 use std::io::{IsTerminal, Write};

@@ -12,6 +12,7 @@ pub mod message;
 pub mod nip19;
 pub mod nip42;
 pub mod nip98;
+pub mod private;
 pub mod refusal;
 pub mod relay_message;
 pub mod tier;
@@ -21,6 +22,7 @@ pub use event::{Event, EventId, EventJson, Kind, KindClass, PubKey, Sig, Timesta
 pub use filter::Filter;
 pub use keys::Keys;
 pub use message::{ClientMessage, Correlation, ParseError, RelayMessage};
+pub use private::{PrivateKinds, Viewer};
 pub use tier::Tier;
 pub use verify::{VerifiedEvent, VerifyError};
 

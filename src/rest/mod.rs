@@ -84,7 +84,7 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
         Err(e) => Err(e),
         Ok(caller) => match endpoint {
             Endpoint::Publish => publish(&app, ctx, caller).await,
-            Endpoint::Get(id) => get_event(&app, &id).await,
+            Endpoint::Get(id) => get_event(&app, &id, caller).await,
             Endpoint::Query => query(&app, ctx, caller).await,
             Endpoint::Count => count(&app, ctx, caller).await,
             Endpoint::OpenApi => openapi(&app),
@@ -197,10 +197,13 @@ async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Resp
     Ok(response)
 }
 
-async fn get_event(app: &AppState, id: &str) -> Result<Response, ApiError> {
+/// One event by id; one the caller may not read (a private kind of others) is not found, as if
+/// it were not stored.
+async fn get_event(app: &AppState, id: &str, caller: Caller) -> Result<Response, ApiError> {
     let id = EventId::from_hex(id)
         .ok_or_else(|| ApiError::BadRequest("event id must be 64 lowercase hex characters".into()))?;
-    let found = app.store.get_async(id, Timestamp::now()).await.map_err(internal)?;
+    let viewer = app.private.viewer(caller.authed);
+    let found = app.store.get_async(id, Timestamp::now(), viewer).await.map_err(internal)?;
     match found {
         Some(event) => Ok(json_response(StatusCode::OK, &event)),
         None => Err(ApiError::NotFound("event not found".into())),
@@ -213,14 +216,18 @@ struct FiltersBody {
     filters: Vec<NostrFilter>,
 }
 
-/// Parses `{"filters": […]}` and applies the same limits as a REQ.
-fn filters_of(app: &AppState, ctx: &RequestCtx) -> Result<Vec<NostrFilter>, ApiError> {
+/// Parses `{"filters": […]}` and applies the same limits as a REQ; filters for private kinds only
+/// need a caller (NIP-98), as a REQ needs AUTH.
+fn filters_of(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<Vec<NostrFilter>, ApiError> {
     require_json(ctx)?;
     let FiltersBody { mut filters } = parse_body(ctx)?;
     if filters.is_empty() {
         return Err(ApiError::BadRequest("at least one filter is required".into()));
     }
     query::prepare(&app.config.limitation, "", &mut filters).map_err(api_error)?;
+    if query::needs_auth_to_read(app, caller.authed, &filters) {
+        return Err(ApiError::Unauthorized(AuthError::PrivateKinds));
+    }
     Ok(filters)
 }
 
@@ -239,8 +246,9 @@ struct EventsBody {
 }
 
 async fn query(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
-    let filters = filters_of(app, &ctx)?;
-    let (events, _) = query::events(app, &caller.billed, filters, |_| {}).await.map_err(api_error)?;
+    let filters = filters_of(app, &ctx, &caller)?;
+    let viewer = app.private.viewer(caller.authed);
+    let (events, _) = query::events(app, &caller.billed, filters, viewer, |_| {}).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &EventsBody { events }))
 }
 
@@ -250,8 +258,9 @@ struct CountBody {
 }
 
 async fn count(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
-    let filters = filters_of(app, &ctx)?;
-    let count = query::count(app, &caller.billed, filters).await.map_err(api_error)?;
+    let filters = filters_of(app, &ctx, &caller)?;
+    let viewer = app.private.viewer(caller.authed);
+    let count = query::count(app, &caller.billed, filters, viewer).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &CountBody { count }))
 }
 

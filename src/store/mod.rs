@@ -12,7 +12,10 @@
 //!   consistent snapshot: newest first, ties lowest id first, each filter's `limit` its own, no
 //!   event twice; a query's [`Mark`] says which writes it saw, so a subscription's live events
 //!   can leave those out. A damaged record is skipped (logged once), never served as garbage.
-//!   The plain forms block; the `*_async` forms run off the async reactor.
+//!   The plain forms block; the `*_async` forms run off the async reactor. Every read a client
+//!   asks for names its [`Viewer`]: an event of a private kind (NIP-42 read restrictions) is
+//!   served, counted and matched toward a `limit` only for its author and its `p` recipients; the
+//!   plain `query`/`count`/`get` are the operator's view of everything.
 //! - **Settings and audit** documents are small, named and durable once saved.
 //! - **Compaction** gives back dead space while reads and writes go on; one at a time.
 //! - [`Store::close`] is the one stop: queued writes finish, everything is flushed.
@@ -42,6 +45,7 @@ pub mod format;
 pub mod index;
 pub mod migrate;
 mod open;
+mod plan;
 mod progress;
 mod query;
 mod view;
@@ -58,7 +62,7 @@ pub use write::control::{CompactPolicy, Compacted};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLockReadGuard};
 
-use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent};
+use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
 use index::Key;
 use open::Opened;
 use view::View;
@@ -131,25 +135,49 @@ impl Store {
         self.inner.writes.remove(id).await
     }
 
-    /// One stored event by id (expired events are not served, nor a damaged record).
+    /// One stored event by id, as the operator sees the store (every event: see
+    /// [`Store::get_as`]); expired events are not served, nor a damaged record.
     pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
-        self.inner.reader.get(id, now)
+        self.get_as(id, now, &Viewer::everything())
     }
 
-    /// Stored events matching any filter: newest first, ties lowest id first, each filter's
-    /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
+    /// [`Store::get`], if `viewer` may read it (NIP-42 read restrictions).
+    pub fn get_as(&self, id: &EventId, now: Timestamp, viewer: &Viewer) -> Result<Option<EventJson>, StoreError> {
+        self.inner.reader.get(id, now, viewer)
+    }
+
+    /// Stored events matching any filter, as the operator sees the store (every event: see
+    /// [`Store::query_as`]): newest first, ties lowest id first, each filter's `limit` applied to
+    /// its own matches (the caller sets and clamps it), no event twice.
     pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
-        self.inner.reader.query(filters, now)
+        self.inner.reader.query(filters, now, &Viewer::everything())
     }
 
     /// [`Store::query`], and the [`Mark`] of what the query saw.
     pub fn query_marked(&self, filters: &[Filter], now: Timestamp) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        self.inner.reader.query_marked(filters, now)
+        self.query_as(filters, now, &Viewer::everything())
     }
 
-    /// How many stored events match any filter (NIP-45); `limit` is ignored.
+    /// [`Store::query_marked`] of what `viewer` may read: an event it may not read is not
+    /// served, nor counted toward a filter's `limit`.
+    pub fn query_as(
+        &self,
+        filters: &[Filter],
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        self.inner.reader.query_marked(filters, now, viewer)
+    }
+
+    /// How many stored events match any filter (NIP-45), as the operator sees the store;
+    /// `limit` is ignored.
     pub fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
-        self.inner.reader.count(filters, now)
+        self.count_as(filters, now, &Viewer::everything())
+    }
+
+    /// [`Store::count`] of what `viewer` may read.
+    pub fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
+        self.inner.reader.count(filters, now, viewer)
     }
 
     /// Every stored event matching `filter` (its `limit` keeps the newest that many), oldest
@@ -179,23 +207,29 @@ impl Store {
         self.len() == 0
     }
 
-    /// [`Store::query_marked`] off the async reactor.
+    /// [`Store::query_as`] off the async reactor.
     pub async fn query_async(
         &self,
         filters: Vec<Filter>,
         now: Timestamp,
+        viewer: Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        self.off_reactor(move |s| s.query_marked(&filters, now)).await
+        self.off_reactor(move |s| s.query_as(&filters, now, &viewer)).await
     }
 
-    /// [`Store::count`] off the async reactor.
-    pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp) -> Result<u64, StoreError> {
-        self.off_reactor(move |s| s.count(&filters, now)).await
+    /// [`Store::count_as`] off the async reactor.
+    pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp, viewer: Viewer) -> Result<u64, StoreError> {
+        self.off_reactor(move |s| s.count_as(&filters, now, &viewer)).await
     }
 
-    /// [`Store::get`] off the async reactor.
-    pub async fn get_async(&self, id: EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
-        self.off_reactor(move |s| s.get(&id, now)).await
+    /// [`Store::get_as`] off the async reactor.
+    pub async fn get_async(
+        &self,
+        id: EventId,
+        now: Timestamp,
+        viewer: Viewer,
+    ) -> Result<Option<EventJson>, StoreError> {
+        self.off_reactor(move |s| s.get_as(&id, now, &viewer)).await
     }
 
     /// [`Store::export`] off the async reactor.

@@ -17,11 +17,9 @@ use super::error::StoreError;
 use super::format::log::{Log, LogError};
 use super::format::{Serial, keys, record};
 use super::index::Key;
+use super::plan::{Plan, lists_are_exact};
 use super::view::{Mark, View};
-use crate::protocol::{EventId, EventJson, Filter, Timestamp};
-
-/// More author × kind pairs than this are scanned by author only.
-const MAX_PAIRS: usize = 256;
+use crate::protocol::{EventId, EventJson, Filter, Timestamp, Viewer};
 
 /// The read side of one open store: the catalogue, the view, and the damaged records met;
 /// cheap to clone.
@@ -51,20 +49,29 @@ impl Reader {
         }
     }
 
-    /// One stored event by id (expired events are not served, nor a damaged record).
-    pub(crate) fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {
+    /// One stored event by id, if `viewer` may read it (expired events are not served, nor a
+    /// damaged record).
+    pub(crate) fn get(&self, id: &EventId, now: Timestamp, viewer: &Viewer) -> Result<Option<EventJson>, StoreError> {
         let Some((serial, stored)) = self.record_by_id(id)? else { return Ok(None) };
         let damaged = &self.damaged;
-        match damaged.served(serial, record::header(&stored).map_err(StoreError::from))? {
-            Some(header) if !header.is_expired(now) => damaged.served(serial, render(&stored)),
-            _ => Ok(None),
+        let Some(header) = damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {
+            return Ok(None);
+        };
+        if header.is_expired(now) || !readable(viewer, &header, serial, &stored, damaged)? {
+            return Ok(None);
         }
+        damaged.served(serial, render(&stored))
     }
 
     /// Stored events matching any filter: newest first, ties lowest id first, each filter's
     /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
-    pub(crate) fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
-        Ok(self.query_marked(filters, now)?.0)
+    pub(crate) fn query(
+        &self,
+        filters: &[Filter],
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<Vec<EventJson>, StoreError> {
+        Ok(self.query_marked(filters, now, viewer)?.0)
     }
 
     /// `Store::query`, and the [`Mark`] of what the query saw.
@@ -72,6 +79,7 @@ impl Reader {
         &self,
         filters: &[Filter],
         now: Timestamp,
+        viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
@@ -80,11 +88,11 @@ impl Reader {
             let view = &*self.view();
             let hits = match filters {
                 // One filter's scan is already in order and without repeats.
-                [filter] => self.scan(view, filter, limit_of(filter), now)?,
+                [filter] => self.scan(view, filter, limit_of(filter), now, viewer)?,
                 _ => {
                     let mut all: BTreeMap<(std::cmp::Reverse<Timestamp>, EventId), Hit> = BTreeMap::new();
                     for filter in filters {
-                        for hit in self.scan(view, filter, limit_of(filter), now)? {
+                        for hit in self.scan(view, filter, limit_of(filter), now, viewer)? {
                             all.insert((std::cmp::Reverse(hit.created_at), hit.id), hit);
                         }
                     }
@@ -112,14 +120,20 @@ impl Reader {
     /// How many stored events match any filter (NIP-45); `limit` is ignored. A filter with no
     /// condition besides what names its index lists (and `since`/`until`) is counted from the
     /// lists alone, without reading a record.
-    pub(crate) fn count(&self, filters: &[Filter], now: Timestamp) -> Result<u64, StoreError> {
+    pub(crate) fn count(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
         let view = &*self.view();
         {
             let mut seen = HashSet::new();
             let mut expired = None;
             for filter in filters {
                 match Plan::of(filter) {
-                    Plan::Scan { keys, .. } if !filter.is_empty_set() && lists_are_exact(filter, &keys) => {
+                    // A list counts events `viewer` may not read: only a filter that can match
+                    // none of those is counted from the lists alone.
+                    Plan::Scan { keys, .. }
+                        if !filter.is_empty_set()
+                            && lists_are_exact(filter, &keys)
+                            && !viewer.private().can_match(filter) =>
+                    {
                         let expired = match &mut expired {
                             Some(expired) => expired,
                             None => expired.insert(self.expired_unswept(view, now)?),
@@ -133,7 +147,9 @@ impl Reader {
                             }
                         }
                     }
-                    _ => seen.extend(self.scan(view, filter, usize::MAX, now)?.into_iter().map(|hit| hit.serial)),
+                    _ => {
+                        seen.extend(self.scan(view, filter, usize::MAX, now, viewer)?.into_iter().map(|hit| hit.serial))
+                    }
                 }
             }
             Ok(seen.len() as u64)
@@ -165,7 +181,7 @@ impl Reader {
         // The export keeps this log open: a compaction meanwhile does not move its records.
         let (hits, log) = {
             let view = &*self.view();
-            (self.scan(view, filter, limit, now)?, view.log.clone())
+            (self.scan(view, filter, limit, now, &Viewer::everything())?, view.log.clone())
         };
         let mut refs: Vec<(Timestamp, Serial, u32)> =
             hits.into_iter().map(|h| (h.created_at, h.serial, h.len)).collect();
@@ -176,7 +192,14 @@ impl Reader {
     }
 
     /// The newest `limit` events of one filter in `view`, in order (ties: lowest id first).
-    fn scan(&self, view: &View, filter: &Filter, limit: usize, now: Timestamp) -> Result<Vec<Hit>, StoreError> {
+    fn scan(
+        &self,
+        view: &View,
+        filter: &Filter,
+        limit: usize,
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<Vec<Hit>, StoreError> {
         if limit == 0 || filter.is_empty_set() {
             return Ok(Vec::new());
         }
@@ -192,7 +215,7 @@ impl Reader {
                     if candidate.header.id != id {
                         continue;
                     }
-                    hits.extend(hit(filter, candidate, check_tags, now, log, &self.damaged)?);
+                    hits.extend(hit(filter, viewer, candidate, check_tags, now, log, &self.damaged)?);
                 }
             }
             Plan::Scan { keys, check_tags } => {
@@ -209,7 +232,7 @@ impl Reader {
                         // A segment's list of a tag may hold another tag's events (a hash
                         // collision): the tags of what it lists are checked.
                         let check = check_tags || (candidate.record.is_some() && matches!(key, Key::Tag(..)));
-                        let found = hit(filter, candidate, check, now, log, &self.damaged)?;
+                        let found = hit(filter, viewer, candidate, check, now, log, &self.damaged)?;
                         let Some(hit) = found else { continue };
                         hits.push(hit);
                         taken += 1;
@@ -287,11 +310,13 @@ impl Damaged {
     }
 }
 
-/// The stored event at `serial` as a hit of `filter`, or None when it does not match: its header
-/// is checked first, and its record's tags (`record`, or read from `log`) are decoded only when
-/// the filter's tag conditions must be checked.
+/// The stored event at `serial` as a hit of `filter` for `viewer`, or None when it does not match
+/// or `viewer` may not read it: its header is checked first, and its record's tags (`record`, or
+/// read from `log`) are decoded only when the filter's tag conditions must be checked or the
+/// event is of a private kind by another author.
 fn hit(
     filter: &Filter,
+    viewer: &Viewer,
     candidate: Candidate,
     check_tags: bool,
     now: Timestamp,
@@ -302,7 +327,11 @@ fn hit(
     if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at) {
         return Ok(None);
     }
-    if check_tags {
+    if viewer.refuses_outright(header.kind) {
+        return Ok(None);
+    }
+    let parties = viewer.needs_tags(header.kind, &header.pubkey);
+    if check_tags || parties {
         let read = match record.take() {
             Some(stored) => Ok(stored),
             None => log.read_sized(serial, header.len).map_err(StoreError::from),
@@ -314,7 +343,9 @@ fn hit(
         let Some(tags) = damaged.served(serial, record::tags(&stored).map_err(StoreError::from))? else {
             return Ok(None);
         };
-        if !filter.matches_tags(&tags) {
+        if (check_tags && !filter.matches_tags(&tags))
+            || (parties && !viewer.may_read(header.kind, &header.pubkey, &tags))
+        {
             return Ok(None);
         }
         record = Some(stored);
@@ -322,18 +353,23 @@ fn hit(
     Ok(Some(Hit { created_at: header.created_at, id: header.id, serial, len: header.len, record }))
 }
 
-/// True when every event that `keys` (a plan of `filter`) list matches `filter` within its
-/// `since` and `until`: the filter has no condition besides what names the lists (expiry aside).
-fn lists_are_exact(filter: &Filter, keys: &[Key]) -> bool {
-    let (authors, kinds, tags) = (filter.authors.is_some(), filter.kinds.is_some(), filter.tags.len());
-    let exact = |key: &Key| match key {
-        Key::All => !authors && !kinds && tags == 0,
-        Key::Author(_) => authors && !kinds && tags == 0,
-        Key::Kind(_) => !authors && kinds && tags == 0,
-        Key::AuthorKind(..) => authors && kinds && tags == 0,
-        Key::Tag(..) => !authors && !kinds && tags == 1,
-    };
-    filter.ids.is_none() && keys.iter().all(exact)
+/// True when `viewer` may read the stored event `stored` (at `serial`, with `header`); its tags
+/// are decoded only when that depends on them. A damaged record is not readable.
+fn readable(
+    viewer: &Viewer,
+    header: &record::Header,
+    serial: Serial,
+    stored: &[u8],
+    damaged: &Damaged,
+) -> Result<bool, StoreError> {
+    if viewer.refuses_outright(header.kind) {
+        return Ok(false);
+    }
+    if !viewer.needs_tags(header.kind, &header.pubkey) {
+        return Ok(true);
+    }
+    let tags = damaged.served(serial, record::tags(stored).map_err(StoreError::from))?;
+    Ok(tags.is_some_and(|tags| viewer.may_read(header.kind, &header.pubkey, &tags)))
 }
 
 /// A snapshot of stored events being read out in order (`Store::export`).
@@ -374,40 +410,4 @@ struct Hit {
     /// The record's length, from the index.
     len: u32,
     record: Option<Vec<u8>>,
-}
-
-/// Which index list serves a filter, and whether the filter's tag conditions must be checked
-/// against the record (authors, kinds, times and expiry are checked from the index).
-enum Plan {
-    Ids(Vec<EventId>),
-    Scan { keys: Vec<Key>, check_tags: bool },
-}
-
-impl Plan {
-    fn of(f: &Filter) -> Plan {
-        if let Some(ids) = &f.ids {
-            return Plan::Ids(ids.clone());
-        }
-        let has_tags = !f.tags.is_empty();
-        if let (Some(authors), Some(kinds)) = (&f.authors, &f.kinds)
-            && authors.len() * kinds.len() <= MAX_PAIRS
-        {
-            let keys = authors.iter().flat_map(|a| kinds.iter().map(move |k| Key::AuthorKind(*a, *k))).collect();
-            return Plan::Scan { keys, check_tags: has_tags };
-        }
-        if let Some(authors) = &f.authors {
-            return Plan::Scan { keys: authors.iter().map(|a| Key::Author(*a)).collect(), check_tags: has_tags };
-        }
-        if let Some((letter, values)) = f.tags.iter().min_by_key(|(_, v)| v.len())
-            && letter.is_ascii()
-        {
-            let letter = *letter as u8;
-            let keys = values.iter().map(|v| Key::Tag(letter, v.as_str().into())).collect();
-            return Plan::Scan { keys, check_tags: f.tags.len() > 1 };
-        }
-        if let Some(kinds) = &f.kinds {
-            return Plan::Scan { keys: kinds.iter().map(|k| Key::Kind(*k)).collect(), check_tags: has_tags };
-        }
-        Plan::Scan { keys: vec![Key::All], check_tags: has_tags }
-    }
 }

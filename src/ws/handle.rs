@@ -17,7 +17,7 @@ use crate::ingest::{self, Publisher};
 use crate::limiter::{Billed, LimitType, RateLimited};
 use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::verify::verify;
-use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp};
+use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp, Viewer};
 use crate::query::{self, QueryError};
 use crate::store::Mark;
 
@@ -65,6 +65,9 @@ fn correlate(text: &str) -> Correlation {
 }
 
 const AUTH_REQUIRED: &str = "auth-required: this relay requires authentication; answer the AUTH challenge";
+/// Why a request for private kinds only is refused before AUTH (see [`private_auth_required`]).
+pub(crate) const PRIVATE_AUTH_REQUIRED: &str =
+    "auth-required: these kinds are served only to their author and recipients; answer the AUTH challenge";
 
 /// The CLOSED that answers a REQ/COUNT whose read ended in `error`.
 fn closed(sub_id: String, error: &QueryError) -> RelayMessage {
@@ -135,19 +138,27 @@ pub(super) fn frame(
             if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
                 return Action::Reply(closed);
             }
+            if query::needs_auth_to_read(app, session.authed, &filters) {
+                return private_auth_required(sub_id, &session.challenge);
+            }
             let generation = match session.open(&sub_id, lim.max_subscriptions) {
                 Ok(g) => g,
                 Err(reason) => {
                     return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
                 }
             };
-            Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters)))
+            let viewer = app.private.viewer(session.authed);
+            Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters, viewer)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
             if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
                 return Action::Reply(closed);
             }
-            Action::Spawn(Box::pin(count(app.clone(), billed, sub_id, filters)))
+            if query::needs_auth_to_read(app, session.authed, &filters) {
+                return private_auth_required(sub_id, &session.challenge);
+            }
+            let viewer = app.private.viewer(session.authed);
+            Action::Spawn(Box::pin(count(app.clone(), billed, sub_id, filters, viewer)))
         }
         ClientMessage::Close(sub_id) => {
             session.close(&sub_id);
@@ -163,6 +174,17 @@ pub(super) fn frame(
             Action::Spawn(Box::pin(authenticate(*event, challenge, relay_match)))
         }
     }
+}
+
+/// The answer to a REQ/COUNT for private kinds only from a connection that has not
+/// authenticated: `CLOSED "auth-required: …"` and the connection's AUTH challenge again, so the
+/// client authenticates and sends the request once more (NIP-42).
+fn private_auth_required(sub_id: String, challenge: &str) -> Action {
+    let frames = vec![
+        RelayMessage::Closed { sub_id, message: PRIVATE_AUTH_REQUIRED.into() },
+        RelayMessage::Auth(challenge.to_string()),
+    ];
+    Action::Spawn(Box::pin(async move { Done::Frames(frames) }))
 }
 
 /// The checks a REQ and a COUNT share, in order: admission, authentication, limits (which also
@@ -209,9 +231,10 @@ async fn req(
     sub_id: String,
     generation: u64,
     filters: Vec<Filter>,
+    viewer: Viewer,
 ) -> Done {
     let subscribe = |filters: &[Filter]| app.fanout.subscribe(conn, &sub_id, generation, filters.to_vec());
-    match query::events(&app, &billed, filters, subscribe).await {
+    match query::events(&app, &billed, filters, viewer, subscribe).await {
         Ok((events, mark)) => {
             let mut frames: Vec<RelayMessage> =
                 events.into_iter().map(|event| RelayMessage::Event { sub_id: sub_id.clone(), event }).collect();
@@ -225,8 +248,8 @@ async fn req(
     }
 }
 
-async fn count(app: Arc<AppState>, billed: Billed, sub_id: String, filters: Vec<Filter>) -> Done {
-    let frame = match query::count(&app, &billed, filters).await {
+async fn count(app: Arc<AppState>, billed: Billed, sub_id: String, filters: Vec<Filter>, viewer: Viewer) -> Done {
+    let frame = match query::count(&app, &billed, filters, viewer).await {
         Ok(count) => RelayMessage::Count { sub_id, count },
         Err(QueryError::Store(_)) => RelayMessage::Closed { sub_id, message: "error: the count failed".into() },
         Err(e) => closed(sub_id, &e),

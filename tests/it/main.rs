@@ -14,6 +14,7 @@ mod admin;
 mod hostile;
 mod http;
 mod nip01;
+mod private;
 mod rest;
 mod testing;
 mod vectors;

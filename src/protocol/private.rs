@@ -1,0 +1,147 @@
+//! NIP-42 read restrictions: which stored or live events a reader may be served.
+//!
+//! Owns the rule of `auth.private_kinds`: an event of a private kind (by default 4, NIP-04
+//! direct messages, and 1059, NIP-59 gift wraps) is served only to a reader authenticated as its
+//! author or as a pubkey one of its `p` tags names; every other event to anyone. Pure, so that
+//! every read path (a REQ's stored answer and its live events, COUNT, REST, the frame log of
+//! `hearth dev`) asks the same [`Viewer`] and none of them can drift from the others.
+
+use std::sync::Arc;
+
+use super::event::{Kind, PubKey, tag_values};
+use super::filter::Filter;
+
+/// The kinds served only to their parties (`auth.private_kinds`), sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrivateKinds(Arc<[Kind]>);
+
+impl PrivateKinds {
+    /// The private kinds `kinds` (in any order, repeats allowed).
+    pub fn new(kinds: &[Kind]) -> PrivateKinds {
+        let mut kinds = kinds.to_vec();
+        kinds.sort_unstable();
+        kinds.dedup();
+        PrivateKinds(kinds.into())
+    }
+
+    /// True when events of `kind` are private.
+    pub fn contains(&self, kind: Kind) -> bool {
+        self.0.binary_search(&kind).is_ok()
+    }
+
+    /// True when every event `filter` can match is of a private kind: it names kinds, and only
+    /// private ones. Such a request from a reader who has not authenticated can be answered with
+    /// nothing at all, so it is refused `auth-required:` instead (NIP-42).
+    pub fn only(&self, filter: &Filter) -> bool {
+        filter.kinds.as_ref().is_some_and(|kinds| !kinds.is_empty() && kinds.iter().all(|k| self.contains(*k)))
+    }
+
+    /// True when `filter` can match an event of a private kind.
+    pub fn can_match(&self, filter: &Filter) -> bool {
+        !self.0.is_empty() && filter.kinds.as_ref().is_none_or(|kinds| kinds.iter().any(|k| self.contains(*k)))
+    }
+
+    /// What `reader` (the authenticated pubkey, if any) may read under these kinds.
+    pub fn viewer(&self, reader: Option<PubKey>) -> Viewer {
+        Viewer { private: self.clone(), reader }
+    }
+}
+
+/// Who reads, as the read restrictions see it: the private kinds in force and the pubkey the
+/// reader authenticated as, if any.
+#[derive(Clone, Debug, Default)]
+pub struct Viewer {
+    private: PrivateKinds,
+    reader: Option<PubKey>,
+}
+
+impl Viewer {
+    /// A viewer of everything: the admin export and the offline commands, which the operator
+    /// runs on their own data directory.
+    pub fn everything() -> Viewer {
+        Viewer::default()
+    }
+
+    /// The private kinds this viewer is held to.
+    pub fn private(&self) -> &PrivateKinds {
+        &self.private
+    }
+
+    /// True when whether this viewer may read an event of `kind` by `author` depends on its tags
+    /// (a private kind, by another author, and a reader who authenticated).
+    pub fn needs_tags(&self, kind: Kind, author: &PubKey) -> bool {
+        self.private.contains(kind) && self.reader.is_some_and(|reader| reader != *author)
+    }
+
+    /// True when this viewer may be served an event of `kind` by `author` with `tags`.
+    pub fn may_read(&self, kind: Kind, author: &PubKey, tags: &[Vec<String>]) -> bool {
+        if !self.private.contains(kind) {
+            return true;
+        }
+        let Some(reader) = &self.reader else { return false };
+        if reader == author {
+            return true;
+        }
+        let hex = reader.to_hex();
+        tag_values(tags, "p").any(|p| p.eq_ignore_ascii_case(&hex))
+    }
+
+    /// True when an event of `kind` is refused to this viewer whatever its author and tags
+    /// (a private kind and a reader who has not authenticated), so no record needs reading.
+    pub fn refuses_outright(&self, kind: Kind) -> bool {
+        self.private.contains(kind) && self.reader.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> PubKey {
+        PubKey([n; 32])
+    }
+
+    fn p(to: u8) -> Vec<Vec<String>> {
+        vec![vec!["p".into(), key(to).to_hex()]]
+    }
+
+    #[test]
+    fn a_private_event_is_served_to_its_author_and_its_recipients_only() {
+        let private = PrivateKinds::new(&[Kind(1059), Kind(4), Kind(4)]);
+        let (author, recipient, stranger) = (key(1), key(2), key(3));
+        let wrap = (Kind(1059), author, p(2));
+        for (reader, served) in [(Some(author), true), (Some(recipient), true), (Some(stranger), false), (None, false)]
+        {
+            let viewer = private.viewer(reader);
+            assert_eq!(viewer.may_read(wrap.0, &wrap.1, &wrap.2), served, "reader {reader:?}");
+        }
+        // A public kind is served to anyone; nothing is private to the viewer of everything.
+        assert!(private.viewer(None).may_read(Kind(1), &author, &[]));
+        assert!(Viewer::everything().may_read(Kind(4), &author, &[]));
+        // A recipient named in upper case is still the recipient.
+        let upper = vec![vec!["p".into(), recipient.to_hex().to_uppercase()]];
+        assert!(private.viewer(Some(recipient)).may_read(Kind(4), &author, &upper));
+        // Whether the tags must be read, and whether no tag could help.
+        assert!(private.viewer(Some(recipient)).needs_tags(Kind(4), &author));
+        assert!(!private.viewer(Some(author)).needs_tags(Kind(4), &author));
+        assert!(!private.viewer(None).needs_tags(Kind(4), &author));
+        assert!(private.viewer(None).refuses_outright(Kind(4)));
+        assert!(!private.viewer(Some(recipient)).refuses_outright(Kind(4)));
+        assert!(!private.viewer(None).refuses_outright(Kind(1)));
+    }
+
+    #[test]
+    fn a_filter_is_private_only_when_it_names_only_private_kinds() {
+        let private = PrivateKinds::new(&[Kind(4), Kind(1059)]);
+        let filter = |json: &str| -> Filter { serde_json::from_str(json).unwrap() };
+        assert!(private.only(&filter(r##"{"kinds":[1059],"#p":["aa"]}"##)));
+        assert!(private.only(&filter(r#"{"kinds":[4,1059]}"#)));
+        assert!(!private.only(&filter(r#"{"kinds":[4,1]}"#)));
+        assert!(!private.only(&filter("{}")));
+        assert!(!private.only(&filter(r#"{"kinds":[]}"#)));
+        assert!(private.can_match(&filter("{}")));
+        assert!(private.can_match(&filter(r#"{"kinds":[1,4]}"#)));
+        assert!(!private.can_match(&filter(r#"{"kinds":[1,7]}"#)));
+        assert!(!PrivateKinds::default().can_match(&filter("{}")));
+    }
+}

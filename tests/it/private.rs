@@ -1,0 +1,208 @@
+//! NIP-42 read restrictions: events of `auth.private_kinds` (4 and 1059 by default) served only
+//! to a connection authenticated as their author or a `p` recipient, on every read path: a REQ's
+//! stored answer and its live events, COUNT, and the REST API (NIP-98 names the caller).
+
+use crate::common::*;
+use hearth::protocol::nip98;
+use hearth::protocol::{Event, Keys, Timestamp};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A private relay of three people: alice writes to bob, carol is a stranger to both.
+struct Parties {
+    alice: Keys,
+    bob: Keys,
+    carol: Keys,
+}
+
+fn parties() -> Parties {
+    Parties { alice: keys(1), bob: keys(2), carol: keys(3) }
+}
+
+fn to(recipient: &Keys) -> String {
+    recipient.public_key().to_hex()
+}
+
+/// A gift wrap for `recipient`, signed by `wrapper` at `at` (NIP-59: randomised into the past).
+fn wrap(wrapper: &Keys, recipient: &Keys, at: u64, content: &str) -> Event {
+    sign(wrapper, at, 1059, &[&["p", &to(recipient)]], content)
+}
+
+fn ids(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Stores `events` over a connection authenticated as their author each.
+async fn store(relay: &TestRelay, events: &[(&Keys, &Event)]) {
+    for (author, event) in events {
+        let mut c = relay.connect().await;
+        assert_eq!(c.auth(author, &relay.ws_url()).await[2], true);
+        assert_ok(&c.publish(event).await, &event.id.to_hex(), true, "");
+    }
+}
+
+#[tokio::test]
+async fn a_stranger_asking_for_someones_private_messages_is_asked_to_authenticate_and_then_gets_only_its_own() {
+    let relay = TestRelay::start(generous).await;
+    let p = parties();
+    let now = now();
+    let for_bob = wrap(&p.alice, &p.bob, now - 3 * 86_400, "for bob");
+    let for_carol = wrap(&p.alice, &p.carol, now - 100, "for carol");
+    let dm = sign(&p.alice, now - 50, 4, &[&["p", &to(&p.bob)]], "a kind 4 to bob");
+    let note = sign(&p.alice, now - 10, 1, &[&["p", &to(&p.bob)]], "a public note mentioning bob");
+    store(&relay, &[(&p.alice, &for_bob), (&p.alice, &for_carol), (&p.alice, &dm), (&p.alice, &note)]).await;
+
+    // Before AUTH: a filter for private kinds alone is refused auth-required, with a challenge.
+    let mut stranger = relay.connect().await;
+    stranger.send(json!(["REQ", "wraps", {"kinds": [1059], "#p": [to(&p.bob)]}])).await;
+    let closed = stranger.recv().await;
+    assert_eq!(closed[0], "CLOSED", "{closed}");
+    assert_eq!(closed[1], "wraps");
+    assert!(closed[2].as_str().unwrap().starts_with("auth-required: "), "{closed}");
+    assert_eq!(stranger.recv().await, json!(["AUTH", stranger.challenge]));
+    stranger.send(json!(["COUNT", "n", {"kinds": [4, 1059]}])).await;
+    let closed = stranger.recv().await;
+    assert_eq!((closed[0].as_str(), closed[1].as_str()), (Some("CLOSED"), Some("n")), "{closed}");
+    assert!(closed[2].as_str().unwrap().starts_with("auth-required: "), "{closed}");
+    assert_eq!(stranger.recv().await[0], "AUTH");
+    // A filter that can match public kinds too is answered, without what it may not read.
+    assert_eq!(ids(&stranger.req("mixed", vec![json!({"#p": [to(&p.bob)]})]).await), vec![note.id.to_hex()]);
+    assert_eq!(ids(&stranger.req("all", vec![json!({})]).await), vec![note.id.to_hex()]);
+    stranger.send(json!(["COUNT", "c", {}])).await;
+    assert_eq!(stranger.recv().await, json!(["COUNT", "c", {"count": 1}]));
+
+    // Authenticated as carol, a third party to bob's messages: none of them, her own wrap.
+    assert_eq!(stranger.auth(&p.carol, &relay.ws_url()).await[2], true);
+    assert_eq!(stranger.req("bobs", vec![json!({"kinds": [1059], "#p": [to(&p.bob)]})]).await, Vec::<Value>::new());
+    assert_eq!(ids(&stranger.req("mine", vec![json!({"kinds": [4, 1059]})]).await), vec![for_carol.id.to_hex()]);
+    stranger.send(json!(["COUNT", "c", {"kinds": [4, 1059]}])).await;
+    assert_eq!(stranger.recv().await, json!(["COUNT", "c", {"count": 1}]));
+
+    // Bob, authenticated: exactly what is addressed to him, the wrap stored days in the past too.
+    let mut bob = relay.connect().await;
+    assert_eq!(bob.auth(&p.bob, &relay.ws_url()).await[2], true);
+    let got = bob.req("wraps", vec![json!({"kinds": [1059], "#p": [to(&p.bob)]})]).await;
+    assert_eq!(got, vec![serde_json::to_value(&for_bob).unwrap()]);
+    assert_eq!(
+        ids(&bob.req("dms", vec![json!({"kinds": [4, 1059]})]).await),
+        vec![dm.id.to_hex(), for_bob.id.to_hex()]
+    );
+    bob.send(json!(["COUNT", "c", {"kinds": [4, 1059]}])).await;
+    assert_eq!(bob.recv().await, json!(["COUNT", "c", {"count": 2}]));
+    // Its author reads what it wrote, to anyone.
+    let mut alice = relay.connect().await;
+    assert_eq!(alice.auth(&p.alice, &relay.ws_url()).await[2], true);
+    assert_eq!(alice.req("sent", vec![json!({"kinds": [1059], "authors": [to(&p.alice)]})]).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_limit_counts_only_what_the_reader_may_read() {
+    let relay = TestRelay::start(generous).await;
+    let p = parties();
+    let now = now();
+    let old_for_bob = sign(&p.alice, now - 1000, 4, &[&["p", &to(&p.bob)]], "old");
+    let mut newer = vec![];
+    for n in 0..5 {
+        newer.push(sign(&p.alice, now - 100 + n, 4, &[&["p", &to(&p.carol)]], "to carol"));
+    }
+    let mut all = vec![(&p.alice, &old_for_bob)];
+    all.extend(newer.iter().map(|e| (&p.alice, e)));
+    store(&relay, &all).await;
+    let mut bob = relay.connect().await;
+    assert_eq!(bob.auth(&p.bob, &relay.ws_url()).await[2], true);
+    // The five newer messages are carol's: bob's newest one is still his answer.
+    assert_eq!(ids(&bob.req("one", vec![json!({"kinds": [4], "limit": 1})]).await), vec![old_for_bob.id.to_hex()]);
+}
+
+#[tokio::test]
+async fn live_private_events_reach_their_parties_only() {
+    let relay = TestRelay::start(generous).await;
+    let p = parties();
+    let mut anyone = relay.connect().await;
+    anyone.req("all", vec![json!({})]).await;
+    let mut carol = relay.connect().await;
+    assert_eq!(carol.auth(&p.carol, &relay.ws_url()).await[2], true);
+    carol.req("all", vec![json!({"kinds": [1, 1059]})]).await;
+    // Bob subscribes before he authenticates: the live event finds him authenticated.
+    let mut bob = relay.connect().await;
+    bob.req("all", vec![json!({"kinds": [1, 1059]})]).await;
+    assert_eq!(bob.auth(&p.bob, &relay.ws_url()).await[2], true);
+
+    let for_bob = wrap(&p.alice, &p.bob, now() - 7200, "live, for bob");
+    let note = sign(&p.alice, now(), 1, &[], "live, for all");
+    store(&relay, &[(&p.alice, &for_bob), (&p.alice, &note)]).await;
+
+    assert_eq!(bob.recv().await, json!(["EVENT", "all", for_bob]));
+    assert_eq!(bob.recv().await, json!(["EVENT", "all", note]));
+    // The others get the note, and nothing before it.
+    assert_eq!(anyone.recv().await, json!(["EVENT", "all", note]));
+    assert_eq!(carol.recv().await, json!(["EVENT", "all", note]));
+    anyone.assert_nothing_before_barrier("a stranger got a live private event").await;
+    carol.assert_nothing_before_barrier("a third party got a live private event").await;
+}
+
+#[tokio::test]
+async fn over_rest_private_kinds_need_a_nip98_caller_and_serve_only_its_own() {
+    let relay = TestRelay::start(generous).await;
+    let p = parties();
+    let for_bob = wrap(&p.alice, &p.bob, now() - 60, "rest, for bob");
+    store(&relay, &[(&p.alice, &for_bob)]).await;
+    let http = reqwest::Client::new();
+    let call = |path: &str, body: Option<Value>, signer: Option<&Keys>| {
+        let url = relay.http_url(path);
+        let (method, bytes) = match &body {
+            Some(b) => ("POST", b.to_string()),
+            None => ("GET", String::new()),
+        };
+        let mut req = match body {
+            Some(_) => http.post(&url).header("content-type", "application/json").body(bytes.clone()),
+            None => http.get(&url),
+        };
+        if let Some(keys) = signer {
+            let request = nip98::Request { url: &url, method, body: bytes.as_bytes() };
+            req = req.header("authorization", nip98::header(keys, &request, Timestamp(now())).unwrap());
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let wraps = json!({"filters": [{"kinds": [1059]}]});
+    let (status, body) = call("/api/v1/query", Some(wraps.clone()), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body["error"].as_str().unwrap().starts_with("auth-required: "), "{body}");
+    let (status, body) = call("/api/v1/count", Some(wraps.clone()), None).await;
+    assert_eq!(
+        (status, body["error"].as_str().map(|e| e.starts_with("auth-required: "))),
+        (StatusCode::UNAUTHORIZED, Some(true))
+    );
+    let (status, body) = call("/api/v1/query", Some(wraps.clone()), Some(&p.bob)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"events": [for_bob]})));
+    let (status, body) = call("/api/v1/query", Some(wraps.clone()), Some(&p.carol)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"events": []})));
+    let (status, body) = call("/api/v1/count", Some(wraps), Some(&p.carol)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"count": 0})));
+    // By id: not found for anyone but its parties, as if it were not stored.
+    let path = format!("/api/v1/events/{}", for_bob.id.to_hex());
+    assert_eq!(call(&path, None, None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&path, None, Some(&p.carol)).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&path, None, Some(&p.bob)).await, (StatusCode::OK, serde_json::to_value(&for_bob).unwrap()));
+    // A mixed query without a caller is answered without them.
+    let (status, body) = call("/api/v1/query", Some(json!({"filters": [{}]})), None).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"events": []})));
+}
+
+#[tokio::test]
+async fn with_no_private_kinds_every_event_is_served_to_anyone() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.auth.private_kinds = vec![];
+    })
+    .await;
+    let p = parties();
+    let for_bob = wrap(&p.alice, &p.bob, now() - 60, "open relay");
+    store(&relay, &[(&p.alice, &for_bob)]).await;
+    let mut anyone = relay.connect().await;
+    assert_eq!(ids(&anyone.req("w", vec![json!({"kinds": [1059]})]).await), vec![for_bob.id.to_hex()]);
+}
