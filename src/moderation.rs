@@ -11,7 +11,8 @@ use std::sync::RwLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, LimitKey, LimitsConfig};
+use crate::config::{AccessMode, Config, LimitKey, LimitsConfig};
+use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, PubKey};
 use crate::store::{Store, StoreError};
 
@@ -69,6 +70,8 @@ pub struct Moderation {
     state: RwLock<State>,
     /// `auth.members` from the configuration.
     members: HashSet<PubKey>,
+    /// `access.mode`.
+    mode: AccessMode,
 }
 
 /// Why moderation refused an event: the text after `blocked: ` / `restricted: `.
@@ -90,7 +93,7 @@ impl Moderation {
             None => State::default(),
         };
         let members = config.auth.members.iter().copied().collect();
-        Ok(Moderation { state: RwLock::new(state), members })
+        Ok(Moderation { state: RwLock::new(state), members, mode: config.access.mode })
     }
 
     /// A copy of the current state.
@@ -134,8 +137,10 @@ impl Moderation {
             if !s.allowed_kinds.is_empty() && !s.allowed_kinds.contains(&event.kind.0) {
                 return Verdict::Blocked(format!("kind {} is not allowed on this relay", event.kind.0));
             }
-            let restricted = !self.members.is_empty() || !s.allowed_pubkeys.is_empty();
-            if restricted && !self.members.contains(&event.pubkey) && !s.allowed_pubkeys.contains_key(&event.pubkey) {
+            if self.writes_restricted(s)
+                && !self.members.contains(&event.pubkey)
+                && !s.allowed_pubkeys.contains_key(&event.pubkey)
+            {
                 return Verdict::Restricted("only members of this relay may publish here".into());
             }
             Verdict::Allowed
@@ -144,7 +149,40 @@ impl Moderation {
 
     /// True when only listed authors may publish (NIP-11 `restricted_writes`).
     pub fn restricted_writes(&self) -> bool {
-        !self.members.is_empty() || self.read(|s| !s.allowed_pubkeys.is_empty())
+        self.read(|s| self.writes_restricted(s))
+    }
+
+    /// True when only members publish: in a members mode, or in `public` with a member list.
+    fn writes_restricted(&self, s: &State) -> bool {
+        self.mode != AccessMode::Public || !self.members.is_empty() || !s.allowed_pubkeys.is_empty()
+    }
+
+    /// `access.mode`.
+    pub fn mode(&self) -> AccessMode {
+        self.mode
+    }
+
+    /// True when `pubkey` is a member: in `auth.members` or the member list kept live.
+    pub fn is_member(&self, pubkey: &PubKey) -> bool {
+        self.members.contains(pubkey) || self.read(|s| s.allowed_pubkeys.contains_key(pubkey))
+    }
+
+    /// Why a connection authenticated as `reader` (none: not authenticated) may not read or
+    /// publish at all under `access.mode = "members-only"`; `None` when it may (and in every
+    /// other mode). The text is the whole message, prefix included.
+    pub fn access_refusal(&self, reader: Option<PubKey>) -> Option<Refusal> {
+        if self.mode != AccessMode::MembersOnly {
+            return None;
+        }
+        match reader {
+            None => {
+                Some(Refusal::new(Prefix::AuthRequired, "this relay is for its members; answer the AUTH challenge"))
+            }
+            Some(pubkey) if !self.is_member(&pubkey) => {
+                Some(Refusal::new(Prefix::Restricted, "this relay is for its members only"))
+            }
+            Some(_) => None,
+        }
     }
 
     /// True when `ip` is blocked.

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::config::{Config, LimitsConfig, TierLimits};
+use crate::config::{AccessMode, Config, LimitsConfig, TierLimits};
 use crate::moderation::Moderation;
 
 /// NIPs implemented end to end.
@@ -82,7 +82,8 @@ impl RelayInfo {
                 max_event_tags: lim.max_event_tags,
                 max_content_length: lim.max_content_length,
                 min_pow_difficulty: 0,
-                auth_required: config.auth.required,
+                // A members-only relay answers nothing before AUTH.
+                auth_required: config.auth.required || moderation.mode() == AccessMode::MembersOnly,
                 payment_required: false,
                 restricted_writes: moderation.restricted_writes(),
                 created_at_lower_limit: lim.created_at_lower_limit,

@@ -7,6 +7,7 @@
 
 mod auth;
 mod limits;
+mod members;
 mod nip86;
 mod store;
 pub mod ui;
@@ -170,6 +171,30 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, audit_entries));
+    // GET /admin/v1/members
+    let members_list = base
+        .and(warp::path("members"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, members::list));
+    // PUT /admin/v1/members/{pubkey}
+    let member_put = base
+        .and(warp::path!("members" / Segment))
+        .and(warp::put())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|Segment(pubkey), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| members::put(a, c, w, pubkey))
+        });
+    // DELETE /admin/v1/members/{pubkey}
+    let member_delete =
+        base.and(warp::path!("members" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(pubkey), app, ctx| {
+                run(app, ctx, Accept::TokenOrNip98, move |a, c, w| members::delete(a, c, w, pubkey))
+            },
+        );
     // POST /admin/v1/rpc (NIP-86 methods for bearer-token callers too)
     let rpc = base
         .and(warp::path("rpc"))
@@ -203,6 +228,9 @@ pub fn routes(app: Arc<AppState>) -> Route {
         export.boxed(),
         store_stats.boxed(),
         store_compact.boxed(),
+        members_list.boxed(),
+        member_put.boxed(),
+        member_delete.boxed(),
         rpc.boxed(),
         nip86_root.boxed(),
         page.boxed(),

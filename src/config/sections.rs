@@ -33,9 +33,34 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[admin]`: the admin API.
     pub admin: AdminConfig,
+    /// `[access]`: who may write and read (NIP-43 membership).
+    pub access: AccessConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,
+}
+
+/// `[access]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessConfig {
+    /// Who may publish and who may read.
+    pub mode: AccessMode,
+}
+
+/// `access.mode`: who may publish and who may read. Members are `auth.members` and the list the
+/// admin API and NIP-86 keep (`/admin/v1/members`, `allowpubkey`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessMode {
+    /// Anyone reads; anyone publishes, unless the member list is not empty (then only members
+    /// do, as before there were modes).
+    #[default]
+    Public,
+    /// Only members publish; anyone reads the public kinds.
+    MembersWrite,
+    /// Reading and publishing both need NIP-42 AUTH (NIP-98 over REST) as a member.
+    MembersOnly,
 }
 
 /// `[admin]`

@@ -47,6 +47,10 @@ pub enum AuthError {
     /// The relay requires authentication and none was given.
     #[error("auth: required")]
     Required,
+    /// The relay is for its members only (`access.mode = "members-only"`) and the request names
+    /// no caller.
+    #[error("auth-required: this relay is for its members; sign the request (NIP-98)")]
+    MembersOnly,
     /// The request asks for private kinds only (NIP-42 read restrictions) and names no caller.
     #[error("auth-required: these kinds are served only to their author and recipients; sign the request (NIP-98)")]
     PrivateKinds,

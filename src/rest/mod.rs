@@ -83,11 +83,12 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
     let result = match caller {
         Err(e) => Err(e),
         Ok(caller) => match endpoint {
+            Endpoint::OpenApi => openapi(&app),
+            _ if app.moderation.access_refusal(caller.authed).is_some() => Err(members_only(&app, &caller)),
             Endpoint::Publish => publish(&app, ctx, caller).await,
             Endpoint::Get(id) => get_event(&app, &id, caller).await,
             Endpoint::Query => query(&app, ctx, caller).await,
             Endpoint::Count => count(&app, ctx, caller).await,
-            Endpoint::OpenApi => openapi(&app),
         },
     };
     let error = match (&result, app.frame_log.get()) {
@@ -100,6 +101,15 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
         log.call(&request, response.status().as_u16(), error.as_deref());
     }
     Ok(response)
+}
+
+/// How a relay for its members only (`access.mode = "members-only"`) answers any other caller:
+/// 401 without a NIP-98 signature, 403 `restricted:` for a signer who is not a member.
+fn members_only(app: &AppState, caller: &Caller) -> ApiError {
+    match app.moderation.access_refusal(caller.authed) {
+        Some(refused) if refused.prefix() == Prefix::Restricted => ApiError::Forbidden(refused.to_string()),
+        _ => ApiError::Unauthorized(AuthError::MembersOnly),
+    }
 }
 
 /// Every `/api/v1` route.

@@ -16,6 +16,7 @@ use crate::fanout::ConnId;
 use crate::ingest::{self, Publisher};
 use crate::limiter::{Billed, LimitType, RateLimited};
 use crate::protocol::nip42::{self, RelayMatch};
+use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
 use crate::protocol::{ClientMessage, Correlation, Event, Filter, PubKey, RelayMessage, Timestamp, Viewer};
 use crate::query::{self, QueryError};
@@ -65,9 +66,10 @@ fn correlate(text: &str) -> Correlation {
 }
 
 const AUTH_REQUIRED: &str = "auth-required: this relay requires authentication; answer the AUTH challenge";
-/// Why a request for private kinds only is refused before AUTH (see [`private_auth_required`]).
-pub(crate) const PRIVATE_AUTH_REQUIRED: &str =
-    "auth-required: these kinds are served only to their author and recipients; answer the AUTH challenge";
+/// Why a request for private kinds only is refused `auth-required:` before AUTH (see
+/// [`read_refusal`]).
+const PRIVATE_KINDS_NEED_AUTH: &str =
+    "these kinds are served only to their author and recipients; answer the AUTH challenge";
 
 /// The CLOSED that answers a REQ/COUNT whose read ended in `error`.
 fn closed(sub_id: String, error: &QueryError) -> RelayMessage {
@@ -127,6 +129,9 @@ pub(super) fn frame(
             if needs_auth {
                 return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
             }
+            if let Some(refused) = app.moderation.access_refusal(session.authed) {
+                return Action::Reply(RelayMessage::ok(id, false, refused.to_string()));
+            }
             let app = app.clone();
             let publisher = Publisher { authed: session.authed, billed };
             Action::Spawn(Box::pin(async move {
@@ -138,8 +143,8 @@ pub(super) fn frame(
             if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
                 return Action::Reply(closed);
             }
-            if query::needs_auth_to_read(app, session.authed, &filters) {
-                return private_auth_required(sub_id, &session.challenge);
+            if let Some(refused) = read_refusal(app, session, &filters) {
+                return refused_closing(sub_id, refused, &session.challenge);
             }
             let generation = match session.open(&sub_id, lim.max_subscriptions) {
                 Ok(g) => g,
@@ -154,8 +159,8 @@ pub(super) fn frame(
             if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
                 return Action::Reply(closed);
             }
-            if query::needs_auth_to_read(app, session.authed, &filters) {
-                return private_auth_required(sub_id, &session.challenge);
+            if let Some(refused) = read_refusal(app, session, &filters) {
+                return refused_closing(sub_id, refused, &session.challenge);
             }
             let viewer = app.private.viewer(session.authed);
             Action::Spawn(Box::pin(count(app.clone(), billed, sub_id, filters, viewer)))
@@ -176,14 +181,25 @@ pub(super) fn frame(
     }
 }
 
-/// The answer to a REQ/COUNT for private kinds only from a connection that has not
-/// authenticated: `CLOSED "auth-required: …"` and the connection's AUTH challenge again, so the
-/// client authenticates and sends the request once more (NIP-42).
-fn private_auth_required(sub_id: String, challenge: &str) -> Action {
-    let frames = vec![
-        RelayMessage::Closed { sub_id, message: PRIVATE_AUTH_REQUIRED.into() },
-        RelayMessage::Auth(challenge.to_string()),
-    ];
+/// Why a REQ/COUNT of `filters` is not read at all: `access.mode = "members-only"` and the
+/// connection is not a member's, or it asks for private kinds only before AUTH.
+fn read_refusal(app: &AppState, session: &Session, filters: &[Filter]) -> Option<Refusal> {
+    if let Some(refused) = app.moderation.access_refusal(session.authed) {
+        return Some(refused);
+    }
+    query::needs_auth_to_read(app, session.authed, filters)
+        .then(|| Refusal::new(Prefix::AuthRequired, PRIVATE_KINDS_NEED_AUTH))
+}
+
+/// The CLOSED that answers a REQ/COUNT refused before it is read; an `auth-required:` one comes
+/// with the connection's AUTH challenge again, so the client authenticates and sends the request
+/// once more (NIP-42).
+fn refused_closing(sub_id: String, refused: Refusal, challenge: &str) -> Action {
+    let auth = refused.prefix() == Prefix::AuthRequired;
+    let mut frames = vec![RelayMessage::Closed { sub_id, message: refused.to_string() }];
+    if auth {
+        frames.push(RelayMessage::Auth(challenge.to_string()));
+    }
     Action::Spawn(Box::pin(async move { Done::Frames(frames) }))
 }
 

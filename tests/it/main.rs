@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod access;
 mod admin;
 mod hostile;
 mod http;
