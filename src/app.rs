@@ -16,7 +16,7 @@ use crate::fanout::Fanout;
 use crate::limiter::Limiter;
 use crate::moderation::Moderation;
 use crate::protocol::nip98;
-use crate::protocol::{EventId, PrivateKinds};
+use crate::protocol::{EventId, Keys, PrivateKinds};
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -29,6 +29,8 @@ pub struct AppState {
     pub fanout: Arc<Fanout>,
     /// The kinds served only to their parties (`auth.private_kinds`), as every read path asks.
     pub private: PrivateKinds,
+    /// The relay's own key (NIP-11 `self`; it signs the relay's NIP-43 events).
+    pub keys: Keys,
     /// The one admission limiter every transport bills.
     pub limiter: Arc<Limiter>,
     /// Bans, allow lists, info overrides, tiers and limit overrides set by operators.

@@ -130,6 +130,14 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Some(_) => {}
         }
     }
+    // NIP-43 join and leave requests are answered by the relay, never stored or delivered.
+    if crate::membership::is_request(verified.kind) {
+        drop(permit);
+        return match crate::membership::request(app, &verified, publisher.authed).await {
+            Ok(()) => Outcome::Accepted,
+            Err(refusal) => Outcome::Refused(refusal),
+        };
+    }
     match settle(app, verified, now, Some((&publisher.billed, permit))).await {
         Settled::Stored | Settled::Live => Outcome::Accepted,
         Settled::Duplicate => Outcome::Duplicate,

@@ -25,6 +25,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod app;
+pub(crate) mod audit;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
@@ -34,9 +35,11 @@ pub(crate) mod fanout;
 pub(crate) mod frames;
 pub mod fuzz;
 pub(crate) mod http;
+pub(crate) mod identity;
 pub(crate) mod ingest;
 pub mod limiter;
 pub(crate) mod listener;
+pub(crate) mod membership;
 pub(crate) mod metrics;
 pub(crate) mod moderation;
 pub(crate) mod nip11;

@@ -43,6 +43,37 @@ pub struct State {
     pub agent_overrides: BTreeMap<PubKey, bool>,
     /// Tier limit overrides over the configuration (saved as `"<tier>.<key>"` → value).
     pub limit_overrides: BTreeMap<LimitKey, u64>,
+    /// NIP-43 invite codes (the claims a join request names), by code.
+    pub invites: BTreeMap<String, Invite>,
+}
+
+/// One invite code: how often it may be claimed, until when, and what it is for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Invite {
+    /// Claims it allows in all.
+    pub uses: u32,
+    /// Claims made so far.
+    pub used: u32,
+    /// Unix seconds after which it is refused; 0: never.
+    pub expires_at: u64,
+    /// The operator's note.
+    pub note: String,
+    /// When it was made (Unix seconds).
+    pub created_at: u64,
+}
+
+impl Invite {
+    /// Why it cannot be claimed at `now`, if it cannot.
+    pub fn refusal(&self, now: u64) -> Option<&'static str> {
+        if self.expires_at != 0 && now > self.expires_at {
+            Some("this invite code has expired")
+        } else if self.used >= self.uses {
+            Some("this invite code has been used")
+        } else {
+            None
+        }
+    }
 }
 
 impl State {

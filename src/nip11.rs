@@ -7,9 +7,12 @@ use serde::Serialize;
 
 use crate::config::{AccessMode, Config, LimitsConfig, TierLimits};
 use crate::moderation::Moderation;
+use crate::protocol::PubKey;
 
 /// NIPs implemented end to end.
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70];
+/// With them when `access.mode` is a members mode: NIP-43 membership (join, leave, invites).
+const WITH_MEMBERSHIP: &[u16] = &[1, 9, 11, 40, 42, 43, 45, 70];
 
 /// The NIP-11 document.
 #[derive(Debug, Serialize)]
@@ -22,6 +25,9 @@ pub struct RelayInfo {
     contact: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub(crate) icon: String,
+    /// The relay's own pubkey, which signs its NIP-43 events.
+    #[serde(rename = "self")]
+    self_pubkey: String,
     supported_nips: &'static [u16],
     software: &'static str,
     version: &'static str,
@@ -60,7 +66,7 @@ struct Limitation {
 
 impl RelayInfo {
     /// The document for `config`, with the live `limits` and the operator's overrides.
-    pub fn new(config: &Config, limits: LimitsConfig, moderation: &Moderation) -> RelayInfo {
+    pub fn new(config: &Config, limits: LimitsConfig, moderation: &Moderation, self_pubkey: &PubKey) -> RelayInfo {
         let lim = &config.limitation;
         let state = moderation.snapshot();
         RelayInfo {
@@ -69,7 +75,11 @@ impl RelayInfo {
             pubkey: config.info.pubkey.map(|pk| pk.to_hex()),
             contact: config.info.contact.clone(),
             icon: state.icon.unwrap_or_else(|| config.info.icon.clone()),
-            supported_nips: SUPPORTED_NIPS,
+            self_pubkey: self_pubkey.to_hex(),
+            supported_nips: match moderation.mode() {
+                AccessMode::Public => SUPPORTED_NIPS,
+                AccessMode::MembersWrite | AccessMode::MembersOnly => WITH_MEMBERSHIP,
+            },
             software: "hearth",
             version: env!("CARGO_PKG_VERSION"),
             limitation: Limitation {

@@ -44,6 +44,9 @@ pub enum RunError {
     /// A setting is out of range.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The relay's own key could not be had.
+    #[error(transparent)]
+    Identity(#[from] crate::identity::IdentityError),
 }
 
 /// A relay with its storage open, ready to serve.
@@ -67,6 +70,7 @@ impl Relay {
         let limiter = Limiter::new(&config.limits, clock);
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
         let private = config.auth.private();
+        let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
         let app = Arc::new(AppState {
             limiter: Arc::new(limiter),
             moderation,
@@ -75,6 +79,7 @@ impl Relay {
             store,
             fanout: Arc::new(Fanout::new(private.clone())),
             private,
+            keys,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             stats: stats::Stats::default(),

@@ -67,7 +67,12 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .untuple_one()
         .and(with_app(app.clone()))
         .map(|app: Arc<AppState>| {
-            let reply = warp::reply::json(&RelayInfo::new(&app.config, app.limiter.limits(), &app.moderation));
+            let reply = warp::reply::json(&RelayInfo::new(
+                &app.config,
+                app.limiter.limits(),
+                &app.moderation,
+                &app.keys.public_key(),
+            ));
             cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json")).into_response()
         });
     // OPTIONS / (CORS preflight for NIP-11)
@@ -139,6 +144,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/members"),
     ("PUT", "/admin/v1/members/{pubkey}"),
     ("DELETE", "/admin/v1/members/{pubkey}"),
+    ("POST", "/admin/v1/invites"),
+    ("GET", "/admin/v1/invites"),
+    ("DELETE", "/admin/v1/invites/{code}"),
     ("POST", "/admin/v1/rpc"),
     ("GET", "/admin"),
     ("GET", "/admin/"),

@@ -38,10 +38,12 @@ const FLOORS: &[&[&str]] = &[
     &["http"],
     // The one publish path and the one read path, and the sampled statistics.
     &["ingest", "query"],
+    // NIP-43: join and leave requests, invites, the relay's signed member list.
+    &["membership"],
     // The shared state and what it holds.
     &["app"],
-    &["nip11", "frames", "stats"],
-    &["fanout", "moderation"],
+    &["nip11", "frames", "stats", "identity"],
+    &["fanout", "moderation", "audit"],
     &["limiter", "metrics"],
     &["config"],
     // The client library: over the protocol only.

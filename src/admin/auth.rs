@@ -17,7 +17,6 @@ use warp::reply::Response;
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, json_response};
 use crate::limiter::{Billed, LimitType};
-use crate::protocol::Timestamp;
 
 /// Compares two secrets in time independent of where they differ: both are hashed to equal
 /// length first, then every byte is compared.
@@ -72,17 +71,6 @@ pub(super) async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accep
     }
 }
 
-/// One audit log entry.
-#[derive(Debug, Serialize)]
-struct AuditEntry<'a> {
-    at: u64,
-    who: &'a str,
-    action: &'a str,
-    target: &'a str,
-    old: Value,
-    new: Value,
-}
-
 /// Records a change in the audit log (sled) and as a tracing event.
 pub(super) async fn audit(
     app: &AppState,
@@ -92,10 +80,7 @@ pub(super) async fn audit(
     old: Value,
     new: Value,
 ) -> Result<(), ApiError> {
-    tracing::info!(target: "hearth::audit", who = %who.0, action, target, %old, %new, "admin change");
-    let entry = AuditEntry { at: Timestamp::now().0, who: &who.0, action, target, old, new };
-    let bytes = serde_json::to_vec(&entry).map_err(|_| ApiError::Internal)?;
-    app.store.append_audit(bytes).await.map_err(internal)
+    crate::audit::record(&app.store, &who.0, action, target, old, new).await.map_err(internal)
 }
 
 /// Runs an authenticated handler and turns its result into a response.

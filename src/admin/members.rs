@@ -75,6 +75,9 @@ pub async fn put(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: String
     let stored = note.clone();
     let old = app.moderation.update(&app.store, |s| s.allowed_pubkeys.insert(pk, stored)).await.map_err(internal)?;
     audit(&app, &who, "member.add", &pk.to_hex(), json!(old), json!(note)).await?;
+    if old.is_none() {
+        crate::membership::changed(&app, pk, true).await;
+    }
     ok_json(&json!({"pubkey": pk.to_hex(), "note": note, "added": old.is_none()}))
 }
 
@@ -86,6 +89,7 @@ pub async fn delete(app: Arc<AppState>, _: RequestCtx, who: Admin, pubkey: Strin
     match old {
         Some(note) => {
             audit(&app, &who, "member.remove", &pk.to_hex(), json!(note), serde_json::Value::Null).await?;
+            crate::membership::changed(&app, pk, false).await;
             ok_json(&json!({"pubkey": pk.to_hex(), "removed": true}))
         }
         None if app.config.auth.members.contains(&pk) => {

@@ -6,6 +6,7 @@
 //! never bill the caller's quotas; failed credentials are throttled per IP.
 
 mod auth;
+mod invites;
 mod limits;
 mod members;
 mod nip86;
@@ -195,6 +196,29 @@ pub fn routes(app: Arc<AppState>) -> Route {
                 run(app, ctx, Accept::TokenOrNip98, move |a, c, w| members::delete(a, c, w, pubkey))
             },
         );
+    // POST /admin/v1/invites
+    let invite_create = base
+        .and(warp::path("invites"))
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, invites::create));
+    // GET /admin/v1/invites
+    let invite_list = base
+        .and(warp::path("invites"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, invites::list));
+    // DELETE /admin/v1/invites/{code}
+    let invite_revoke =
+        base.and(warp::path!("invites" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(code), app, ctx| {
+                run(app, ctx, Accept::TokenOrNip98, move |a, c, w| invites::revoke(a, c, w, code))
+            },
+        );
     // POST /admin/v1/rpc (NIP-86 methods for bearer-token callers too)
     let rpc = base
         .and(warp::path("rpc"))
@@ -231,6 +255,9 @@ pub fn routes(app: Arc<AppState>) -> Route {
         members_list.boxed(),
         member_put.boxed(),
         member_delete.boxed(),
+        invite_create.boxed(),
+        invite_list.boxed(),
+        invite_revoke.boxed(),
         rpc.boxed(),
         nip86_root.boxed(),
         page.boxed(),
@@ -249,7 +276,7 @@ async fn stats(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, 
 /// overview's uptime and version, and the relay information it edits).
 async fn relay(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
     // Name, description and icon exactly as NIP-11 serves them.
-    let info = crate::nip11::RelayInfo::new(&app.config, app.limiter.limits(), &app.moderation);
+    let info = crate::nip11::RelayInfo::new(&app.config, app.limiter.limits(), &app.moderation, &app.keys.public_key());
     let uptime = app.started.elapsed().as_secs();
     ok_json(&serde_json::json!({
         "software": "hearth",

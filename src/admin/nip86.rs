@@ -131,12 +131,18 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
                 .await
                 .map_err(|e| failed(internal(e)))?;
             update("allowpubkey", pk.to_hex(), json!(old), json!(why)).await?;
+            if old.is_none() {
+                crate::membership::changed(app, pk, true).await;
+            }
             Ok(json!(true))
         }
         "unallowpubkey" => {
             let pk = pubkey(0)?;
             let old = m.update(store, |s| s.allowed_pubkeys.remove(&pk)).await.map_err(|e| failed(internal(e)))?;
             update("unallowpubkey", pk.to_hex(), json!(old), Value::Null).await?;
+            if old.is_some() {
+                crate::membership::changed(app, pk, false).await;
+            }
             Ok(json!(true))
         }
         "listallowedpubkeys" => Ok(json!(

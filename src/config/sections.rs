@@ -35,9 +35,20 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[access]`: who may write and read (NIP-43 membership).
     pub access: AccessConfig,
+    /// `[relay]`: the relay's own identity.
+    pub relay: RelayConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,
+}
+
+/// `[relay]`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    /// The relay's own secret key (hex or nsec), which signs its NIP-43 events and is NIP-11's
+    /// `self`; empty: one generated at the first start and kept in the data directory.
+    pub secret_key: String,
 }
 
 /// `[access]`
@@ -46,6 +57,9 @@ pub struct Config {
 pub struct AccessConfig {
     /// Who may publish and who may read.
     pub mode: AccessMode,
+    /// The relay publishes its members: a kind 13534 list, and kind 8000 / 8001 on each add /
+    /// remove, signed by its own key (NIP-43). Off by default: it makes every member public.
+    pub publish_members: bool,
 }
 
 /// `access.mode`: who may publish and who may read. Members are `auth.members` and the list the

@@ -55,6 +55,7 @@ impl From<RunError> for OfflineError {
             RunError::Io(e) => OfflineError::Io(e),
             RunError::DataDir { path, source } => OfflineError::Store(StoreError::Open { path, source }),
             RunError::Config(e) => OfflineError::Io(std::io::Error::other(e.to_string())),
+            RunError::Identity(e) => OfflineError::Io(std::io::Error::other(e.to_string())),
         }
     }
 }

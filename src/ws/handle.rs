@@ -15,6 +15,7 @@ use crate::app::AppState;
 use crate::fanout::ConnId;
 use crate::ingest::{self, Publisher};
 use crate::limiter::{Billed, LimitType, RateLimited};
+use crate::membership;
 use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
@@ -129,7 +130,10 @@ pub(super) fn frame(
             if needs_auth {
                 return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
             }
-            if let Some(refused) = app.moderation.access_refusal(session.authed) {
+            // A join request is how a stranger becomes a member: the membership rules answer it.
+            if let Some(refused) = app.moderation.access_refusal(session.authed)
+                && event.kind != membership::JOIN
+            {
                 return Action::Reply(RelayMessage::ok(id, false, refused.to_string()));
             }
             let app = app.clone();
@@ -142,6 +146,9 @@ pub(super) fn frame(
         ClientMessage::Req { sub_id, mut filters } => {
             if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
                 return Action::Reply(closed);
+            }
+            if wants_invite(&filters) {
+                return invite(app, session, sub_id);
             }
             if let Some(refused) = read_refusal(app, session, &filters) {
                 return refused_closing(sub_id, refused, &session.challenge);
@@ -179,6 +186,44 @@ pub(super) fn frame(
             Action::Spawn(Box::pin(authenticate(*event, challenge, relay_match)))
         }
     }
+}
+
+/// True for a REQ that asks for an invite (NIP-43: every filter names kind 28935 alone).
+fn wants_invite(filters: &[Filter]) -> bool {
+    !filters.is_empty() && filters.iter().all(|f| f.kinds.as_deref() == Some(&[membership::INVITE][..]))
+}
+
+/// Answers a REQ for an invite: a fresh single-use claim in a kind 28935 event signed by the
+/// relay, then EOSE, for a connection authenticated as an admin (`admin.pubkeys`); `CLOSED`
+/// otherwise (`auth-required:` with the challenge again before AUTH).
+fn invite(app: &Arc<AppState>, session: &Session, sub_id: String) -> Action {
+    let refused = match session.authed {
+        None => {
+            Some(Refusal::new(Prefix::AuthRequired, "invite claims are handed to the relay's admins; authenticate"))
+        }
+        Some(pk) if !app.config.admin.pubkeys.contains(&pk) => {
+            Some(Refusal::new(Prefix::Restricted, "invite claims are handed to the relay's admins only"))
+        }
+        Some(_) => None,
+    };
+    if let Some(refused) = refused {
+        return refused_closing(sub_id, refused, &session.challenge);
+    }
+    let app = app.clone();
+    Action::Spawn(Box::pin(async move {
+        let expires_at = Timestamp::now().0 + membership::INVITE_CLAIM_SECS;
+        let frames = match membership::mint(&app, 1, expires_at, "handed out in a kind 28935 event".into()).await {
+            Ok((code, _)) => match membership::invite_event(&app, &code).to_shared_json() {
+                Ok(event) => vec![RelayMessage::Event { sub_id: sub_id.clone(), event }, RelayMessage::Eose(sub_id)],
+                Err(_) => vec![RelayMessage::Closed { sub_id, message: "error: the invite could not be made".into() }],
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "minting an invite failed");
+                vec![RelayMessage::Closed { sub_id, message: "error: the invite could not be made".into() }]
+            }
+        };
+        Done::Frames(frames)
+    }))
 }
 
 /// Why a REQ/COUNT of `filters` is not read at all: `access.mode = "members-only"` and the

@@ -14,6 +14,7 @@ mod access;
 mod admin;
 mod hostile;
 mod http;
+mod membership;
 mod nip01;
 mod private;
 mod rest;

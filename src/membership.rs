@@ -1,0 +1,189 @@
+//! NIP-43 membership: join and leave requests, invite codes, and the relay's signed account of
+//! who its members are.
+//!
+//! Owns what the relay does with a kind 28934 join request (a valid `claim` from an author
+//! authenticated as itself makes it a member) and a kind 28936 leave request (the author is a
+//! member no more); minting invite codes (for the admin API, and a fresh claim in a kind 28935
+//! event for an admin who asks with a REQ); and, with `access.publish_members`, the kind 13534
+//! list and the kind 8000 / 8001 events of each change, signed by the relay's own key with the
+//! NIP-70 `-` tag. The member list itself is the moderation state's; every change is audited.
+//! Requests are billed like any frame before they get here (the limiter refuses a flood of bad
+//! claims before any lookup), are never stored, and are never delivered to anyone.
+
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::moderation::Invite;
+use crate::protocol::refusal::{Prefix, Refusal};
+use crate::protocol::{Event, Kind, PubKey, Timestamp, VerifiedEvent};
+use crate::store::StoreError;
+
+/// A join request (`["claim", <code>]`).
+pub const JOIN: Kind = Kind(28934);
+/// An invite: a claim handed out by the relay, ephemeral.
+pub const INVITE: Kind = Kind(28935);
+/// A leave request.
+pub const LEAVE: Kind = Kind(28936);
+/// The relay's member list (replaceable; one `["member", <hex>]` per member).
+pub const LIST: Kind = Kind(13534);
+/// A member added (`["p", <hex>]`).
+pub const ADDED: Kind = Kind(8000);
+/// A member removed (`["p", <hex>]`).
+pub const REMOVED: Kind = Kind(8001);
+/// How far a request's `created_at` may be from now: an older one is a replay.
+const FRESH_SECS: u64 = 600;
+/// How long a claim handed out in a kind 28935 event stays good (single use).
+pub const INVITE_CLAIM_SECS: u64 = 86_400;
+
+/// True for the kinds that are requests to the relay, not events to store or deliver.
+pub fn is_request(kind: Kind) -> bool {
+    kind == JOIN || kind == LEAVE
+}
+
+/// Answers a join or leave request `event` from a connection authenticated as `authed`: `Ok`
+/// (`OK true`; a member's join again changes nothing and uses no claim), or why not.
+pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKey>) -> Result<(), Refusal> {
+    let restricted = |text: &str| Refusal::new(Prefix::Restricted, text);
+    match authed {
+        None => return Err(Refusal::new(Prefix::AuthRequired, "authenticate as the requester first")),
+        Some(pk) if pk != event.pubkey => return Err(restricted("a request must be sent by its own author")),
+        Some(_) => {}
+    }
+    let now = Timestamp::now().0;
+    if event.created_at.0.abs_diff(now) > FRESH_SECS {
+        return Err(Refusal::new(Prefix::Invalid, "a join or leave request must be made now (created_at)"));
+    }
+    let pubkey = event.pubkey;
+    let failed = |e: StoreError| {
+        tracing::error!(error = %e, "a membership change failed");
+        Refusal::new(Prefix::Error, "the membership change could not be saved")
+    };
+    if event.kind == LEAVE {
+        let old = app.moderation.update(&app.store, |s| s.allowed_pubkeys.remove(&pubkey)).await.map_err(failed)?;
+        if old.is_none() {
+            return Err(match app.config.auth.members.contains(&pubkey) {
+                true => restricted("a member named by the relay's configuration cannot leave here"),
+                false => restricted("not a member of this relay"),
+            });
+        }
+        audit(app, &pubkey, "member.leave", json!(old), serde_json::Value::Null).await.map_err(failed)?;
+        changed(app, pubkey, false).await;
+        return Ok(());
+    }
+    let Some(code) = event.tag_values("claim").next().map(str::to_string) else {
+        return Err(restricted("a join request needs a claim tag with an invite code"));
+    };
+    // Checked, used and the member added in one change of the state.
+    let joined = app
+        .moderation
+        .update(&app.store, |s| {
+            if s.allowed_pubkeys.contains_key(&pubkey) {
+                return Ok(false);
+            }
+            let invite = s.invites.get_mut(&code).ok_or("this invite code is not valid")?;
+            if let Some(why) = invite.refusal(now) {
+                return Err(why);
+            }
+            invite.used += 1;
+            let note = format!("joined with an invite ({})", invite.note);
+            Ok(s.allowed_pubkeys.insert(pubkey, note).is_none())
+        })
+        .await
+        .map_err(failed)?
+        .map_err(restricted)?;
+    if joined {
+        audit(app, &pubkey, "member.join", serde_json::Value::Null, json!(code)).await.map_err(failed)?;
+        changed(app, pubkey, true).await;
+    }
+    Ok(())
+}
+
+async fn audit(
+    app: &AppState,
+    who: &PubKey,
+    action: &str,
+    old: serde_json::Value,
+    new: serde_json::Value,
+) -> Result<(), StoreError> {
+    crate::audit::record(&app.store, &format!("nip43:{}", who.to_hex()), action, &who.to_hex(), old, new).await
+}
+
+/// A new invite code that allows `uses` claims until `expires_at` (0: never).
+pub async fn mint(app: &AppState, uses: u32, expires_at: u64, note: String) -> Result<(String, Invite), StoreError> {
+    let code = random_code().map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
+    let invite = Invite { uses, used: 0, expires_at, note, created_at: Timestamp::now().0 };
+    let kept = invite.clone();
+    app.moderation.update(&app.store, |s| s.invites.insert(code.clone(), kept)).await?;
+    Ok((code, invite))
+}
+
+/// 16 random bytes as hex: a code that cannot be guessed.
+fn random_code() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| e.to_string())?;
+    Ok(hex::encode(bytes))
+}
+
+/// The kind 28935 event that hands out `code`, signed by the relay.
+pub fn invite_event(app: &AppState, code: &str) -> Event {
+    let tags = vec![vec!["-".to_string()], vec!["claim".to_string(), code.to_string()]];
+    app.keys.sign(Timestamp::now(), INVITE, tags, "")
+}
+
+/// Tells the world, when `access.publish_members` is on, that `pubkey` was added or removed: a
+/// kind 8000 / 8001 event and the member list (13534) anew, signed by the relay and stored as
+/// any event is. A failure is logged: the membership change itself stands.
+pub async fn changed(app: &AppState, pubkey: PubKey, added: bool) {
+    if !app.config.access.publish_members {
+        return;
+    }
+    let now = Timestamp::now();
+    let protected = vec!["-".to_string()];
+    let change = app.keys.sign(
+        now,
+        if added { ADDED } else { REMOVED },
+        vec![protected.clone(), vec!["p".into(), pubkey.to_hex()]],
+        "",
+    );
+    let mut members: Vec<PubKey> = app.config.auth.members.clone();
+    members.extend(app.moderation.snapshot().allowed_pubkeys.keys().copied());
+    members.sort_unstable();
+    members.dedup();
+    let mut tags = vec![protected];
+    tags.extend(members.iter().map(|m| vec!["member".to_string(), m.to_hex()]));
+    // Replaces the one before even within the same second (a replaceable event's tie goes to the
+    // lowest id, which would be chance).
+    let list = app.keys.sign(Timestamp(now.0.max(last_list_at(app).await + 1)), LIST, tags, "");
+    for event in [change, list] {
+        if let Err(e) = publish_own(app, event).await {
+            tracing::error!(error = %e, "publishing the relay's membership event failed");
+        }
+    }
+}
+
+/// When the relay's current member list was made (0: none).
+async fn last_list_at(app: &AppState) -> u64 {
+    let filter = crate::protocol::Filter {
+        kinds: Some(vec![LIST]),
+        authors: Some(vec![app.keys.public_key()]),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let found = app.store.query_async(vec![filter], Timestamp::now(), crate::protocol::Viewer::everything()).await;
+    let newest = found.ok().and_then(|(events, _)| events.into_iter().next());
+    newest
+        .and_then(|e| serde_json::from_str::<serde_json::Value>(e.as_str()).ok())
+        .and_then(|v| v["created_at"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Stores and delivers an event the relay signed itself (no quota, no moderation: it is the
+/// relay's own).
+async fn publish_own(app: &AppState, event: Event) -> Result<(), String> {
+    let verified = std::sync::Arc::new(crate::protocol::verify::verify(event).map_err(|e| e.to_string())?);
+    match app.store.put(verified.clone()).await.map_err(|e| e.to_string())? {
+        crate::store::PutOutcome::Stored(mark) => app.fanout.publish(&verified, Some(mark)),
+        other => tracing::debug!(outcome = ?other, "the relay's membership event was not stored"),
+    }
+    Ok(())
+}
