@@ -4,9 +4,10 @@
 import { ApiError, Unauthorized, call, get, rpc, token } from './api.js';
 import { draw } from './chart.js';
 import { bytes, duration, el, figures, fill, say, short, table, when } from './dom.js';
+import { loadMembers, wireMembers } from './members.js';
 
 const $ = (id) => document.getElementById(id);
-const VIEWS = ['overview', 'limits', 'usage', 'moderation', 'audit', 'store'];
+const VIEWS = ['overview', 'limits', 'usage', 'moderation', 'members', 'audit', 'store'];
 const REFRESH_MS = 5000;
 const TIERS = ['human', 'agent', 'ip'];
 const KEYS = ['ws_events_per_sec', 'ws_burst_window_secs', 'messages_per_min', 'api_calls_per_min'];
@@ -490,6 +491,7 @@ const LOADERS = {
   limits: loadLimits,
   usage: loadUsage,
   moderation: loadModeration,
+  members: () => loadMembers(guarded),
   audit: loadAudit,
   store: loadStore,
 };
@@ -507,6 +509,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('ban-form').addEventListener('submit', banFromForm);
   $('relay-form').addEventListener('submit', saveRelay);
   $('store-compact').addEventListener('click', compactNow);
+  wireMembers(guarded);
   if (token.get()) enter();
   else showSignIn('');
 });

@@ -1,5 +1,6 @@
 // The admin page in a real browser against the real relay: sign-in, limits (preview, validation,
 // apply, a stale write, reset), usage of a fresh pubkey's traffic, tier change and ban, moderation,
+// members and invites,
 // the audit log, a 401 mid-session, keyboard use, accessibility (axe) and layout at each size.
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -235,6 +236,37 @@ test('moderation: ban by npub, the lists, unban, an allowed kind, the relay name
   await page.getByRole('button', { name: 'Save relay information' }).click();
   await expect(page.locator('#relay-message')).toHaveText('Saved.');
   expect((await api('GET', '/admin/v1/relay')).body.name).toBe(name);
+});
+
+test('members: a member added by npub with a note and removed; an invite created, listed and revoked', async ({ page }, info) => {
+  const key = await freshKey();
+  await signIn(page);
+  await view(page, 'Members');
+  await page.getByLabel('Member pubkey').fill(key.npub);
+  await page.getByLabel('Note', { exact: true }).fill('from the page');
+  await page.getByRole('button', { name: 'Add member' }).click();
+  await expect(page.locator('#members-message')).toHaveText(/^Added /);
+  const short = `${key.pubkey.slice(0, 8)}…${key.pubkey.slice(-6)}`;
+  await expect(page.getByRole('button', { name: `Remove member ${short}` })).toBeVisible();
+  const listed = (await api('GET', '/admin/v1/members')).body.members.find((m) => m.pubkey === key.pubkey);
+  expect(listed).toEqual({ pubkey: key.pubkey, note: 'from the page', source: 'admin' });
+  await page.getByLabel('Uses', { exact: true }).fill('3');
+  await page.getByLabel('Invite note').fill('for the meetup');
+  await page.getByRole('button', { name: 'Create invite' }).click();
+  await expect(page.locator('#members-message')).toHaveText(/^Invite created/);
+  const code = await page.getByLabel('New invite code').textContent();
+  expect(code).toMatch(/^[0-9a-f]{32}$/);
+  const invite = (await api('GET', '/admin/v1/invites')).body.invites.find((i) => i.code === code);
+  expect(invite).toMatchObject({ uses: 3, used: 0, note: 'for the meetup', usable: true });
+  await expect(page.getByRole('button', { name: `Revoke invite ${code.slice(0, 8)}` })).toBeVisible();
+  await accessible(page, 'members');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-members.png`), fullPage: true });
+  await page.getByRole('button', { name: `Revoke invite ${code.slice(0, 8)}` }).click();
+  await expect(page.getByRole('button', { name: `Revoke invite ${code.slice(0, 8)}` })).toHaveCount(0);
+  expect((await api('GET', '/admin/v1/invites')).body.invites.find((i) => i.code === code)).toBeUndefined();
+  await page.getByRole('button', { name: `Remove member ${short}` }).click();
+  await expect(page.getByRole('button', { name: `Remove member ${short}` })).toHaveCount(0);
+  expect((await api('GET', '/admin/v1/members')).body.members.find((m) => m.pubkey === key.pubkey)).toBeUndefined();
 });
 
 test('store: the figures, and a compaction started from the page', async ({ page }, info) => {

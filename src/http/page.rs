@@ -17,4 +17,5 @@ pub const FILES: &[(&str, &str, &[u8])] = &[
     ("api.js", JS, include_bytes!("../../admin-ui/api.js")),
     ("dom.js", JS, include_bytes!("../../admin-ui/dom.js")),
     ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
+    ("members.js", JS, include_bytes!("../../admin-ui/members.js")),
 ];

@@ -1,0 +1,77 @@
+// The Members view: who belongs to the relay (access.mode), added and removed by pubkey, and the
+// invite codes a NIP-43 join request claims, created and revoked. The admin API's
+// /admin/v1/members and /admin/v1/invites only.
+
+import { call, get } from './api.js';
+import { el, say, short, table, when } from './dom.js';
+
+const $ = (id) => document.getElementById(id);
+
+/** Runs `work`, showing its outcome (or error) in the view's status line. */
+async function act(guarded, work, message) {
+  await guarded(async () => {
+    await work();
+    await loadMembers(guarded);
+    say($('members-message'), message);
+  }, $('members-message'));
+}
+
+/** Fills the member and invite tables. */
+export async function loadMembers(guarded) {
+  await guarded(async () => {
+    const members = [];
+    let after = '';
+    for (;;) {
+      const page = await get(`/admin/v1/members?limit=1000${after ? `&after=${after}` : ''}`);
+      members.push(...page.members);
+      if (!page.next) break;
+      after = page.next;
+    }
+    table($('members'), ['Pubkey', 'Note', 'Source', ''], members.map((m) => [
+      el('code', { class: 'wrap' }, m.pubkey), m.note || '—', m.source === 'config' ? 'configuration' : 'admin',
+      m.source === 'config' ? el('span', { class: 'muted' }, 'in relay.toml') : el('button', {
+        type: 'button', 'aria-label': `Remove member ${short(m.pubkey)}`,
+        onclick: () => act(guarded, () => call('DELETE', `/admin/v1/members/${m.pubkey}`), `Removed ${short(m.pubkey)}.`),
+      }, 'Remove'),
+    ]), 'No members yet.');
+    const { invites } = await get('/admin/v1/invites');
+    table($('invites'), ['Code', 'Used', 'Expires', 'Note', ''], invites.map((i) => [
+      el('code', { class: 'wrap' }, i.code), `${i.used} of ${i.uses}`, i.expires_at ? when(i.expires_at) : 'never', i.note || '—',
+      el('button', {
+        type: 'button', 'aria-label': `Revoke invite ${i.code.slice(0, 8)}`,
+        onclick: () => act(guarded, () => call('DELETE', `/admin/v1/invites/${i.code}`), `Revoked ${i.code.slice(0, 8)}….`),
+      }, i.usable ? 'Revoke' : 'Remove'),
+    ]), 'No invite codes yet.');
+  });
+}
+
+/** `Add member` and `Create invite`. */
+export function wireMembers(guarded) {
+  $('member-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const pubkey = $('member-pubkey').value.trim();
+    if (!pubkey) {
+      say($('members-message'), 'Enter a pubkey (hex or npub).');
+      return;
+    }
+    act(guarded, async () => {
+      await call('PUT', `/admin/v1/members/${encodeURIComponent(pubkey)}`, { body: { note: $('member-note').value.trim() } });
+      $('member-pubkey').value = '';
+      $('member-note').value = '';
+    }, `Added ${short(pubkey)}.`);
+  });
+  $('invite-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const uses = Number($('invite-uses').value || '1');
+    const days = Number($('invite-days').value || '7');
+    if (!Number.isInteger(uses) || uses < 1 || !(days >= 0)) {
+      say($('members-message'), 'Uses must be a whole number from 1, and days 0 (never) or more.');
+      return;
+    }
+    act(guarded, async () => {
+      const { data } = await call('POST', '/admin/v1/invites', { body: { uses, expires_in_secs: Math.round(days * 86400), note: $('invite-note').value.trim() } });
+      $('invite-note').value = '';
+      $('invite-code').textContent = data.code;
+    }, 'Invite created: give its code to the person you invite.');
+  });
+}
