@@ -7,6 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, expect } from '@playwright/test';
 import AxeBuilder from '@axe-core/playwright';
+import { verifyEvent } from 'nostr-tools/pure';
 
 const HTTP = () => process.env.HEARTH_HTTP;
 const TOKEN = () => process.env.HEARTH_TOKEN;
@@ -22,6 +23,19 @@ async function api(method, path, body) {
   });
   const text = await response.text();
   return { status: response.status, body: text ? JSON.parse(text) : null, headers: response.headers };
+}
+
+/** The relay's own kind 13534 member list (NIP-43), as anyone reads it over REST. */
+async function memberList() {
+  const info = await (await fetch(HTTP(), { headers: { Accept: 'application/nostr+json' } })).json();
+  const response = await fetch(`${HTTP()}/api/v1/query`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ filters: [{ kinds: [13534], authors: [info.self] }] }),
+  });
+  const { events } = await response.json();
+  expect(events).toHaveLength(1);
+  return events[0];
 }
 
 /** Runs the hearth binary: `{code, stdout, stderr}`. */
@@ -250,6 +264,12 @@ test('members: a member added by npub with a note and removed; an invite created
   await expect(page.getByRole('button', { name: `Remove member ${short}` })).toBeVisible();
   const listed = (await api('GET', '/admin/v1/members')).body.members.find((m) => m.pubkey === key.pubkey);
   expect(listed).toEqual({ pubkey: key.pubkey, note: 'from the page', source: 'admin' });
+  // The relay publishes its member list (access.publish_members), signed with its own key: an
+  // implementation that is not hearth's (nostr-tools) verifies it.
+  let list = await memberList();
+  expect(verifyEvent(list)).toBe(true);
+  expect(list.tags[0]).toEqual(['-']);
+  expect(list.tags).toContainEqual(['member', key.pubkey]);
   await page.getByLabel('Uses', { exact: true }).fill('3');
   await page.getByLabel('Invite note').fill('for the meetup');
   await page.getByRole('button', { name: 'Create invite' }).click();
@@ -267,6 +287,9 @@ test('members: a member added by npub with a note and removed; an invite created
   await page.getByRole('button', { name: `Remove member ${short}` }).click();
   await expect(page.getByRole('button', { name: `Remove member ${short}` })).toHaveCount(0);
   expect((await api('GET', '/admin/v1/members')).body.members.find((m) => m.pubkey === key.pubkey)).toBeUndefined();
+  list = await memberList();
+  expect(verifyEvent(list)).toBe(true);
+  expect(list.tags).not.toContainEqual(['member', key.pubkey]);
 });
 
 test('store: the figures, and a compaction started from the page', async ({ page }, info) => {

@@ -1,6 +1,7 @@
 // Starts the relay the browser tests use: the debug build of this checkout (run.sh builds it),
 // on an ephemeral port, a temporary data directory, a random admin token, and quotas small
-// enough that the tests' traffic shows exact counts (one `messages` cell refills every 15 s).
+// enough that the tests' traffic shows exact counts (one `messages` cell refills every 15 s); it
+// publishes its member list (NIP-43), which the members test verifies with nostr-tools.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
@@ -19,6 +20,7 @@ export default async function globalSetup() {
       HEARTH_STORAGE__DATA_DIR: data,
       HEARTH_ADMIN__TOKEN: token,
       HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN: '4',
+      HEARTH_ACCESS__PUBLISH_MEMBERS: 'true',
       RUST_LOG: 'info',
     },
     stdio: ['ignore', 'ignore', 'pipe'],

@@ -32,6 +32,10 @@ enum Cmd {
         count: usize,
         #[arg(long, default_value = "bench-events.jsonl")]
         out: PathBuf,
+        /// This share of the events (percent) as kind 4 direct messages to their `p` pubkey, for
+        /// the private kinds' read restriction in the mix.
+        #[arg(long, default_value_t = 0)]
+        private_percent: u64,
     },
     /// Publish a file over C connections with W EVENTs in flight each.
     Ingest {
@@ -138,7 +142,7 @@ enum Cmd {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Gen { count, out } => drive::gen_file(count, &out).map(|r| vec![r]),
+        Cmd::Gen { count, out, private_percent } => drive::gen_file_with(count, &out, private_percent).map(|r| vec![r]),
         Cmd::Ingest { relay, file, conns, inflight } => {
             drive::ingest(&relay, &file, conns, inflight).await.map(|r| vec![r])
         }

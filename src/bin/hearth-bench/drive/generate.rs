@@ -21,6 +21,12 @@ pub(super) fn author(i: u64) -> Res<Keys> {
 /// Pre-signs `count` kind-1 events: ~100 authors, 100–300-byte content, `t`/`p` tags,
 /// created_at spread over 30 days. Signed on every core; written as JSON lines.
 pub(crate) fn gen_file(count: usize, out: &Path) -> Res<Report> {
+    gen_file_with(count, out, 0)
+}
+
+/// [`gen_file`] with `private_percent` of the events kind 4 direct messages to their `p` tag's
+/// pubkey instead (0: exactly `gen_file`'s events).
+pub(crate) fn gen_file_with(count: usize, out: &Path, private_percent: u64) -> Res<Report> {
     let started = Instant::now();
     let now = Timestamp::now().0;
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
@@ -43,7 +49,10 @@ pub(crate) fn gen_file(count: usize, out: &Path) -> Res<Report> {
                             tags.push(vec!["t".to_string(), TOPICS[rng.below(20) as usize].to_string()]);
                         }
                         let at = Timestamp(now - rng.below(30 * 86_400));
-                        out.push(keys.sign(at, Kind(1), tags, &format!("{i} {content}")).to_json().map_err(err)?);
+                        // Drawn only when asked for, so that the file of 0 % is the one it was.
+                        let private = private_percent > 0 && rng.below(100) < private_percent;
+                        let kind = if private { Kind(4) } else { Kind(1) };
+                        out.push(keys.sign(at, kind, tags, &format!("{i} {content}")).to_json().map_err(err)?);
                     }
                     Ok(out)
                 })

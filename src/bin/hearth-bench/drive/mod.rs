@@ -20,7 +20,7 @@ use harness::*;
 
 pub(crate) use bounds::{bound, limiter};
 pub(crate) use crash::crash;
-pub(crate) use generate::gen_file;
+pub(crate) use generate::{gen_file, gen_file_with};
 pub(crate) use scale::{compact_under_ingest, scale};
 pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
