@@ -299,3 +299,38 @@ pub fn generous(c: &mut Config) {
         tier.api_calls_per_min = 100_000_000;
     }
 }
+
+/// An HTTP call to `relay`: with a bearer token (`bearer`, the admin API's) and/or signed NIP-98
+/// by `signer`; the status and the JSON body (`null` for none).
+pub async fn http(
+    relay: &TestRelay,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+    bearer: Option<&str>,
+    signer: Option<&Keys>,
+) -> (reqwest::StatusCode, Value) {
+    let url = relay.http_url(path);
+    let text = body.as_ref().map(Value::to_string).unwrap_or_default();
+    let mut req = reqwest::Client::new().request(method.clone(), &url);
+    if body.is_some() {
+        req = req.header("content-type", "application/json").body(text.clone());
+    }
+    if let Some(token) = bearer {
+        req = req.bearer_auth(token);
+    }
+    if let Some(keys) = signer {
+        let request = hearth::protocol::nip98::Request { url: &url, method: method.as_str(), body: text.as_bytes() };
+        let header = hearth::protocol::nip98::header(keys, &request, Timestamp::now()).unwrap();
+        req = req.header("authorization", header);
+    }
+    let resp = tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The actions of the relay's audit log, newest first (the admin API, with `token`).
+pub async fn audit_actions(relay: &TestRelay, token: &str) -> Vec<String> {
+    let (_, audit) = http(relay, reqwest::Method::GET, "/admin/v1/audit", None, Some(token), None).await;
+    audit["entries"].as_array().unwrap().iter().filter_map(|e| e["action"].as_str().map(String::from)).collect()
+}

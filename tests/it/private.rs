@@ -3,9 +3,8 @@
 //! stored answer and its live events, COUNT, and the REST API (NIP-98 names the caller).
 
 use crate::common::*;
-use hearth::protocol::nip98;
-use hearth::protocol::{Event, Keys, Timestamp};
-use reqwest::StatusCode;
+use hearth::protocol::{Event, Keys};
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 /// A private relay of three people: alice writes to bob, carol is a stranger to both.
@@ -141,55 +140,43 @@ async fn live_private_events_reach_their_parties_only() {
     carol.assert_nothing_before_barrier("a third party got a live private event").await;
 }
 
+/// A REST call: a POST with `body`, else a GET; signed NIP-98 by `signer`.
+async fn call(relay: &TestRelay, path: &str, body: Option<Value>, signer: Option<&Keys>) -> (StatusCode, Value) {
+    let method = if body.is_some() { Method::POST } else { Method::GET };
+    http(relay, method, path, body, None, signer).await
+}
+
 #[tokio::test]
 async fn over_rest_private_kinds_need_a_nip98_caller_and_serve_only_its_own() {
     let relay = TestRelay::start(generous).await;
     let p = parties();
     let for_bob = wrap(&p.alice, &p.bob, now() - 60, "rest, for bob");
     store(&relay, &[(&p.alice, &for_bob)]).await;
-    let http = reqwest::Client::new();
-    let call = |path: &str, body: Option<Value>, signer: Option<&Keys>| {
-        let url = relay.http_url(path);
-        let (method, bytes) = match &body {
-            Some(b) => ("POST", b.to_string()),
-            None => ("GET", String::new()),
-        };
-        let mut req = match body {
-            Some(_) => http.post(&url).header("content-type", "application/json").body(bytes.clone()),
-            None => http.get(&url),
-        };
-        if let Some(keys) = signer {
-            let request = nip98::Request { url: &url, method, body: bytes.as_bytes() };
-            req = req.header("authorization", nip98::header(keys, &request, Timestamp(now())).unwrap());
-        }
-        async move {
-            let resp = req.send().await.unwrap();
-            let status = resp.status();
-            (status, resp.json::<Value>().await.unwrap())
-        }
-    };
     let wraps = json!({"filters": [{"kinds": [1059]}]});
-    let (status, body) = call("/api/v1/query", Some(wraps.clone()), None).await;
+    let (status, body) = call(&relay, "/api/v1/query", Some(wraps.clone()), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert!(body["error"].as_str().unwrap().starts_with("auth-required: "), "{body}");
-    let (status, body) = call("/api/v1/count", Some(wraps.clone()), None).await;
+    let (status, body) = call(&relay, "/api/v1/count", Some(wraps.clone()), None).await;
     assert_eq!(
         (status, body["error"].as_str().map(|e| e.starts_with("auth-required: "))),
         (StatusCode::UNAUTHORIZED, Some(true))
     );
-    let (status, body) = call("/api/v1/query", Some(wraps.clone()), Some(&p.bob)).await;
+    let (status, body) = call(&relay, "/api/v1/query", Some(wraps.clone()), Some(&p.bob)).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"events": [for_bob]})));
-    let (status, body) = call("/api/v1/query", Some(wraps.clone()), Some(&p.carol)).await;
+    let (status, body) = call(&relay, "/api/v1/query", Some(wraps.clone()), Some(&p.carol)).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"events": []})));
-    let (status, body) = call("/api/v1/count", Some(wraps), Some(&p.carol)).await;
+    let (status, body) = call(&relay, "/api/v1/count", Some(wraps), Some(&p.carol)).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"count": 0})));
     // By id: not found for anyone but its parties, as if it were not stored.
     let path = format!("/api/v1/events/{}", for_bob.id.to_hex());
-    assert_eq!(call(&path, None, None).await.0, StatusCode::NOT_FOUND);
-    assert_eq!(call(&path, None, Some(&p.carol)).await.0, StatusCode::NOT_FOUND);
-    assert_eq!(call(&path, None, Some(&p.bob)).await, (StatusCode::OK, serde_json::to_value(&for_bob).unwrap()));
+    assert_eq!(call(&relay, &path, None, None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&relay, &path, None, Some(&p.carol)).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        call(&relay, &path, None, Some(&p.bob)).await,
+        (StatusCode::OK, serde_json::to_value(&for_bob).unwrap())
+    );
     // A mixed query without a caller is answered without them.
-    let (status, body) = call("/api/v1/query", Some(json!({"filters": [{}]})), None).await;
+    let (status, body) = call(&relay, "/api/v1/query", Some(json!({"filters": [{}]})), None).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"events": []})));
 }
 
