@@ -180,3 +180,25 @@ async fn an_admin_asking_for_an_invite_gets_a_fresh_claim_and_others_are_refused
     assert_ok(&stranger.publish(&request).await, &request.id.to_hex(), true, "");
     assert_eq!(stranger.req("now", vec![json!({"kinds": [1]})]).await, Vec::<Value>::new());
 }
+
+#[tokio::test]
+async fn a_flood_of_bad_claims_is_refused_by_the_limiter_before_any_lookup() {
+    let relay = TestRelay::start(|c| {
+        community(c);
+        c.limits.human.ws_events_per_sec = 2;
+        c.limits.human.ws_burst_window_secs = 1;
+    })
+    .await;
+    let mut e = authed(&relay, &keys(7)).await;
+    for n in 0..2 {
+        let guess = join(&keys(7), &format!("guess-{n}"));
+        assert_eq!(
+            e.publish(&guess).await,
+            json!(["OK", guess.id.to_hex(), false, "restricted: this invite code is not valid"])
+        );
+    }
+    // The burst is spent: the next guess is refused on arrival, before any code is looked up.
+    let guess = join(&keys(7), "guess-2");
+    let refused = e.publish(&guess).await;
+    assert_ok(&refused, &guess.id.to_hex(), false, "rate-limited: quota exceeded (ws_events); retry in ");
+}
