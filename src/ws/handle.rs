@@ -212,17 +212,17 @@ fn invite(app: &Arc<AppState>, session: &Session, sub_id: String) -> Action {
     let app = app.clone();
     Action::Spawn(Box::pin(async move {
         let expires_at = Timestamp::now().0 + membership::INVITE_CLAIM_SECS;
-        let frames = match membership::mint(&app, 1, expires_at, "handed out in a kind 28935 event".into()).await {
-            Ok((code, _)) => match membership::invite_event(&app, &code).to_shared_json() {
-                Ok(event) => vec![RelayMessage::Event { sub_id: sub_id.clone(), event }, RelayMessage::Eose(sub_id)],
-                Err(_) => vec![RelayMessage::Closed { sub_id, message: "error: the invite could not be made".into() }],
-            },
+        let made = match membership::mint(&app, 1, expires_at, "handed out in a kind 28935 event".into()).await {
+            Ok((code, _)) => membership::invite_event(&app, &code).to_shared_json().map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        Done::Frames(match made {
+            Ok(event) => vec![RelayMessage::Event { sub_id: sub_id.clone(), event }, RelayMessage::Eose(sub_id)],
             Err(e) => {
-                tracing::error!(error = %e, "minting an invite failed");
+                tracing::error!(error = %e, "making an invite failed");
                 vec![RelayMessage::Closed { sub_id, message: "error: the invite could not be made".into() }]
             }
-        };
-        Done::Frames(frames)
+        })
     }))
 }
 
