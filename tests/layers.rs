@@ -58,6 +58,8 @@ const FLOORS: &[&[&str]] = &[
     &["store::write::compact", "store::write::merger", "store::write::apply"],
     &["store::write::remap", "store::write::pending", "store::write::shared"],
     &["store::write::control"],
+    // NIP-77's item sets: over the read path.
+    &["store::items"],
     &["store::migrate", "store::query"],
     &["store::view", "store::plan"],
     // The index's own mod.rs is the base its two changing parts build on.

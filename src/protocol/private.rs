@@ -36,6 +36,11 @@ impl PrivateKinds {
         filter.kinds.as_ref().is_some_and(|kinds| !kinds.is_empty() && kinds.iter().all(|k| self.contains(*k)))
     }
 
+    /// The private kinds, sorted.
+    pub fn kinds(&self) -> &[Kind] {
+        &self.0
+    }
+
     /// True when `filter` can match an event of a private kind.
     pub fn can_match(&self, filter: &Filter) -> bool {
         !self.0.is_empty() && filter.kinds.as_ref().is_none_or(|kinds| kinds.iter().any(|k| self.contains(*k)))

@@ -43,6 +43,7 @@ mod db;
 mod error;
 pub mod format;
 pub mod index;
+mod items;
 pub mod migrate;
 mod open;
 mod plan;
@@ -53,6 +54,7 @@ mod write;
 
 pub use error::StoreError;
 pub use index::MEM_EVENTS as INDEX_MEMORY_EVENTS;
+pub use items::Item;
 pub use open::Tuning;
 pub use query::Export;
 pub use view::Mark;
@@ -185,6 +187,30 @@ impl Store {
     /// go on.
     pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
         self.inner.reader.export(filter, now)
+    }
+
+    /// The negentropy items (NIP-77) of `filter` for `viewer`: the created_at and id of every
+    /// stored event it matches and `viewer` may read, sorted by created_at then id, read from
+    /// the index (not the events: see `items`); None when more than `max` match.
+    pub fn items(
+        &self,
+        filter: &Filter,
+        now: Timestamp,
+        viewer: &Viewer,
+        max: usize,
+    ) -> Result<Option<Vec<Item>>, StoreError> {
+        self.inner.reader.items(filter, now, viewer, max)
+    }
+
+    /// [`Store::items`] off the async reactor.
+    pub async fn items_async(
+        &self,
+        filter: Filter,
+        now: Timestamp,
+        viewer: Viewer,
+        max: usize,
+    ) -> Result<Option<Vec<Item>>, StoreError> {
+        self.off_reactor(move |s| s.items(&filter, now, &viewer, max)).await
     }
 
     /// True when an event with this id is stored.

@@ -158,7 +158,7 @@ impl Reader {
 
     /// The serials of the events that expired at or before `now` and that the sweep has not
     /// removed yet (their `x` entries are still there).
-    fn expired_unswept(&self, view: &View, now: Timestamp) -> Result<HashSet<Serial>, StoreError> {
+    pub(super) fn expired_unswept(&self, view: &View, now: Timestamp) -> Result<HashSet<Serial>, StoreError> {
         let from = keys::expiry(Timestamp(0), &EventId([0; 32]));
         let to = keys::expiry(now, &EventId([0xff; 32]));
         let mut out = HashSet::new();
@@ -192,7 +192,7 @@ impl Reader {
     }
 
     /// The newest `limit` events of one filter in `view`, in order (ties: lowest id first).
-    fn scan(
+    pub(super) fn scan(
         &self,
         view: &View,
         filter: &Filter,
@@ -253,7 +253,7 @@ impl Reader {
     /// for it (the index keeps headers of the in-memory events only; `len` is the record's length
     /// when known, else 0); None when the index does not have it (a write in flight) or its record
     /// is damaged.
-    fn candidate(&self, view: &View, serial: Serial, len: u32) -> Result<Option<Candidate>, StoreError> {
+    pub(super) fn candidate(&self, view: &View, serial: Serial, len: u32) -> Result<Option<Candidate>, StoreError> {
         if let Some(header) = view.index.header(serial) {
             return Ok(Some(Candidate { serial, header: *header, record: None }));
         }
@@ -282,7 +282,7 @@ fn render(stored: &[u8]) -> Result<EventJson, StoreError> {
 }
 
 /// An indexed event a scan met: its header, and its record when that was read for the header.
-struct Candidate {
+pub(super) struct Candidate {
     serial: Serial,
     header: record::Header,
     record: Option<Vec<u8>>,
@@ -296,7 +296,7 @@ pub(crate) struct Damaged(Mutex<HashSet<Serial>>);
 impl Damaged {
     /// `read` of the record at `serial`, or None when the record is damaged (its frame fails its
     /// CRC or it does not decode). I/O failures stay errors.
-    fn served<T>(&self, serial: Serial, read: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
+    pub(super) fn served<T>(&self, serial: Serial, read: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
         match read {
             Ok(value) => Ok(Some(value)),
             Err(e @ (StoreError::Log(LogError::Corrupt { .. }) | StoreError::Record(_))) => {
@@ -314,7 +314,7 @@ impl Damaged {
 /// or `viewer` may not read it: its header is checked first, and its record's tags (`record`, or
 /// read from `log`) are decoded only when the filter's tag conditions must be checked or the
 /// event is of a private kind by another author.
-fn hit(
+pub(super) fn hit(
     filter: &Filter,
     viewer: &Viewer,
     candidate: Candidate,
@@ -403,9 +403,9 @@ impl Iterator for Export {
 }
 
 /// One event a scan found: its sort key, and its record when the scan already read it.
-struct Hit {
-    created_at: Timestamp,
-    id: EventId,
+pub(super) struct Hit {
+    pub(super) created_at: Timestamp,
+    pub(super) id: EventId,
     serial: Serial,
     /// The record's length, from the index.
     len: u32,

@@ -628,6 +628,20 @@ fn probes(authors: &[Keys], some_ids: &[EventId]) -> Vec<String> {
     out
 }
 
+/// What a query of `filter` for `viewer` serves, as negentropy items: sorted by created_at, id.
+fn query_items(store: &Store, filter: &Filter, viewer: &Viewer) -> Vec<Item> {
+    let (events, _) = store.query_as(std::slice::from_ref(filter), Timestamp(2_000_000_000), viewer).unwrap();
+    let mut items: Vec<Item> = events
+        .iter()
+        .map(|e| {
+            let v: serde_json::Value = serde_json::from_str(e.as_str()).unwrap();
+            (Timestamp(v["created_at"].as_u64().unwrap()), EventId::from_hex(v["id"].as_str().unwrap()).unwrap())
+        })
+        .collect();
+    items.sort_unstable();
+    items
+}
+
 /// Every probe answers the same on both stores, and they hold the same events.
 fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys], some_ids: &[EventId], when: &str) {
     for probe in probes(authors, some_ids) {
@@ -641,6 +655,18 @@ fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys], some_ids
         );
     }
     assert_eq!(segmented.len(), reference.len(), "{when}");
+    let private = crate::protocol::PrivateKinds::new(&[Kind(4), Kind(1059)]);
+    let viewers = [Viewer::everything(), private.viewer(None), private.viewer(Some(authors[0].public_key()))];
+    for probe in probes(authors, some_ids) {
+        let f: Filter = serde_json::from_str(&probe).unwrap();
+        for viewer in &viewers {
+            let want = query_items(reference, &f, viewer);
+            for (store, which) in [(segmented, "segmented"), (reference, "in memory")] {
+                let got = store.items(&f, Timestamp(2_000_000_000), viewer, usize::MAX).unwrap().unwrap();
+                assert_eq!(got, want, "items of {probe} for {viewer:?}, {which}, {when}");
+            }
+        }
+    }
     for k in authors {
         let pk = k.public_key();
         assert_eq!(segmented.count_by_author(&pk).unwrap(), reference.count_by_author(&pk).unwrap(), "{when}");
@@ -675,6 +701,7 @@ async fn an_index_in_segments_answers_exactly_as_one_in_memory_through_removals_
             }
             3 => signed(k, at, 1, &[&["t", t], &["expiration", &(1000 + rng.below(600)).to_string()]]),
             4 => signed(k, at, 1, &[&["t", t], &["p", "x"]]),
+            5 => signed(k, at, 4, &[&["p", &authors[rng.below(4) as usize].public_key().to_hex()]]),
             _ => signed(k, at, 1, &[&["t", t]]),
         };
         stored.push(event.id);

@@ -252,6 +252,17 @@ impl Log {
         self.read_hinted(serial, FRAME_HEADER + u64::from(len))
     }
 
+    /// The first `buf.len()` bytes of the payload of the frame at `serial`, not checked against
+    /// its CRC (that needs the whole payload): for a reader of a record's fixed first fields
+    /// that checks what it reads (see `record::prefix`).
+    pub fn read_start(&self, serial: Serial, buf: &mut [u8]) -> Result<(), LogError> {
+        let at = serial.saturating_add(FRAME_HEADER);
+        if at.saturating_add(buf.len() as u64) > self.end() {
+            return Err(LogError::Corrupt { serial, reason: "ends past the committed end" });
+        }
+        Ok(self.read_at(buf, at)?)
+    }
+
     /// Reads `hint` bytes at `serial` first, then the rest of the frame if it is longer.
     fn read_hinted(&self, serial: Serial, hint: u64) -> Result<Vec<u8>, LogError> {
         let corrupt = |reason| LogError::Corrupt { serial, reason };

@@ -25,6 +25,9 @@ use crate::protocol::{Event, EventId, Kind, PubKey, Sig, Timestamp};
 /// First byte of every record (frames of other kinds in the event log start with other bytes).
 pub const FORMAT: u8 = 1;
 const HEADER: usize = 151;
+/// Where the id ends in a record: its first bytes (format, created_at, kind, expiration, id) are
+/// what a reader of ids alone reads ([`prefix`]).
+pub const PREFIX: usize = 51;
 
 /// A stored record could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,15 @@ pub fn encode(event: &Event) -> Vec<u8> {
 
 fn array<const N: usize>(record: &[u8], at: usize) -> Result<[u8; N], RecordError> {
     record.get(at..at + N).and_then(|s| s.try_into().ok()).ok_or(RecordError("truncated header"))
+}
+
+/// The created_at and id of a record's first [`PREFIX`] bytes (NIP-77's items), read without the
+/// rest of the record.
+pub fn prefix(first: &[u8]) -> Result<(Timestamp, EventId), RecordError> {
+    if first.first() != Some(&FORMAT) {
+        return Err(RecordError("unknown record format"));
+    }
+    Ok((Timestamp(u64::from_be_bytes(array(first, 1)?)), EventId(array(first, 19)?)))
 }
 
 /// Decodes the header only.
