@@ -45,6 +45,8 @@ pub struct AppState {
     pub stats: crate::stats::Stats,
     /// When the relay started (uptime, for the admin page).
     pub started: std::time::Instant,
+    /// What the background sync with each configured peer last did (`[[sync.peers]]`).
+    pub sync: crate::sync::status::SyncStatus,
     /// Every WebSocket frame in and out on stderr, when set (`hearth dev`).
     pub frame_log: std::sync::OnceLock<crate::frames::FrameLog>,
 }

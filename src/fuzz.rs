@@ -48,7 +48,8 @@ pub fn client_message(data: &[u8]) {
         Ok(ClientMessage::Req { filters, .. } | ClientMessage::Count { filters, .. }) => {
             filters.iter().for_each(filter_round_trip)
         }
-        Ok(ClientMessage::Close(_)) => {}
+        Ok(ClientMessage::NegOpen { filter, .. }) => filter_round_trip(&filter),
+        Ok(ClientMessage::Close(_) | ClientMessage::NegMsg { .. } | ClientMessage::NegClose(_)) => {}
         Err(e) => readable(&e.reply()),
     }
 }

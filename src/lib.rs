@@ -51,6 +51,7 @@ pub(crate) mod rest;
 pub(crate) mod server;
 pub(crate) mod stats;
 pub mod store;
+pub mod sync;
 pub mod testing;
 pub(crate) mod ws;
 

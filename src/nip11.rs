@@ -10,9 +10,9 @@ use crate::moderation::Moderation;
 use crate::protocol::PubKey;
 
 /// NIPs implemented end to end.
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70, 77];
 /// With them when `access.mode` is a members mode: NIP-43 membership (join, leave, invites).
-const WITH_MEMBERSHIP: &[u16] = &[1, 9, 11, 40, 42, 43, 45, 70];
+const WITH_MEMBERSHIP: &[u16] = &[1, 9, 11, 40, 42, 43, 45, 70, 77];
 
 /// The NIP-11 document.
 #[derive(Debug, Serialize)]

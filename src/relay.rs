@@ -71,6 +71,7 @@ impl Relay {
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
         let private = config.auth.private();
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
+        let config_peers = config.sync.peers.clone();
         let app = Arc::new(AppState {
             limiter: Arc::new(limiter),
             moderation,
@@ -85,6 +86,7 @@ impl Relay {
             stats: stats::Stats::default(),
             started: std::time::Instant::now(),
             frame_log: std::sync::OnceLock::new(),
+            sync: crate::sync::status::SyncStatus::new(&config_peers),
         });
         Ok(Relay { app })
     }
@@ -119,6 +121,7 @@ impl Relay {
         app.tasks.spawn(sweep_expired(app.clone()));
         app.tasks.spawn(compact_when_due(app.clone()));
         app.tasks.spawn(sample_every_interval(app.clone()));
+        crate::sync::peers::spawn(&app);
         // Both listeners keep sockets under the same caps and timeouts (each its own count).
         let limits = listener::Limits::of(&app.config);
         tracing::info!("listening on {addr}");

@@ -36,16 +36,21 @@ const FLOORS: &[&[&str]] = &[
     &["ws", "rest", "admin"],
     // What rest and admin share.
     &["http"],
+    // NIP-77: the background peers over the one round every way of syncing runs.
+    &["sync::peers"],
+    &["sync"],
     // The one publish path and the one read path, and the sampled statistics.
     &["ingest", "query"],
     // NIP-43: join and leave requests, invites, the relay's signed member list.
     &["membership"],
     // The shared state and what it holds.
     &["app"],
-    &["nip11", "frames", "stats", "identity"],
+    &["nip11", "frames", "stats", "identity", "sync::status"],
     &["fanout", "moderation", "audit"],
     &["limiter", "metrics"],
     &["config"],
+    // NIP-77's initiator side, over the client library's socket.
+    &["sync::reconcile"],
     // The client library: over the protocol only.
     &["client"],
     // The store, top to bottom: its API and what works over it, then the floors of its inside.

@@ -8,7 +8,7 @@
 //! calls; neither transport imports the other.
 
 pub mod core;
-mod nip11;
+pub mod nip11;
 pub mod rest;
 pub mod session;
 pub mod ws;

@@ -131,7 +131,12 @@ impl Driver {
             ClientMessage::Count { sub_id, filters } => {
                 ("count", Target::Sub(sub_id.clone()), Some(json!({ "filters": filters }).to_string()))
             }
-            ClientMessage::Auth(_) | ClientMessage::Close(_) => return None,
+            // NIP-77 has no REST form.
+            ClientMessage::Auth(_)
+            | ClientMessage::Close(_)
+            | ClientMessage::NegOpen { .. }
+            | ClientMessage::NegMsg { .. }
+            | ClientMessage::NegClose(_) => return None,
         };
         let url = format!("{}/api/v1/{path}", self.base);
         let request = body.map(|body| {

@@ -155,6 +155,35 @@ impl Config {
         if self.limitation.default_limit > self.limitation.max_limit {
             return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));
         }
+        self.validate_sync()
+    }
+
+    /// `[sync]`: the bounds, and every peer's URL, filter and interval.
+    fn validate_sync(&self) -> Result<(), ConfigError> {
+        let sync = &self.sync;
+        for (key, value) in [
+            ("sync.max_items", sync.max_items as u64),
+            ("sync.max_sessions", sync.max_sessions as u64),
+            ("sync.idle_secs", sync.idle_secs),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be a positive number"));
+            }
+        }
+        if sync.frame_size_limit != 0 && sync.frame_size_limit < 4096 {
+            return Err(invalid("sync.frame_size_limit", "must be 0 (no limit) or at least 4096"));
+        }
+        for (i, peer) in sync.peers.iter().enumerate() {
+            if !(peer.url.starts_with("ws://") || peer.url.starts_with("wss://")) {
+                return Err(invalid(&format!("sync.peers[{i}].url"), "must start with ws:// or wss://"));
+            }
+            if let Err(e) = serde_json::from_str::<crate::protocol::Filter>(&peer.filter) {
+                return Err(invalid(&format!("sync.peers[{i}].filter"), format!("is not a filter: {e}")));
+            }
+            if peer.interval_secs == 0 {
+                return Err(invalid(&format!("sync.peers[{i}].interval_secs"), "must be a positive number"));
+            }
+        }
         Ok(())
     }
 }

@@ -16,7 +16,9 @@ mod de;
 mod load;
 pub mod quota;
 mod sections;
+mod sync;
 
 pub use load::ConfigError;
 pub use quota::{LimitKey, QuotaKey, Source, Tier, TierLimits};
 pub use sections::*;
+pub use sync::{Direction, SyncConfig, SyncPeer};

@@ -37,6 +37,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// `[relay]`: the relay's own identity.
     pub relay: RelayConfig,
+    /// `[sync]`: NIP-77 negentropy sessions and the peers kept in step.
+    pub sync: super::sync::SyncConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,

@@ -36,6 +36,24 @@ pub enum ClientMessage {
     Close(String),
     /// `["AUTH", <kind-22242 event>]` (NIP-42)
     Auth(Box<Event>),
+    /// `["NEG-OPEN", <sub id>, <filter>, <initial message, hex>]` (NIP-77)
+    NegOpen {
+        /// The sync session's id.
+        sub_id: String,
+        /// The one filter whose events are reconciled.
+        filter: Box<Filter>,
+        /// The initiator's first negentropy message, decoded from hex.
+        message: Vec<u8>,
+    },
+    /// `["NEG-MSG", <sub id>, <message, hex>]` (NIP-77)
+    NegMsg {
+        /// The sync session's id.
+        sub_id: String,
+        /// The negentropy message, decoded from hex.
+        message: Vec<u8>,
+    },
+    /// `["NEG-CLOSE", <sub id>]` (NIP-77)
+    NegClose(String),
 }
 
 /// Why a frame could not be parsed, with what is needed to answer it correlated.
@@ -50,6 +68,15 @@ pub enum ParseError {
     BadEvent {
         /// The id as sent, or `""`.
         id: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A bad NEG-OPEN or NEG-MSG whose id could be read: answered with
+    /// `NEG-ERR <id> "invalid: …"`.
+    #[error("{reason}")]
+    BadNeg {
+        /// The sync session's id.
+        sub_id: String,
         /// What was wrong.
         reason: String,
     },
@@ -70,6 +97,8 @@ pub enum Correlation {
     Event(String),
     /// A REQ or COUNT with this id: answered with `CLOSED`.
     Subscription(String),
+    /// A NEG-OPEN or NEG-MSG with this id: answered with `NEG-ERR`.
+    Neg(String),
     /// Nothing: answered with `NOTICE`.
     None,
 }
@@ -80,6 +109,7 @@ impl Correlation {
         match self {
             Correlation::Event(id) => RelayMessage::ok(id, false, message),
             Correlation::Subscription(sub_id) => RelayMessage::Closed { sub_id, message },
+            Correlation::Neg(sub_id) => RelayMessage::NegErr { sub_id, reason: message },
             Correlation::None => RelayMessage::Notice(message),
         }
     }
@@ -92,6 +122,7 @@ impl ParseError {
             ParseError::Uncorrelated(_) => Correlation::None,
             ParseError::BadEvent { id, .. } => Correlation::Event(id.clone()),
             ParseError::BadSubscription { sub_id, .. } => Correlation::Subscription(sub_id.clone()),
+            ParseError::BadNeg { sub_id, .. } => Correlation::Neg(sub_id.clone()),
         }
     }
 
@@ -146,6 +177,33 @@ fn sub_request(parts: &[Box<RawValue>], verb: &str) -> Result<(String, Vec<Filte
     Ok((sub_id, filters))
 }
 
+/// A NEG-OPEN (id, one filter, a hex message) or a NEG-MSG (id, a hex message).
+fn neg(parts: &[Box<RawValue>], verb: &str) -> Result<ClientMessage, ParseError> {
+    let sub_id: String = match parts.get(1).map(|p| serde_json::from_str(p.get())) {
+        Some(Ok(id)) => id,
+        _ => return Err(ParseError::Uncorrelated(format!("{verb} needs a string id"))),
+    };
+    let bad = |reason: String| ParseError::BadNeg { sub_id: sub_id.clone(), reason };
+    if sub_id.is_empty() {
+        return Err(bad("subscription id must not be empty".into()));
+    }
+    let open = verb == "NEG-OPEN";
+    let want = if open { 4 } else { 3 };
+    if parts.len() != want {
+        let shape = if open { "an id, one filter and a hex message" } else { "an id and a hex message" };
+        return Err(bad(format!("{verb} takes {shape}")));
+    }
+    let hex_text: String = serde_json::from_str(parts[want - 1].get())
+        .map_err(|_| bad("the negentropy message must be a hex string".into()))?;
+    let message = hex::decode(&hex_text).map_err(|e| bad(format!("the negentropy message is not hex: {e}")))?;
+    if !open {
+        return Ok(ClientMessage::NegMsg { sub_id, message });
+    }
+    let filter =
+        serde_json::from_str::<Filter>(parts[2].get()).map_err(|e| bad(format!("filter: {}", strip_position(&e))))?;
+    Ok(ClientMessage::NegOpen { sub_id, filter: Box::new(filter), message })
+}
+
 /// Longest stretch of the client's own input an error text repeats.
 const ECHO_LIMIT: usize = 200;
 
@@ -175,7 +233,10 @@ impl ClientMessage {
             ClientMessage::Req { sub_id, .. } | ClientMessage::Count { sub_id, .. } => {
                 Correlation::Subscription(sub_id.clone())
             }
-            ClientMessage::Close(_) => Correlation::None,
+            ClientMessage::NegOpen { sub_id, .. } | ClientMessage::NegMsg { sub_id, .. } => {
+                Correlation::Neg(sub_id.clone())
+            }
+            ClientMessage::Close(_) | ClientMessage::NegClose(_) => Correlation::None,
         }
     }
 
@@ -207,6 +268,11 @@ impl ClientMessage {
                 Some(Ok(id)) if parts.len() == 2 => Ok(ClientMessage::Close(id)),
                 _ => Err(ParseError::Uncorrelated("CLOSE takes exactly one subscription id".into())),
             },
+            "NEG-OPEN" | "NEG-MSG" => neg(&parts, &verb),
+            "NEG-CLOSE" => match parts.get(1).map(|p| serde_json::from_str::<String>(p.get())) {
+                Some(Ok(id)) if parts.len() == 2 => Ok(ClientMessage::NegClose(id)),
+                _ => Err(ParseError::Uncorrelated("NEG-CLOSE takes exactly one subscription id".into())),
+            },
             other => Err(ParseError::Uncorrelated(format!("unknown message type {}", clip(&format!("{other:?}"))))),
         }
     }
@@ -232,6 +298,21 @@ impl Serialize for ClientMessage {
                 seq.serialize_element("CLOSE")?;
                 seq.serialize_element(sub_id)?;
             }
+            ClientMessage::NegOpen { sub_id, filter, message } => {
+                seq.serialize_element("NEG-OPEN")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(filter)?;
+                seq.serialize_element(&hex::encode(message))?;
+            }
+            ClientMessage::NegMsg { sub_id, message } => {
+                seq.serialize_element("NEG-MSG")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(&hex::encode(message))?;
+            }
+            ClientMessage::NegClose(sub_id) => {
+                seq.serialize_element("NEG-CLOSE")?;
+                seq.serialize_element(sub_id)?;
+            }
         }
         seq.end()
     }
@@ -252,6 +333,13 @@ mod tests {
             ClientMessage::Req { sub_id: "s\n1".into(), filters: vec![filter.clone(), filter.clone()] },
             ClientMessage::Count { sub_id: "c".into(), filters: vec![filter] },
             ClientMessage::Close("s".into()),
+            ClientMessage::NegOpen {
+                sub_id: "n".into(),
+                filter: Box::new(Filter::default()),
+                message: vec![0x61, 0, 0, 2, 0],
+            },
+            ClientMessage::NegMsg { sub_id: "n".into(), message: vec![0x61] },
+            ClientMessage::NegClose("n".into()),
         ] {
             let text = serde_json::to_string(&message).unwrap();
             assert_eq!(ClientMessage::parse(&text).unwrap(), message, "{text}");
@@ -307,6 +395,31 @@ mod tests {
             assert!(message.chars().filter(|c| *c == 'x').count() <= 200, "{}", &message[..300.min(message.len())]);
             assert!(message.starts_with("invalid: "), "{message}");
         }
+    }
+
+    #[test]
+    fn a_bad_neg_frame_is_answered_with_its_neg_err() {
+        let cases = [
+            (
+                r#"["NEG-OPEN","n",{},"zz"]"#,
+                r#"["NEG-ERR","n","invalid: the negentropy message is not hex: Invalid character 'z' at position 0"]"#,
+            ),
+            (
+                r#"["NEG-OPEN","n",{}]"#,
+                r#"["NEG-ERR","n","invalid: NEG-OPEN takes an id, one filter and a hex message"]"#,
+            ),
+            (
+                r#"["NEG-OPEN","n",[{}],"61"]"#,
+                r#"["NEG-ERR","n","invalid: filter: invalid type: sequence, expected a filter object"]"#,
+            ),
+            (r#"["NEG-MSG","n",7]"#, r#"["NEG-ERR","n","invalid: the negentropy message must be a hex string"]"#),
+        ];
+        for (frame, want) in cases {
+            assert_eq!(ClientMessage::parse(frame).unwrap_err().reply().to_json().unwrap(), want, "{frame}");
+        }
+        assert!(matches!(ClientMessage::parse(r#"["NEG-CLOSE"]"#), Err(ParseError::Uncorrelated(_))));
+        let open = ClientMessage::parse(r#"["NEG-OPEN","n",{"kinds":[1]},"6100000200"]"#).unwrap();
+        assert!(matches!(open, ClientMessage::NegOpen { ref message, .. } if message == &[0x61, 0, 0, 2, 0]));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The frames a relay sends: `EVENT`, `OK`, `EOSE`, `CLOSED`, `NOTICE`, `AUTH`, `COUNT`, as
+//! The frames a relay sends: `EVENT`, `OK`, `EOSE`, `CLOSED`, `NOTICE`, `AUTH`, `COUNT`,
+//! `NEG-MSG`, `NEG-ERR`, as
 //! [`RelayMessage`], serialized with serde (an `EVENT` splices in its event's JSON, already
 //! serialized, so a stored event goes out byte for byte as it was stored).
 
@@ -46,6 +47,20 @@ pub enum RelayMessage {
         sub_id: String,
         /// How many events match.
         count: u64,
+    },
+    /// `["NEG-MSG", <sub id>, <message, hex>]` (NIP-77)
+    NegMsg {
+        /// The sync session's id.
+        sub_id: String,
+        /// The negentropy message (sent as hex).
+        message: Vec<u8>,
+    },
+    /// `["NEG-ERR", <sub id>, <reason>]` (NIP-77): the session is over.
+    NegErr {
+        /// The sync session's id.
+        sub_id: String,
+        /// `"<prefix>: <text>"`.
+        reason: String,
     },
 }
 
@@ -116,6 +131,16 @@ impl Serialize for RelayMessage {
                 seq.serialize_element("COUNT")?;
                 seq.serialize_element(sub_id)?;
                 seq.serialize_element(&CountBody { count: *count })?;
+            }
+            RelayMessage::NegMsg { sub_id, message } => {
+                seq.serialize_element("NEG-MSG")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(&hex::encode(message))?;
+            }
+            RelayMessage::NegErr { sub_id, reason } => {
+                seq.serialize_element("NEG-ERR")?;
+                seq.serialize_element(sub_id)?;
+                seq.serialize_element(reason)?;
             }
         }
         seq.end()

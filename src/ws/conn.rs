@@ -116,7 +116,17 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                     break;
                 }
                 unanswered = true;
-                let sent = async { sink.send(Message::Ping(Default::default())).await.is_ok() };
+                // Sync sessions idle past `sync.idle_secs` end here, checked at each ping.
+                let idle = Duration::from_secs(app.config.sync.idle_secs);
+                let expired = session.negs.expire(std::time::Instant::now(), idle);
+                let sent = async {
+                    for frame in &expired {
+                        if !feed(&mut sink, frame, tap).await {
+                            return false;
+                        }
+                    }
+                    sink.send(Message::Ping(Default::default())).await.is_ok()
+                };
                 if !Box::pin(guarded(sent, &guard)).await {
                     break;
                 }
@@ -333,6 +343,7 @@ async fn deliver(sink: &mut Sink, session: &mut Session, app: &AppState, tap: Ta
             }
             vec![closed]
         }
+        Done::Neg(done) => session.negs.finish(done).into_iter().collect(),
         Done::Auth { id, result } => match result {
             Ok(pubkey) => {
                 session.authed = Some(pubkey);

@@ -1,4 +1,5 @@
-//! One handler per client verb: EVENT, REQ, COUNT, CLOSE, AUTH.
+//! One handler per client verb: EVENT, REQ, COUNT, CLOSE, AUTH, and NIP-77's NEG-OPEN,
+//! NEG-MSG, NEG-CLOSE (whose sessions are `neg`'s).
 //!
 //! Owns what one text frame asks of the connection: it bills the frame's arrival (`ws_events`),
 //! answers what can be answered at once, and hands slow work (a publish awaiting its durable OK,
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use super::neg::{self, NegDone};
 use super::session::Session;
 use crate::app::AppState;
 use crate::fanout::ConnId;
@@ -34,6 +36,8 @@ pub(super) enum Done {
     SubRefused { sub_id: String, generation: u64, closed: RelayMessage },
     /// A checked AUTH: on success the connection is bound to the pubkey.
     Auth { id: String, result: Result<PubKey, String> },
+    /// An answered NEG-OPEN or NEG-MSG.
+    Neg(NegDone),
 }
 
 /// What handling one frame asks of the loop.
@@ -115,7 +119,7 @@ pub(super) fn frame(
     // ceiling), whatever key it names, so fresh keys are not free; everything else bills the key
     // the frame acts for. All on arrival, before any costly work.
     let admitted = match &msg {
-        ClientMessage::Close(_) => Ok(()),
+        ClientMessage::Close(_) | ClientMessage::NegClose(_) => Ok(()),
         ClientMessage::Auth(_) => app.limiter.admit(&Billed::ip(session.client_ip), LimitType::WsEvents),
         _ => app.limiter.admit(&billed, LimitType::WsEvents),
     };
@@ -175,6 +179,40 @@ pub(super) fn frame(
         ClientMessage::Close(sub_id) => {
             session.close(&sub_id);
             app.fanout.unsubscribe(conn, &sub_id, None);
+            Action::Nothing
+        }
+        ClientMessage::NegOpen { sub_id, filter, message } => {
+            if let Err(limited) = admitted {
+                return Action::Reply(neg::neg_err(&sub_id, limited.to_string()));
+            }
+            if needs_auth {
+                return Action::Reply(neg::neg_err(&sub_id, AUTH_REQUIRED.into()));
+            }
+            if let Some(refused) = read_refusal(app, session, std::slice::from_ref(&filter)) {
+                return refused_neg(&sub_id, &refused, &session.challenge);
+            }
+            let generation = match session.negs.open(&sub_id, app.config.sync.max_sessions) {
+                Ok(generation) => generation,
+                Err(refused) => return Action::Reply(refused),
+            };
+            let viewer = app.private.viewer(session.authed);
+            let open = neg::open(app.clone(), billed, sub_id, generation, *filter, message, viewer);
+            Action::Spawn(Box::pin(async move { Done::Neg(open.await) }))
+        }
+        ClientMessage::NegMsg { sub_id, message } => {
+            if let Err(limited) = admitted {
+                return Action::Reply(neg::neg_err(&sub_id, limited.to_string()));
+            }
+            match session.negs.take(&sub_id) {
+                Ok((generation, reconciler)) => {
+                    let answer = neg::message(sub_id, generation, reconciler, message);
+                    Action::Spawn(Box::pin(async move { Done::Neg(answer.await) }))
+                }
+                Err(refused) => Action::Reply(refused),
+            }
+        }
+        ClientMessage::NegClose(sub_id) => {
+            session.negs.close(&sub_id);
             Action::Nothing
         }
         ClientMessage::Auth(event) => {
@@ -243,6 +281,16 @@ fn refused_closing(sub_id: String, refused: Refusal, challenge: &str) -> Action 
     let auth = refused.prefix() == Prefix::AuthRequired;
     let mut frames = vec![RelayMessage::Closed { sub_id, message: refused.to_string() }];
     if auth {
+        frames.push(RelayMessage::Auth(challenge.to_string()));
+    }
+    Action::Spawn(Box::pin(async move { Done::Frames(frames) }))
+}
+
+/// The NEG-ERR that answers a NEG-OPEN refused before it is read, with the AUTH challenge again
+/// for an `auth-required:` one (as [`refused_closing`]).
+fn refused_neg(sub_id: &str, refused: &Refusal, challenge: &str) -> Action {
+    let mut frames = vec![neg::refused(sub_id, refused)];
+    if refused.prefix() == Prefix::AuthRequired {
         frames.push(RelayMessage::Auth(challenge.to_string()));
     }
     Action::Spawn(Box::pin(async move { Done::Frames(frames) }))

@@ -7,5 +7,6 @@
 
 pub(crate) mod conn;
 mod handle;
+mod neg;
 mod session;
 pub(crate) mod upgrade;

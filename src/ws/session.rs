@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
+use super::neg::Negs;
 use crate::fanout::Live;
 use crate::limiter::{Billed, Principal};
 use crate::protocol::{EventJson, PubKey, RelayMessage};
@@ -43,12 +44,14 @@ pub struct Session {
     pub challenge: String,
     /// The pubkey this connection authenticated as (NIP-42), if any.
     pub authed: Option<PubKey>,
+    /// The open NIP-77 sync sessions.
+    pub negs: Negs,
 }
 
 impl Session {
     /// A new connection's session.
     pub fn new(client_ip: IpAddr, challenge: String) -> Session {
-        Session { subs: HashMap::new(), next_generation: 0, client_ip, challenge, authed: None }
+        Session { subs: HashMap::new(), next_generation: 0, client_ip, challenge, authed: None, negs: Negs::default() }
     }
 
     /// Who this connection's frames are billed to: the authenticated pubkey, else the IP.

@@ -1,0 +1,78 @@
+//! `[sync]`: NIP-77 negentropy sessions' bounds, and the peers the relay keeps in step with.
+
+use serde::{Deserialize, Serialize};
+
+/// `[sync]`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// Events one negentropy session may reconcile; a filter that matches more is refused
+    /// `NEG-ERR "blocked: too many records"` (strfry's default, 500,000).
+    pub max_items: usize,
+    /// The largest negentropy message either side sends, in bytes before hex (0: no limit;
+    /// otherwise at least 4096). A message is cut at this size and the exchange goes on.
+    pub frame_size_limit: u64,
+    /// Negentropy sessions one connection may hold open at once (a `NEG-OPEN` of an open id
+    /// replaces that session).
+    pub max_sessions: usize,
+    /// A session that has seen no message for this long is closed (`NEG-ERR "closed: …"`).
+    pub idle_secs: u64,
+    /// Relays this one keeps itself in step with, in the background.
+    pub peers: Vec<SyncPeer>,
+}
+
+impl Default for SyncConfig {
+    fn default() -> SyncConfig {
+        SyncConfig { max_items: 500_000, frame_size_limit: 60_000, max_sessions: 4, idle_secs: 60, peers: Vec::new() }
+    }
+}
+
+/// One `[[sync.peers]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncPeer {
+    /// The peer's `ws://` or `wss://` URL.
+    pub url: String,
+    /// The events to keep in step, a NIP-01 filter as JSON (`{}`: all of them).
+    #[serde(default = "every_event")]
+    pub filter: String,
+    /// Which way events move.
+    #[serde(default)]
+    pub direction: Direction,
+    /// Seconds between the end of one round and the start of the next.
+    #[serde(default = "five_minutes")]
+    pub interval_secs: u64,
+}
+
+fn every_event() -> String {
+    "{}".into()
+}
+
+fn five_minutes() -> u64 {
+    300
+}
+
+/// Which way a sync moves events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Fetch what the peer has and this relay lacks.
+    #[default]
+    Down,
+    /// Publish to the peer what this relay has and it lacks.
+    Up,
+    /// Both.
+    Both,
+}
+
+impl Direction {
+    /// True when events come down from the peer.
+    pub fn down(self) -> bool {
+        matches!(self, Direction::Down | Direction::Both)
+    }
+
+    /// True when events go up to the peer.
+    pub fn up(self) -> bool {
+        matches!(self, Direction::Up | Direction::Both)
+    }
+}

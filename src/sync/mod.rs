@@ -1,0 +1,228 @@
+//! NIP-77 sync rounds: this relay and a peer find what one has and the other lacks with
+//! negentropy, and move only that.
+//!
+//! Owns one round ([`round`]): the local item set read from the index
+//! ([`crate::store::Store::items`], every event: the operator's own view), the exchange with the
+//! peer (`reconcile`), then, `down`, the events the peer has and we lack fetched by id in batches
+//! (`REQ {"ids": …}` through the client library, which honours the peer's refusals), checked
+//! (each one asked for, its id and signature verified) and stored by the publish rules without
+//! quotas ([`crate::ingest::settle`], as `hearth import` does), and, `up`, the events we have and
+//! the peer lacks published through the client library, paced by the peer's NIP-11 and gated on
+//! its refusals. Each event is stored whole or not at all, so a round cut off anywhere leaves
+//! nothing half stored, and the next round moves what is left. `hearth sync`, the admin API's
+//! rounds and the background peers (`peers`) all run this one function.
+
+pub mod peers;
+mod reconcile;
+pub mod status;
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use serde::{Deserialize, Serialize};
+
+use crate::app::AppState;
+use crate::client::nip11::{http_base, nip11};
+use crate::client::{PublishError, Session};
+use crate::config::Direction;
+use crate::ingest::{Settled, settle};
+use crate::protocol::verify::verify;
+use crate::protocol::{Event, EventId, Filter, Timestamp, Viewer};
+pub use status::Summary;
+
+/// Ids asked for in one `REQ` (or fewer, when the peer's `max_limit` is lower).
+const FETCH_BATCH: usize = 500;
+/// Publishes in flight to the peer at once (the client library paces them).
+const PUBLISH_IN_FLIGHT: usize = 64;
+
+/// One round to run.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Round {
+    /// The peer's `ws://` URL.
+    pub url: String,
+    /// The events to reconcile.
+    #[serde(default)]
+    pub filter: Filter,
+    /// Which way events move.
+    #[serde(default)]
+    pub direction: Direction,
+    /// Only count what would move.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Why a round could not run or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// Our own side: the store failed, or our item set is larger than `sync.max_items`.
+    #[error("{0}")]
+    Local(String),
+    /// The peer could not be reached or broke the protocol.
+    #[error("{0}")]
+    Peer(String),
+    /// The peer refused (`NEG-ERR`, `CLOSED`), with its reason.
+    #[error("the peer refused: {0}")]
+    Refused(String),
+}
+
+impl From<reconcile::ExchangeError> for SyncError {
+    fn from(e: reconcile::ExchangeError) -> SyncError {
+        match e {
+            reconcile::ExchangeError::Peer(why) => SyncError::Peer(why),
+            reconcile::ExchangeError::Refused(why) => SyncError::Refused(why),
+        }
+    }
+}
+
+/// Runs one round; `progress` is called as the summary changes (a terminal's progress line).
+/// On a failure the summary so far comes with it.
+pub async fn round(
+    app: &AppState,
+    round: &Round,
+    progress: &(dyn Fn(&Summary) + Sync),
+) -> Result<Summary, (SyncError, Summary)> {
+    let started = Instant::now();
+    let mut summary = Summary::default();
+    let result = run(app, round, &mut summary, progress).await;
+    summary.seconds = started.elapsed().as_secs_f64();
+    match result {
+        Ok(()) => Ok(summary),
+        Err(e) => {
+            summary.error = Some(e.to_string());
+            Err((e, summary))
+        }
+    }
+}
+
+async fn run(
+    app: &AppState,
+    round: &Round,
+    summary: &mut Summary,
+    progress: &(dyn Fn(&Summary) + Sync),
+) -> Result<(), SyncError> {
+    let max = app.config.sync.max_items;
+    let items = app
+        .store
+        .items_async(round.filter.clone(), Timestamp::now(), Viewer::everything(), max)
+        .await
+        .map_err(|e| SyncError::Local(format!("reading our item set failed: {e}")))?
+        .ok_or_else(|| SyncError::Local(format!("more than sync.max_items ({max}) events match here")))?;
+    // The peer's limits bound our messages and our batches.
+    let doc = nip11(&reqwest::Client::new(), &http_base(&round.url)).await.ok().flatten();
+    let limit = |key: &str| doc.as_ref().and_then(|d| d["limitation"][key].as_u64());
+    let frame_size_limit = match (app.config.sync.frame_size_limit, limit("max_message_length")) {
+        // Hex doubles a message; the frame's other text takes well under 1 KB.
+        (ours, Some(theirs)) => {
+            let fits = (theirs.saturating_sub(1024) / 2).max(4096);
+            if ours == 0 { fits } else { ours.min(fits) }
+        }
+        (ours, None) => ours,
+    };
+    let found = reconcile::reconcile(&round.url, &round.filter, &items, frame_size_limit, Some(&app.keys)).await?;
+    drop(items);
+    summary.sync_bytes = found.bytes;
+    summary.have = found.have.len() as u64;
+    summary.need = found.need.len() as u64;
+    progress(summary);
+    if round.dry_run {
+        return Ok(());
+    }
+    let moves_down = round.direction.down() && !found.need.is_empty();
+    let moves_up = round.direction.up() && !found.have.is_empty();
+    if !(moves_down || moves_up) {
+        return Ok(());
+    }
+    let peer =
+        Session::connect(&round.url, Some(app.keys.clone()), Default::default()).await.map_err(SyncError::Peer)?;
+    if moves_down {
+        let batch =
+            limit("max_limit").map_or(FETCH_BATCH, |l| usize::try_from(l).unwrap_or(FETCH_BATCH).clamp(1, FETCH_BATCH));
+        for ids in found.need.chunks(batch) {
+            fetch(app, &peer, ids, summary).await?;
+            progress(summary);
+        }
+    }
+    if moves_up {
+        publish(app, &peer, &found.have, summary, progress).await?;
+    }
+    Ok(())
+}
+
+/// Fetches `ids` from the peer and stores each one that was asked for and verifies.
+async fn fetch(app: &AppState, peer: &Session, ids: &[EventId], summary: &mut Summary) -> Result<(), SyncError> {
+    let filter = Filter { ids: Some(ids.to_vec()), limit: Some(ids.len() as u64), ..Filter::default() };
+    let events = match peer.fetch(vec![filter.clone()]).await {
+        Ok(events) => events,
+        // A refusal with a retry hint is waited out once; the client library keeps the gate.
+        Err(why) => match crate::client::core::retry_hint(&why) {
+            Some(wait) => {
+                tokio::time::sleep(wait).await;
+                peer.fetch(vec![filter]).await.map_err(SyncError::Refused)?
+            }
+            None => return Err(SyncError::Refused(why)),
+        },
+    };
+    let asked: HashSet<&EventId> = ids.iter().collect();
+    for value in events {
+        summary.fetched += 1;
+        let checked = Event::from_json(&value.to_string())
+            .map_err(|e| e.to_string())
+            .and_then(|event| if asked.contains(&event.id) { Ok(event) } else { Err("not asked for".into()) })
+            .and_then(|event| verify(event).map_err(|e| e.to_string()));
+        let verified = match checked {
+            Ok(verified) => verified,
+            Err(why) => {
+                tracing::warn!(%why, "an event the sync peer sent is refused");
+                summary.refused += 1;
+                continue;
+            }
+        };
+        match settle(app, verified, Timestamp::now(), None).await {
+            Settled::Stored => summary.stored += 1,
+            Settled::Refused(refusal) => {
+                tracing::info!(%refusal, "an event fetched from the sync peer is refused here");
+                summary.refused += 1;
+            }
+            Settled::Live | Settled::Duplicate | Settled::Superseded | Settled::Deleted | Settled::Expired => {}
+        }
+    }
+    Ok(())
+}
+
+/// Publishes the events of `ids` to the peer, many in flight.
+async fn publish(
+    app: &AppState,
+    peer: &Session,
+    ids: &[EventId],
+    summary: &mut Summary,
+    progress: &(dyn Fn(&Summary) + Sync),
+) -> Result<(), SyncError> {
+    let mut next = ids.iter();
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        while in_flight.len() < PUBLISH_IN_FLIGHT {
+            let Some(id) = next.next() else { break };
+            let stored = app.store.get_async(*id, Timestamp::now(), Viewer::everything()).await;
+            let stored = stored.map_err(|e| SyncError::Local(format!("reading an event to publish failed: {e}")))?;
+            // Removed since the exchange: nothing to send.
+            let Some(json) = stored else { continue };
+            let event = Event::from_json(json.as_str()).map_err(|e| SyncError::Local(e.to_string()))?;
+            in_flight.push(peer.publish(event));
+        }
+        let Some(outcome) = in_flight.next().await else { return Ok(()) };
+        match outcome {
+            Ok(_) => summary.published += 1,
+            Err(PublishError::Refused(why)) => {
+                tracing::info!(%why, "the sync peer refused an event");
+                summary.refused += 1;
+            }
+            Err(e) => return Err(SyncError::Peer(e.to_string())),
+        }
+        if (summary.published + summary.refused).is_multiple_of(256) {
+            progress(summary);
+        }
+    }
+}
