@@ -69,6 +69,26 @@ enum Command {
         #[arg(long)]
         filter: Option<String>,
     },
+    /// Reconcile with another NIP-77 relay (negentropy) and move what one has and the other
+    /// lacks; prints a summary line. Offline on the data directory, or through the running
+    /// relay's admin API (--local, else the configured address, with admin.token).
+    Sync {
+        /// The peer's ws:// URL.
+        peer: String,
+        /// The running relay to sync, by its WebSocket URL (default: the configured address
+        /// when a relay holds the data directory).
+        #[arg(long)]
+        local: Option<String>,
+        /// A NIP-01 filter as JSON: the events to reconcile (default: every event).
+        #[arg(long)]
+        filter: Option<String>,
+        /// down (fetch what the peer has), up (publish what it lacks) or both.
+        #[arg(long, default_value = "down")]
+        direction: hearth::config::Direction,
+        /// Only count what would move.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Store JSON lines of signed events (--file, else stdin) by the publish rules, without
     /// quotas; prints a summary line. The relay must not be running.
     Import {
@@ -157,6 +177,9 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
         }
         Command::Export { filter } => return offline(Offline::Export { filter }, config).await,
         Command::Import { file } => return offline(Offline::Import { file }, config).await,
+        Command::Sync { peer, local, filter, direction, dry_run } => {
+            return offline(Offline::Sync { peer, local, filter, direction, dry_run }, config).await;
+        }
         Command::Compact => return offline(Offline::Compact, config).await,
         Command::Migrate => return offline(Offline::Migrate, config).await,
         Command::Check { repair } => return offline(Offline::Check { repair }, config).await,
@@ -191,10 +214,23 @@ async fn dev(options: hearth::dev::DevOptions, config: Option<&std::path::Path>)
 
 /// The subcommands that work on the data directory of the configuration, not on a relay.
 enum Offline {
-    Export { filter: Option<String> },
-    Import { file: Option<PathBuf> },
+    Export {
+        filter: Option<String>,
+    },
+    Import {
+        file: Option<PathBuf>,
+    },
+    Sync {
+        peer: String,
+        local: Option<String>,
+        filter: Option<String>,
+        direction: hearth::config::Direction,
+        dry_run: bool,
+    },
     Compact,
-    Check { repair: bool },
+    Check {
+        repair: bool,
+    },
     Migrate,
 }
 
@@ -225,6 +261,24 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
                 println!("{}", serde_json::to_string(&summary).unwrap_or_default());
                 if summary.invalid == 0 { offline::OK } else { offline::INVALID }
             })
+        }
+        Offline::Sync { peer, local, filter, direction, dry_run } => {
+            let filter = match filter.as_deref().map(serde_json::from_str).transpose() {
+                Ok(filter) => filter.unwrap_or_default(),
+                Err(e) => {
+                    eprintln!("hearth: --filter: {e}");
+                    return ExitCode::from(offline::UNUSABLE);
+                }
+            };
+            let planned = hearth::sync::Round { url: peer, filter, direction, dry_run };
+            let (outcome, summary) = match offline::sync(config, planned, local).await {
+                Ok(summary) => (Ok(if summary.refused == 0 { offline::OK } else { offline::INVALID }), Some(summary)),
+                Err((e, summary)) => (Err(e), summary),
+            };
+            if let Some(summary) = summary {
+                println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            }
+            outcome
         }
         Offline::Migrate => offline::migrate(config).await.map(|done| {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());

@@ -11,6 +11,7 @@ mod limits;
 mod members;
 mod nip86;
 mod store;
+mod sync;
 pub mod ui;
 mod usage;
 
@@ -219,6 +220,30 @@ pub fn routes(app: Arc<AppState>) -> Route {
                 run(app, ctx, Accept::TokenOrNip98, move |a, c, w| invites::revoke(a, c, w, code))
             },
         );
+    // GET /admin/v1/sync
+    let sync_list = base
+        .and(warp::path("sync"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, sync::list));
+    // POST /admin/v1/sync/peers/{index}/start
+    let sync_start = base
+        .and(warp::path!("sync" / "peers" / Segment / "start"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(index), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| sync::start(a, c, w, index))
+        });
+    // POST /admin/v1/sync/rounds
+    let sync_round = base
+        .and(warp::path!("sync" / "rounds"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, sync::run_round));
     // POST /admin/v1/rpc (NIP-86 methods for bearer-token callers too)
     let rpc = base
         .and(warp::path("rpc"))
@@ -258,6 +283,9 @@ pub fn routes(app: Arc<AppState>) -> Route {
         invite_create.boxed(),
         invite_list.boxed(),
         invite_revoke.boxed(),
+        sync_list.boxed(),
+        sync_start.boxed(),
+        sync_round.boxed(),
         rpc.boxed(),
         nip86_root.boxed(),
         page.boxed(),

@@ -76,3 +76,16 @@ impl Direction {
         matches!(self, Direction::Up | Direction::Both)
     }
 }
+
+impl std::str::FromStr for Direction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Direction, String> {
+        match s {
+            "down" => Ok(Direction::Down),
+            "up" => Ok(Direction::Up),
+            "both" => Ok(Direction::Both),
+            other => Err(format!("{other:?} is not a direction: down, up or both")),
+        }
+    }
+}

@@ -34,15 +34,22 @@ pub enum OfflineError {
     /// The `--filter` argument is not a NIP-01 filter.
     #[error("--filter: {0}")]
     Filter(String),
+    /// The command cannot run as asked (the text says why).
+    #[error("{0}")]
+    Unusable(String),
+    /// A sync round failed (the peer could not be reached, refused, or broke off).
+    #[error("sync: {0}")]
+    Sync(String),
 }
 
 impl OfflineError {
     /// The exit code that tells this failure apart.
     pub fn exit_code(&self) -> u8 {
         match self {
-            OfflineError::Store(StoreError::InUse { .. }) | OfflineError::Missing(_) | OfflineError::Filter(_) => {
-                UNUSABLE
-            }
+            OfflineError::Store(StoreError::InUse { .. })
+            | OfflineError::Missing(_)
+            | OfflineError::Filter(_)
+            | OfflineError::Unusable(_) => UNUSABLE,
             _ => FAILED,
         }
     }

@@ -1,5 +1,6 @@
 //! Operations on a data directory while no relay runs: `hearth export`, `hearth import`,
-//! `hearth compact`, `hearth check` and `hearth migrate`.
+//! `hearth compact`, `hearth check` and `hearth migrate`; and `hearth sync`, which runs here, or
+//! in the relay that holds the directory.
 //!
 //! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
 //! running relay holds it, without waiting for ever) and each command's output and exit code.
@@ -10,10 +11,12 @@ mod dir;
 mod export;
 mod import;
 mod migrate;
+mod sync;
 
 pub use export::export;
 pub use import::{ImportSummary, import};
 pub use migrate::{Migrated, migrate};
+pub use sync::sync;
 
 use crate::config::Config;
 use crate::store::StoreError;

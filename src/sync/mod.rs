@@ -6,7 +6,7 @@
 //! peer (`reconcile`), then, `down`, the events the peer has and we lack fetched by id in batches
 //! (`REQ {"ids": …}` through the client library, which honours the peer's refusals), checked
 //! (each one asked for, its id and signature verified) and stored by the publish rules without
-//! quotas ([`crate::ingest::settle`], as `hearth import` does), and, `up`, the events we have and
+//! quotas (`ingest::settle`, as `hearth import` does), and, `up`, the events we have and
 //! the peer lacks published through the client library, paced by the peer's NIP-11 and gated on
 //! its refusals. Each event is stored whole or not at all, so a round cut off anywhere leaves
 //! nothing half stored, and the next round moves what is left. `hearth sync`, the admin API's
@@ -111,7 +111,11 @@ async fn run(
         .map_err(|e| SyncError::Local(format!("reading our item set failed: {e}")))?
         .ok_or_else(|| SyncError::Local(format!("more than sync.max_items ({max}) events match here")))?;
     // The peer's limits bound our messages and our batches.
-    let doc = nip11(&reqwest::Client::new(), &http_base(&round.url)).await.ok().flatten();
+    let http = reqwest::Client::builder().timeout(reconcile::CONNECT_WAIT).build();
+    let doc = match http {
+        Ok(http) => nip11(&http, &http_base(&round.url)).await.ok().flatten(),
+        Err(_) => None,
+    };
     let limit = |key: &str| doc.as_ref().and_then(|d| d["limitation"][key].as_u64());
     let frame_size_limit = match (app.config.sync.frame_size_limit, limit("max_message_length")) {
         // Hex doubles a message; the frame's other text takes well under 1 KB.

@@ -18,6 +18,8 @@ use crate::client::ws::socket_config;
 use crate::protocol::{ClientMessage, EventId, Filter, Keys, Kind, Timestamp};
 use crate::store::Item;
 
+/// How long connecting to the peer may take.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// How long one answer of the peer may take.
 const ANSWER_WAIT: Duration = Duration::from_secs(120);
 /// The longest wait a `retry in Ns` hint is taken for.
@@ -64,8 +66,12 @@ pub async fn reconcile(
         storage.insert(at.0, Id::from_byte_array(id.0)).map_err(neg)?;
     }
     storage.seal().map_err(neg)?;
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(socket_config()), true)
+    let connect = tokio_tungstenite::connect_async_with_config(url, Some(socket_config()), true);
+    let (mut ws, _) = tokio::time::timeout(CONNECT_WAIT, connect)
         .await
+        .map_err(|_| {
+            ExchangeError::Peer(format!("cannot connect to {url}: no answer within {} seconds", CONNECT_WAIT.as_secs()))
+        })?
         .map_err(|e| ExchangeError::Peer(format!("cannot connect to {url}: {e}")))?;
     let mut challenge = None;
     let mut retried = false;
