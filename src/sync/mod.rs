@@ -36,6 +36,8 @@ pub use status::Summary;
 const FETCH_BATCH: usize = 500;
 /// Publishes in flight to the peer at once (the client library paces them).
 const PUBLISH_IN_FLIGHT: usize = 64;
+/// Times one event is sent before a `rate-limited:` answer counts as a refusal.
+const PUBLISH_TRIES: u32 = 8;
 
 /// One round to run.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -197,6 +199,11 @@ async fn fetch(app: &AppState, peer: &Session, ids: &[EventId], summary: &mut Su
 }
 
 /// Publishes the events of `ids` to the peer, many in flight.
+///
+/// A `rate-limited:` refusal is not the peer's last word: the client library has armed its gate
+/// from the hint, so the event goes back in the queue (at most [`PUBLISH_TRIES`] times) and the
+/// window halves, growing back by one with each acceptance, so the round settles at the rate the
+/// peer admits instead of counting its quota as refusals.
 async fn publish(
     app: &AppState,
     peer: &Session,
@@ -205,20 +212,38 @@ async fn publish(
     progress: &(dyn Fn(&Summary) + Sync),
 ) -> Result<(), SyncError> {
     let mut next = ids.iter();
+    let mut again: Vec<(Event, u32)> = Vec::new();
+    let mut window = PUBLISH_IN_FLIGHT;
     let mut in_flight = FuturesUnordered::new();
+    let send = |event: Event, tries: u32| async move {
+        let outcome = peer.publish(event.clone()).await;
+        (event, tries + 1, outcome)
+    };
     loop {
-        while in_flight.len() < PUBLISH_IN_FLIGHT {
+        while in_flight.len() < window {
+            if let Some((event, tries)) = again.pop() {
+                in_flight.push(send(event, tries));
+                continue;
+            }
             let Some(id) = next.next() else { break };
             let stored = app.store.get_async(*id, Timestamp::now(), Viewer::everything()).await;
             let stored = stored.map_err(|e| SyncError::Local(format!("reading an event to publish failed: {e}")))?;
             // Removed since the exchange: nothing to send.
             let Some(json) = stored else { continue };
             let event = Event::from_json(json.as_str()).map_err(|e| SyncError::Local(e.to_string()))?;
-            in_flight.push(peer.publish(event));
+            in_flight.push(send(event, 0));
         }
-        let Some(outcome) = in_flight.next().await else { return Ok(()) };
+        let Some((event, tries, outcome)) = in_flight.next().await else { return Ok(()) };
         match outcome {
-            Ok(_) => summary.published += 1,
+            Ok(_) => {
+                summary.published += 1;
+                window = (window + 1).min(PUBLISH_IN_FLIGHT);
+            }
+            Err(PublishError::Refused(why)) if why.starts_with("rate-limited:") && tries < PUBLISH_TRIES => {
+                window = (window / 2).max(1);
+                again.push((event, tries));
+                continue;
+            }
             Err(PublishError::Refused(why)) => {
                 tracing::info!(%why, "the sync peer refused an event");
                 summary.refused += 1;

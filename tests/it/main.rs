@@ -18,5 +18,6 @@ mod membership;
 mod nip01;
 mod private;
 mod rest;
+mod sync;
 mod testing;
 mod vectors;

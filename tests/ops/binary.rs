@@ -6,7 +6,7 @@ use crate::common::*;
 use hearth::protocol::Event;
 use serde_json::json;
 
-fn hearth() -> Command {
+pub(crate) fn hearth() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
     cmd.env_remove("RUST_LOG");
     cmd
@@ -48,7 +48,7 @@ fn a_data_directory_that_cannot_be_created_is_named_with_what_failed() {
 }
 
 /// Kills the relay if a test fails before it stops it.
-struct Running(std::process::Child);
+pub(crate) struct Running(pub(crate) std::process::Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -62,10 +62,10 @@ fn start(dir: &std::path::Path) -> (Running, String) {
 }
 
 /// Quotas no test here should reach.
-const GENEROUS: [(&str, &str); 2] =
+pub(crate) const GENEROUS: [(&str, &str); 2] =
     [("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "100000"), ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000")];
 
-fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
+pub(crate) fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
     let mut child = hearth()
         .current_dir(dir)
         .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
@@ -79,7 +79,7 @@ fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) 
     (Running(child), addr)
 }
 
-fn sigterm(running: &mut Running) -> std::process::ExitStatus {
+pub(crate) fn sigterm(running: &mut Running) -> std::process::ExitStatus {
     let status = Command::new("kill").arg("-TERM").arg(running.0.id().to_string()).status().unwrap();
     assert!(status.success());
     running.0.wait().unwrap()

@@ -17,3 +17,4 @@ mod durability;
 mod fuzz_corpus;
 mod limiter;
 mod sockets;
+mod sync;

@@ -1,0 +1,322 @@
+//! NIP-77 on the relay (NEG-OPEN / NEG-MSG / NEG-CLOSE / NEG-ERR, driven by the `negentropy`
+//! crate as a client would, with exact frames), and sync rounds through the admin API between two
+//! relays: `POST /admin/v1/sync/rounds`, `GET /admin/v1/sync`, starting a configured peer.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use hearth::config::{AccessMode, Config, Direction, SyncPeer};
+use hearth::protocol::Event;
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "sync-admin-token";
+const FRAME_LIMIT: u64 = 60_000;
+
+fn storage(events: &[&Event]) -> NegentropyStorageVector {
+    let mut storage = NegentropyStorageVector::new();
+    for e in events {
+        storage.insert(e.created_at.0, Id::from_byte_array(e.id.0)).unwrap();
+    }
+    storage.seal().unwrap();
+    storage
+}
+
+/// Reconciles `ours` with the relay over `client` as subscription `sub`: the ids we have and the
+/// relay lacks, and those it has and we lack, as hex, sorted.
+async fn reconcile(client: &mut Client, sub: &str, filter: Value, ours: &[&Event]) -> (Vec<String>, Vec<String>) {
+    let storage = storage(ours);
+    let mut neg = Negentropy::borrowed(&storage, FRAME_LIMIT).unwrap();
+    let first = neg.initiate().unwrap();
+    client.send(json!(["NEG-OPEN", sub, filter, hex::encode(first)])).await;
+    let (mut have, mut need) = (BTreeSet::new(), BTreeSet::new());
+    loop {
+        let answer = client.recv().await;
+        assert_eq!((answer[0].as_str(), answer[1].as_str()), (Some("NEG-MSG"), Some(sub)), "{answer}");
+        let bytes = hex::decode(answer[2].as_str().unwrap()).unwrap();
+        let (mut h, mut n) = (Vec::new(), Vec::new());
+        let next = neg.reconcile_with_ids(&bytes, &mut h, &mut n).unwrap();
+        have.extend(h.into_iter().map(|id| hex::encode(id.to_bytes())));
+        need.extend(n.into_iter().map(|id| hex::encode(id.to_bytes())));
+        match next {
+            Some(message) => client.send(json!(["NEG-MSG", sub, hex::encode(message)])).await,
+            None => break,
+        }
+    }
+    client.send(json!(["NEG-CLOSE", sub])).await;
+    (have.into_iter().collect(), need.into_iter().collect())
+}
+
+fn sorted(events: &[&Event]) -> Vec<String> {
+    let mut ids: Vec<String> = events.iter().map(|e| e.id.to_hex()).collect();
+    ids.sort();
+    ids
+}
+
+/// A valid first message for an empty set.
+fn empty_open() -> String {
+    let storage = storage(&[]);
+    hex::encode(Negentropy::borrowed(&storage, FRAME_LIMIT).unwrap().initiate().unwrap())
+}
+
+#[tokio::test]
+async fn neg_finds_exactly_the_difference_and_private_messages_only_for_their_parties() {
+    let relay = TestRelay::start(generous).await;
+    let (alice, bob, stranger) = (keys(1), keys(2), keys(3));
+    let t = now() - 100;
+    let notes: Vec<Event> = (0..5).map(|i| sign(&alice, t + i, 1, &[], &format!("note {i}"))).collect();
+    let dm = sign(&alice, t + 10, 4, &[&["p", &bob.public_key().to_hex()]], "c2VjcmV0?iv=AAAAAAAAAAAAAAAAAAAAAA==");
+    let mut c = relay.connect().await;
+    for e in notes.iter().chain([&dm]) {
+        assert_ok(&c.publish(e).await, &e.id.to_hex(), true, "");
+    }
+    // We hold notes 0 and 1 and one event the relay lacks.
+    let only_ours = sign(&alice, t + 20, 1, &[], "only ours");
+    let ours = [&notes[0], &notes[1], &only_ours];
+
+    // A stranger's set has the notes, never the DM (nor its id).
+    let mut s = relay.connect().await;
+    let (have, need) = reconcile(&mut s, "n1", json!({}), &ours).await;
+    assert_eq!(have, vec![only_ours.id.to_hex()]);
+    assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4]]));
+    s.auth(&stranger, &relay.ws_url()).await;
+    let (_, need) = reconcile(&mut s, "n2", json!({"kinds": [1, 4]}), &ours).await;
+    assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4]]));
+
+    // The recipient, authenticated, is told of it; a filter narrows the set.
+    let mut b = relay.connect().await;
+    b.auth(&bob, &relay.ws_url()).await;
+    let (_, need) = reconcile(&mut b, "n3", json!({}), &ours).await;
+    assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4], &dm]));
+    let (have, need) = reconcile(&mut b, "n4", json!({"kinds": [4]}), &[]).await;
+    assert_eq!((have, need), (vec![], vec![dm.id.to_hex()]));
+
+    // Before AUTH, a filter for private kinds alone is refused auth-required, with a challenge.
+    let mut fresh = relay.connect().await;
+    fresh.send(json!(["NEG-OPEN", "p", {"kinds": [4]}, empty_open()])).await;
+    let refused = fresh.recv().await;
+    assert_eq!((refused[0].as_str(), refused[1].as_str()), (Some("NEG-ERR"), Some("p")), "{refused}");
+    assert!(refused[2].as_str().unwrap().starts_with("auth-required: "), "{refused}");
+    assert_eq!(fresh.recv().await[0], "AUTH");
+}
+
+#[tokio::test]
+async fn bad_neg_frames_get_a_neg_err_tied_to_their_id() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.sync.max_items = 3;
+        c.sync.max_sessions = 2;
+    })
+    .await;
+    let mut c = relay.connect().await;
+    c.send(json!(["NEG-MSG", "x", "zz"])).await;
+    assert_eq!(
+        c.recv().await,
+        json!(["NEG-ERR", "x", "invalid: the negentropy message is not hex: Invalid character 'z' at position 0"])
+    );
+    c.send(json!(["NEG-MSG", "none", "61"])).await;
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "none", "closed: no negentropy session is open with this id"]));
+    // A protocol version we do not speak is answered with the one we do (NIP-77).
+    c.send(json!(["NEG-OPEN", "v", {}, "62"])).await;
+    assert_eq!(c.recv().await, json!(["NEG-MSG", "v", "61"]));
+    c.send(json!(["NEG-OPEN", "v", {}, "61000005"])).await;
+    let bad = c.recv().await;
+    assert_eq!((bad[0].as_str(), bad[1].as_str()), (Some("NEG-ERR"), Some("v")), "{bad}");
+    assert!(bad[2].as_str().unwrap().starts_with("invalid: the negentropy message could not be read: "), "{bad}");
+    c.send(json!(["NEG-OPEN", "f", {"kinds": "one"}, empty_open()])).await;
+    let bad = c.recv().await;
+    assert_eq!((bad[0].as_str(), bad[1].as_str()), (Some("NEG-ERR"), Some("f")), "{bad}");
+    assert!(bad[2].as_str().unwrap().starts_with("invalid: filter: "), "{bad}");
+
+    // Two sessions at most; a NEG-OPEN with a live id replaces that session.
+    for sub in ["a", "b", "a"] {
+        c.send(json!(["NEG-OPEN", sub, {}, empty_open()])).await;
+        assert_eq!(c.recv().await[0], "NEG-MSG");
+    }
+    c.send(json!(["NEG-OPEN", "c", {}, empty_open()])).await;
+    assert_eq!(
+        c.recv().await,
+        json!(["NEG-ERR", "c", "blocked: too many open negentropy sessions: at most 2 per connection"])
+    );
+    // A closed session is gone.
+    c.send(json!(["NEG-CLOSE", "a"])).await;
+    c.send(json!(["NEG-MSG", "a", "61"])).await;
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "a", "closed: no negentropy session is open with this id"]));
+
+    // More items than sync.max_items.
+    let k = keys(4);
+    for i in 0..4 {
+        let e = sign(&k, now() - i, 1, &[], "x");
+        assert_ok(&c.publish(&e).await, &e.id.to_hex(), true, "");
+    }
+    c.send(json!(["NEG-OPEN", "big", {}, empty_open()])).await;
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "big", "blocked: too many records"]));
+    // The connection still serves.
+    assert_eq!(c.req("r", vec![json!({"limit": 1})]).await.len(), 1);
+}
+
+#[tokio::test]
+async fn neg_frames_bill_ws_events_and_members_only_asks_for_auth() {
+    let relay = TestRelay::start(|c| {
+        c.limits.human.ws_events_per_sec = 1;
+        c.limits.human.ws_burst_window_secs = 2;
+    })
+    .await;
+    let mut c = relay.connect().await;
+    for sub in ["a", "b"] {
+        c.send(json!(["NEG-OPEN", sub, {}, empty_open()])).await;
+        assert_eq!(c.recv().await[0], "NEG-MSG");
+    }
+    c.send(json!(["NEG-OPEN", "c", {}, empty_open()])).await;
+    let limited = c.recv().await;
+    assert_eq!((limited[0].as_str(), limited[1].as_str()), (Some("NEG-ERR"), Some("c")), "{limited}");
+    let text = limited[2].as_str().unwrap();
+    assert!(text.starts_with("rate-limited: ") && text.ends_with("; retry in 1s"), "{limited}");
+    c.send(json!(["NEG-MSG", "a", "61"])).await;
+    assert_eq!(c.recv().await[0], "NEG-ERR");
+
+    let member = keys(5);
+    let closed = TestRelay::start(|c: &mut Config| {
+        generous(c);
+        c.access.mode = AccessMode::MembersOnly;
+        c.auth.members = vec![member.public_key()];
+    })
+    .await;
+    let mut m = closed.connect().await;
+    m.send(json!(["NEG-OPEN", "m", {}, empty_open()])).await;
+    assert_eq!(
+        m.recv().await,
+        json!(["NEG-ERR", "m", "auth-required: this relay is for its members; answer the AUTH challenge"])
+    );
+    assert_eq!(m.recv().await[0], "AUTH");
+    m.auth(&member, &closed.ws_url()).await;
+    m.send(json!(["NEG-OPEN", "m", {}, empty_open()])).await;
+    assert_eq!(m.recv().await[0], "NEG-MSG");
+    let mut outsider = closed.connect().await;
+    outsider.auth(&keys(6), &closed.ws_url()).await;
+    outsider.send(json!(["NEG-OPEN", "o", {}, empty_open()])).await;
+    assert_eq!(outsider.recv().await, json!(["NEG-ERR", "o", "restricted: this relay is for its members only"]));
+}
+
+fn admin(c: &mut Config) {
+    generous(c);
+    c.admin.token = TOKEN.into();
+}
+
+async fn call(relay: &TestRelay, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    http(relay, method, path, body, Some(TOKEN), None).await
+}
+
+async fn publish_all(relay: &TestRelay, events: &[Event]) {
+    let mut c = relay.connect().await;
+    for e in events {
+        assert_ok(&c.publish(e).await, &e.id.to_hex(), true, "");
+    }
+}
+
+#[tokio::test]
+async fn a_round_through_the_admin_api_moves_both_ways_within_the_peers_quota() {
+    let local = TestRelay::start(admin).await;
+    // The peer admits 60 events at once, then one a second: the round waits out its gate.
+    let peer = TestRelay::start_real_clock(|c| {
+        generous(c);
+        c.limits.human.messages_per_min = 60;
+    })
+    .await;
+    let t = now() - 1000;
+    let ours: Vec<Event> = (0..63).map(|i| sign(&keys(7), t + i, 1, &[], &format!("ours {i}"))).collect();
+    let theirs: Vec<Event> = (0..5).map(|i| sign(&keys(8), t + i, 1, &[], &format!("theirs {i}"))).collect();
+    publish_all(&local, &ours).await;
+    publish_all(&peer, &theirs).await;
+
+    let round = json!({"url": peer.ws_url(), "direction": "both"});
+    let (status, summary) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(round.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{summary}");
+    for (field, want) in [("have", 63), ("need", 5), ("fetched", 5), ("stored", 5), ("published", 63), ("refused", 0)] {
+        assert_eq!(summary[field], want, "{field}: {summary}");
+    }
+    let mut c = peer.connect().await;
+    assert_eq!(c.req_ids("all", vec![json!({"authors": [keys(7).public_key().to_hex()]})]).await.len(), 63);
+    let mut c = local.connect().await;
+    assert_eq!(c.req_ids("all", vec![json!({"authors": [keys(8).public_key().to_hex()]})]).await.len(), 5);
+
+    // Nothing is left to move; a dry run only counts.
+    let fresh = sign(&keys(8), now(), 1, &[], "fresh");
+    publish_all(&peer, std::slice::from_ref(&fresh)).await;
+    let dry = json!({"url": peer.ws_url(), "direction": "down", "dry_run": true});
+    let (status, summary) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(dry)).await;
+    assert_eq!(status, StatusCode::OK, "{summary}");
+    assert_eq!(
+        (summary["have"].clone(), summary["need"].clone(), summary["stored"].clone()),
+        (json!(0), json!(1), json!(0))
+    );
+    assert!(audit_actions(&local, TOKEN).await.contains(&"sync.round".to_string()));
+
+    // Not a WebSocket URL: 400. No relay there: 502 with the summary and why.
+    let (status, body) =
+        call(&local, Method::POST, "/admin/v1/sync/rounds", Some(json!({"url": "http://example.org"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let gone = json!({"url": format!("ws://{closed}/")});
+    let (status, body) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(gone)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("cannot connect"), "{body}");
+    assert_eq!(body["stored"], 0);
+}
+
+#[tokio::test]
+async fn a_configured_peer_is_kept_in_step_reported_and_started_from_the_admin_api() {
+    let peer = TestRelay::start(generous).await;
+    let theirs: Vec<Event> = (0..3).map(|i| sign(&keys(9), now() - 10 + i, 1, &[], &format!("p {i}"))).collect();
+    publish_all(&peer, &theirs).await;
+    let url = peer.ws_url();
+    let local = TestRelay::start(|c| {
+        admin(c);
+        c.sync.peers = vec![SyncPeer {
+            url: url.clone(),
+            filter: r#"{"kinds":[1]}"#.into(),
+            direction: Direction::Down,
+            interval_secs: 3600,
+        }];
+    })
+    .await;
+
+    // The first round runs soon after start; the relay reports it.
+    let first = last_round(&local, 1).await;
+    assert_eq!(first["ok"], true, "{first}");
+    assert_eq!((first["need"].clone(), first["stored"].clone()), (json!(3), json!(3)), "{first}");
+    let (_, view) = call(&local, Method::GET, "/admin/v1/sync", None).await;
+    let p = &view["peers"][0];
+    assert_eq!((p["index"].clone(), p["url"].clone(), p["direction"].clone()), (json!(0), json!(url), json!("down")));
+    assert_eq!(p["interval_secs"], 3600);
+
+    // Started by hand: the next round picks up what is new.
+    let more = sign(&keys(9), now(), 1, &[], "more");
+    publish_all(&peer, std::slice::from_ref(&more)).await;
+    let (status, body) = call(&local, Method::POST, "/admin/v1/sync/peers/0/start", None).await;
+    assert_eq!((status, body), (StatusCode::ACCEPTED, json!({"index": 0, "started": true})));
+    let second = last_round(&local, 2).await;
+    assert_eq!((second["need"].clone(), second["stored"].clone()), (json!(1), json!(1)), "{second}");
+    let mut c = local.connect().await;
+    assert_eq!(c.req_ids("x", vec![json!({"ids": [more.id.to_hex()]})]).await, vec![more.id.to_hex()]);
+    let (status, _) = call(&local, Method::POST, "/admin/v1/sync/peers/5/start", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(audit_actions(&local, TOKEN).await.contains(&"sync.start".to_string()));
+}
+
+/// Peer 0's last round once it has run `rounds` rounds.
+async fn last_round(relay: &TestRelay, rounds: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, view) = call(relay, Method::GET, "/admin/v1/sync", None).await;
+        assert_eq!(status, StatusCode::OK, "{view}");
+        let peer = &view["peers"][0];
+        if peer["rounds"].as_u64().unwrap_or(0) >= rounds && !peer["running"].as_bool().unwrap_or(true) {
+            return peer["last_round"].clone();
+        }
+        assert!(Instant::now() < deadline, "no round {rounds}: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
