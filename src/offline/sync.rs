@@ -34,6 +34,11 @@ pub async fn sync(
         Ok(app) => app,
         Err(OfflineError::Store(StoreError::InUse { .. })) => {
             let mut addr = config.server.bind;
+            if addr.port() == 0 {
+                let why = "a relay holds the data directory on a port chosen at its start (server.bind port 0): \
+                           name it with --local ws://…";
+                return Err((OfflineError::Unusable(why.into()), None));
+            }
             if addr.ip().is_unspecified() {
                 addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# NIP-77 interop with an implementation we did not write: rust-nostr's nostr-sdk (its Python
+# bindings, pinned, from PyPI, into a venv under target/) syncs with hearth both ways; see
+# nostr_sdk_sync.py for exactly what is asserted. .ci/run calls this before `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+NOSTR_SDK_VERSION=0.45.1
+
+venv=target/interop-venv
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/pip" show nostr-sdk 2>/dev/null | grep -qx "Version: $NOSTR_SDK_VERSION"; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "nostr-sdk==$NOSTR_SDK_VERSION"
+fi
+
+cargo build --locked --quiet --bin hearth
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+timeout 300 "$venv/bin/python" tests/interop/nostr_sdk_sync.py target/debug/hearth "$work"
