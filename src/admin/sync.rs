@@ -13,6 +13,7 @@ use warp::reply::Response;
 
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
+use crate::config::peer_url_problem;
 use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
 use crate::sync::status::StartError;
 use crate::sync::{Round, round};
@@ -43,8 +44,8 @@ pub async fn start(app: Arc<AppState>, _: RequestCtx, who: Admin, index: String)
 pub async fn run_round(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Response, ApiError> {
     require_json(&ctx)?;
     let planned: Round = parse_body(&ctx)?;
-    if !(planned.url.starts_with("ws://") || planned.url.starts_with("wss://")) {
-        return Err(ApiError::BadRequest("url must start with ws:// or wss://".into()));
+    if let Some(problem) = peer_url_problem(&planned.url) {
+        return Err(ApiError::BadRequest(format!("url {problem}")));
     }
     audit(&app, &who, "sync.round", &planned.url, serde_json::Value::Null, json!(planned)).await?;
     Ok(match round(&app, &planned, &|_| {}).await {

@@ -174,8 +174,8 @@ impl Config {
             return Err(invalid("sync.frame_size_limit", "must be 0 (no limit) or at least 4096"));
         }
         for (i, peer) in sync.peers.iter().enumerate() {
-            if !(peer.url.starts_with("ws://") || peer.url.starts_with("wss://")) {
-                return Err(invalid(&format!("sync.peers[{i}].url"), "must start with ws:// or wss://"));
+            if let Some(problem) = super::sync::peer_url_problem(&peer.url) {
+                return Err(invalid(&format!("sync.peers[{i}].url"), problem));
             }
             if let Err(e) = serde_json::from_str::<crate::protocol::Filter>(&peer.filter) {
                 return Err(invalid(&format!("sync.peers[{i}].filter"), format!("is not a filter: {e}")));
@@ -211,6 +211,29 @@ mod tests {
             .try_deserialize()
             .unwrap();
         assert_eq!(from_file, Config::default());
+    }
+
+    #[test]
+    fn sync_peers_are_read_from_the_file_and_a_bad_one_names_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("relay.toml");
+        let load = |peer: &str| {
+            std::fs::write(&file, format!("[[sync.peers]]\n{peer}\n")).unwrap();
+            Config::load(Some(&file), &env(&[]))
+        };
+        let c = load("url = \"wss://relay.example\"\ndirection = \"both\"").unwrap();
+        let peer = &c.sync.peers[0];
+        assert_eq!((peer.url.as_str(), peer.filter.as_str(), peer.interval_secs), ("wss://relay.example", "{}", 300));
+        assert_eq!(peer.direction, super::super::Direction::Both);
+        for (peer, want) in [
+            ("url = \"https://relay.example\"", "`sync.peers[0].url` must start with ws:// or wss://"),
+            ("url = \"ws://\"", "`sync.peers[0].url` is not a URL: empty host"),
+            ("url = \"ws://a\"\nfilter = \"[]\"", "`sync.peers[0].filter` is not a filter"),
+            ("url = \"ws://a\"\ninterval_secs = 0", "`sync.peers[0].interval_secs` must be a positive number"),
+        ] {
+            let e = load(peer).unwrap_err().to_string();
+            assert!(e.contains(want), "{peer}: {e}");
+        }
     }
 
     #[test]

@@ -21,4 +21,4 @@ mod sync;
 pub use load::ConfigError;
 pub use quota::{LimitKey, QuotaKey, Source, Tier, TierLimits};
 pub use sections::*;
-pub use sync::{Direction, SyncConfig, SyncPeer};
+pub use sync::{Direction, SyncConfig, SyncPeer, peer_url_problem};

@@ -27,6 +27,17 @@ impl Default for SyncConfig {
     }
 }
 
+/// Why `url` cannot name a sync peer: it must be a `ws://` or `wss://` URL with a host.
+pub fn peer_url_problem(url: &str) -> Option<String> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if !matches!(parsed.scheme(), "ws" | "wss") => Some("must start with ws:// or wss://".into()),
+        Ok(parsed) if parsed.host_str().is_none_or(str::is_empty) => Some("must name a host".into()),
+        // What the WebSocket client will parse it with.
+        Ok(_) => url.parse::<tokio_tungstenite::tungstenite::http::Uri>().err().map(|e| format!("is not a URL: {e}")),
+        Err(e) => Some(format!("is not a URL: {e}")),
+    }
+}
+
 /// One `[[sync.peers]]` entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

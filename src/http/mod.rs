@@ -236,8 +236,12 @@ pub fn require_media_type(ctx: &RequestCtx, wanted: &'static str) -> Result<(), 
     }
 }
 
-/// Parses a JSON body, naming the problem on failure.
+/// Parses a JSON body (an object: every body of this API is one), naming the problem on failure.
 pub fn parse_body<T: for<'de> Deserialize<'de>>(ctx: &RequestCtx) -> Result<T, ApiError> {
+    // serde would also read a struct from an array.
+    if ctx.body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::BadRequest("malformed JSON body: it must be a JSON object".into()));
+    }
     serde_json::from_slice(&ctx.body).map_err(|e| ApiError::BadRequest(format!("malformed JSON body: {e}")))
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::dir::{OfflineError, open};
 use crate::app::AppState;
 use crate::client::nip11::http_base;
-use crate::config::Config;
+use crate::config::{Config, peer_url_problem};
 use crate::store::StoreError;
 use crate::sync::{Round, Summary, round};
 
@@ -27,6 +27,11 @@ pub async fn sync(
     planned: Round,
     local: Option<String>,
 ) -> Result<Summary, (OfflineError, Option<Summary>)> {
+    for (what, url) in [("the peer", Some(&planned.url)), ("--local", local.as_ref())] {
+        if let Some(problem) = url.and_then(|u| peer_url_problem(u)) {
+            return Err((OfflineError::Unusable(format!("{what} {} {problem}", url.map_or("", |u| u.as_str()))), None));
+        }
+    }
     if let Some(local) = local {
         return remote(&config, &local, &planned).await;
     }

@@ -653,6 +653,14 @@ fn http_cases(max_message: usize) -> Vec<HttpCase> {
             Error("malformed JSON body: missing field `filters`"),
         ),
         http_case(
+            "a body that is an array, not an object",
+            "POST",
+            "/api/v1/query",
+            r#"[[{}]]"#,
+            400,
+            Exact(json!({"error": "malformed JSON body: it must be a JSON object"})),
+        ),
+        http_case(
             "query with an empty list",
             "POST",
             "/api/v1/query",
