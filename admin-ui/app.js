@@ -5,6 +5,7 @@ import { ApiError, Unauthorized, call, get, rpc, token } from './api.js';
 import { draw } from './chart.js';
 import { bytes, duration, el, figures, fill, say, short, table, when } from './dom.js';
 import { loadMembers, wireMembers } from './members.js';
+import { loadSync } from './sync.js';
 
 const $ = (id) => document.getElementById(id);
 const VIEWS = ['overview', 'limits', 'usage', 'moderation', 'members', 'audit', 'store'];
@@ -473,6 +474,7 @@ async function loadStore() {
     ]);
     $('store-compact').disabled = s.compacting;
   });
+  await loadSync(guarded);
 }
 
 async function compactNow() {

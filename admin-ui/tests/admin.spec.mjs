@@ -58,12 +58,13 @@ async function freshKey() {
 }
 
 /**
- * Publishes `n` kind-1 notes signed by `key` over WebSocket; the CLI's per-event lines. The CLI
- * holds its events until the relay has said OK to its AUTH, so every one is billed to the key.
+ * Publishes `n` kind-1 notes signed by `key` over WebSocket (to `relay`, by default the one under
+ * test); the CLI's per-event lines. The CLI holds its events until the relay has said OK to its
+ * AUTH, so every one is billed to the key.
  */
-async function publish(key, n, content = 'note') {
+async function publish(key, n, content = 'note', relay = HTTP().replace('http://', 'ws://')) {
   const drafts = Array.from({ length: n }, (_, i) => JSON.stringify({ kind: 1, content: `${content} ${i}` })).join('\n');
-  const out = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', key.secret], `${drafts}\n`);
+  const out = await hearth(['publish', '--relay', relay, '--key', key.secret], `${drafts}\n`);
   return { code: out.code, lines: out.stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)), stderr: out.stderr };
 }
 
@@ -303,6 +304,35 @@ test('store: the figures, and a compaction started from the page', async ({ page
   await expect.poll(async () => (await api('GET', '/admin/v1/store')).body.last_compaction !== null, { timeout: 20_000 }).toBe(true);
   await accessible(page, 'store');
   await page.screenshot({ path: join(SHOTS, `${info.project.name}-store.png`), fullPage: true });
+});
+
+test('store: the sync peer, its last round, and a round started from the page', async ({ page }, info) => {
+  const peer = process.env.HEARTH_PEER_WS;
+  const sent = await publish(await freshKey(), 2, 'on the peer', peer);
+  expect(sent.code).toBe(0);
+  const before = (await api('GET', '/admin/v1/sync')).body.peers[0];
+  expect(before).toMatchObject({ index: 0, url: peer, direction: 'down', filter: '{}', interval_secs: 3600 });
+  await signIn(page);
+  await view(page, 'Store');
+  await expect(page.getByRole('heading', { name: 'Sync', level: 3 })).toBeVisible();
+  const row = page.locator('#sync-peers tbody tr', { hasText: peer });
+  await expect(row).toContainText('down');
+  await expect(row).toContainText('3600 s');
+  await page.getByRole('button', { name: `Sync now with ${peer}` }).click();
+  await expect(page.locator('#sync-message')).toHaveText(`A round with ${peer} has started.`);
+  await expect.poll(async () => (await api('GET', '/admin/v1/sync')).body.peers[0].rounds, { timeout: 20_000 }).toBeGreaterThan(before.rounds);
+  const last = (await api('GET', '/admin/v1/sync')).body.peers[0].last_round;
+  expect(last).toMatchObject({ ok: true, need: 2, fetched: 2, stored: 2, refused: 0 });
+  // The page shows it on its next refresh.
+  await expect(row).toContainText(/: have \d+, need 2, stored 2, published 0, refused 0/, { timeout: 15_000 });
+  const ids = sent.lines.map((l) => l.id);
+  const response = await fetch(`${HTTP()}/api/v1/query`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ filters: [{ ids }] }),
+  });
+  const { events } = await response.json();
+  expect(events.map((e) => e.id).sort()).toEqual([...ids].sort());
+  await accessible(page, 'store with sync');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-sync.png`), fullPage: true });
 });
 
 test('a 401 mid-session stops polling and asks to sign in again', async ({ page }) => {

@@ -18,4 +18,5 @@ pub const FILES: &[(&str, &str, &[u8])] = &[
     ("dom.js", JS, include_bytes!("../../admin-ui/dom.js")),
     ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
     ("members.js", JS, include_bytes!("../../admin-ui/members.js")),
+    ("sync.js", JS, include_bytes!("../../admin-ui/sync.js")),
 ];
