@@ -77,7 +77,7 @@ pub struct LastRound {
     pub started_at: u64,
     /// When it ended.
     pub finished_at: u64,
-    /// True when it moved everything it found.
+    /// True when it ran to its end (events the peer refused are counted in `refused`).
     pub ok: bool,
     /// What it did.
     #[serde(flatten)]

@@ -4,7 +4,7 @@
 //! `gen` pre-signs events to a file (signing is never timed), `ingest`, `rtt`, `query` and
 //! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process
 //! (validation rate, one fsync), `idle` holds thousands of idle sockets on a release relay,
-//! `scale` measures one store size (memory, start-up, queries), `suite` starts the release
+//! `scale` measures one store size (memory, start-up, queries), `sync` one NIP-77 round, `suite` starts the release
 //! `hearth` binary and runs everything,
 //! and `smoke` runs everything in seconds against an in-process relay (CI, so the bench never
 //! rots).
@@ -117,6 +117,15 @@ enum Cmd {
         #[arg(long, default_value_t = 3000)]
         delay_ms: u64,
     },
+    /// Two release relays' stores of --file (generated with --events events when it does not
+    /// exist) less a different 0.5 % each: one `hearth sync` dry run (the exchange), one round both
+    /// ways; time, bytes on the wire beside the ids alone, peak RSS of both sides.
+    Sync {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: usize,
+        #[arg(long, default_value = "scale-events.jsonl")]
+        file: PathBuf,
+    },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
     /// clients publish notes, profile versions and deletions (a third of the kills a moment
     /// after a SIGTERM, into the stop); after each restart checks that
@@ -156,6 +165,7 @@ async fn main() -> ExitCode {
         Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
+        Cmd::Sync { events, file } => drive::sync(events, &file).await,
         Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,

@@ -3,7 +3,8 @@
 //! `generate` writes signed events, `workloads` drives one relay with one load each, `sockets`
 //! holds idle connections on one, `harness` starts release binaries and reads their memory,
 //! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts,
-//! `crash` kills a relay while clients publish and checks what it acknowledged.
+//! `crash` kills a relay while clients publish and checks what it acknowledged, `sync` times one
+//! NIP-77 round between two stores.
 
 mod bounds;
 mod crash;
@@ -12,6 +13,7 @@ mod harness;
 mod scale;
 mod sockets;
 mod suites;
+mod sync;
 mod workloads;
 
 // Each part reaches the others' helpers through `use super::*`.
@@ -24,6 +26,7 @@ pub(crate) use generate::{gen_file, gen_file_with};
 pub(crate) use scale::{compact_under_ingest, scale};
 pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
+pub(crate) use sync::sync;
 pub(crate) use workloads::{fanout, ingest, query, rtt};
 
 use std::time::Duration;
