@@ -119,6 +119,12 @@ async fn exchange(
             Some(message) => send(ws, &ClientMessage::NegMsg { sub_id: SUB_ID.into(), message }, &mut out).await?,
             None => {
                 send(ws, &ClientMessage::NegClose(SUB_ID.into()), &mut out).await?;
+                // A range answered across several messages (frame_size_limit) can name an id
+                // more than once.
+                for ids in [&mut out.have, &mut out.need] {
+                    ids.sort_unstable();
+                    ids.dedup();
+                }
                 return Ok(out);
             }
         }

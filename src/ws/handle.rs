@@ -182,13 +182,18 @@ pub(super) fn frame(
             Action::Nothing
         }
         ClientMessage::NegOpen { sub_id, filter, message } => {
+            // A NEG-ERR ends the session of its id (NIP-77), so a refused NEG-OPEN ends the one
+            // it would have replaced; likewise a refused NEG-MSG below.
             if let Err(limited) = admitted {
+                session.negs.close(&sub_id);
                 return Action::Reply(neg::neg_err(&sub_id, limited.to_string()));
             }
             if needs_auth {
+                session.negs.close(&sub_id);
                 return Action::Reply(neg::neg_err(&sub_id, AUTH_REQUIRED.into()));
             }
             if let Some(refused) = read_refusal(app, session, std::slice::from_ref(&filter)) {
+                session.negs.close(&sub_id);
                 return refused_neg(&sub_id, &refused, &session.challenge);
             }
             let generation = match session.negs.open(&sub_id, app.config.sync.max_sessions) {
@@ -201,6 +206,7 @@ pub(super) fn frame(
         }
         ClientMessage::NegMsg { sub_id, message } => {
             if let Err(limited) = admitted {
+                session.negs.close(&sub_id);
                 return Action::Reply(neg::neg_err(&sub_id, limited.to_string()));
             }
             match session.negs.take(&sub_id) {

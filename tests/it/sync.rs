@@ -175,7 +175,12 @@ async fn neg_frames_bill_ws_events_and_members_only_asks_for_auth() {
     let text = limited[2].as_str().unwrap();
     assert!(text.starts_with("rate-limited: ") && text.ends_with("; retry in 1s"), "{limited}");
     c.send(json!(["NEG-MSG", "a", "61"])).await;
-    assert_eq!(c.recv().await[0], "NEG-ERR");
+    let limited = c.recv().await;
+    assert!(limited[2].as_str().unwrap().starts_with("rate-limited: "), "{limited}");
+    // A NEG-ERR ends its session: once the gate clears, "a" is gone.
+    relay.clock.advance(Duration::from_secs(2));
+    c.send(json!(["NEG-MSG", "a", "61"])).await;
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "a", "closed: no negentropy session is open with this id"]));
 
     let member = keys(5);
     let closed = TestRelay::start(|c: &mut Config| {
@@ -319,4 +324,26 @@ async fn last_round(relay: &TestRelay, rounds: u64) -> Value {
         assert!(Instant::now() < deadline, "no round {rounds}: {view}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn messages_cut_to_a_small_frame_size_still_find_exactly_the_difference() {
+    // The newest events differ (a backup that missed the last days), and every message is cut to
+    // 4096 bytes, so ranges are answered across several messages.
+    let small = |c: &mut Config| {
+        admin(c);
+        c.sync.frame_size_limit = 4096;
+    };
+    let (local, peer) = (TestRelay::start(small).await, TestRelay::start(small).await);
+    let t = now() - 100_000;
+    let all: Vec<Event> =
+        (0..1500).map(|i| sign(&keys(10 + (i % 7) as u8), t + i, 1, &[], &format!("n {i}"))).collect();
+    let (shared, newest) = all.split_at(1100);
+    let (ours, theirs) = newest.split_at(150);
+    publish_all(&local, &[shared, ours].concat()).await;
+    publish_all(&peer, &[shared, theirs].concat()).await;
+    let dry = json!({"url": peer.ws_url(), "dry_run": true});
+    let (status, summary) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(dry)).await;
+    assert_eq!(status, StatusCode::OK, "{summary}");
+    assert_eq!((summary["have"].clone(), summary["need"].clone()), (json!(150), json!(250)), "{summary}");
 }

@@ -109,6 +109,12 @@ fn scenario(name: &str, lines: &[String], lacks: &[u8]) -> Res<Report> {
     let peer_before_mb = peer.peak_rss_mb();
 
     let (dry, dry_peak_mb, dry_secs) = run_sync(&ours, &peer.relay, &["--dry-run"], &env)?;
+    // What the exchange must find: exactly the lines one side lacks, each once.
+    let lacking = |side: u8| lacks.iter().filter(|l| **l == side).count() as u64;
+    if dry["have"] != lacking(2) || dry["need"] != lacking(1) {
+        let _ = std::fs::remove_dir_all(&ours);
+        return Err(format!("{name}: the exchange found {dry}, not have {} and need {}", lacking(2), lacking(1)));
+    }
     let (full, full_peak_mb, full_secs) = run_sync(&ours, &peer.relay, &["--direction", "both"], &env)?;
     let (after, ..) = run_sync(&ours, &peer.relay, &["--dry-run"], &env)?;
     let peer_peak_mb = peer.peak_rss_mb();
