@@ -347,3 +347,28 @@ async fn messages_cut_to_a_small_frame_size_still_find_exactly_the_difference() 
     assert_eq!(status, StatusCode::OK, "{summary}");
     assert_eq!((summary["have"].clone(), summary["need"].clone()), (json!(150), json!(250)), "{summary}");
 }
+
+#[tokio::test]
+async fn a_peer_that_is_down_is_reported_and_retried_and_the_relay_serves_on() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let url = format!("ws://{closed}/");
+    let local = TestRelay::start(|c| {
+        admin(c);
+        c.sync.peers =
+            vec![SyncPeer { url: url.clone(), filter: "{}".into(), direction: Direction::Both, interval_secs: 3600 }];
+    })
+    .await;
+    let first = last_round(&local, 1).await;
+    assert_eq!(first["ok"], false, "{first}");
+    assert!(first["error"].as_str().unwrap().starts_with(&format!("cannot connect to {url}")), "{first}");
+    let (_, view) = call(&local, Method::GET, "/admin/v1/sync", None).await;
+    let peer = &view["peers"][0];
+    assert_eq!(peer["failures"], 1, "{view}");
+    // Retried after the first back-off (5 s), not the hour-long interval.
+    let next = peer["next_round_at"].as_u64().unwrap();
+    assert!(next <= first["finished_at"].as_u64().unwrap() + 6, "{view}");
+    let note = sign(&keys(11), now(), 1, &[], "still serving");
+    publish_all(&local, std::slice::from_ref(&note)).await;
+    let mut c = local.connect().await;
+    assert_eq!(c.req_ids("s", vec![json!({"ids": [note.id.to_hex()]})]).await, vec![note.id.to_hex()]);
+}
