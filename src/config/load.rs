@@ -165,10 +165,14 @@ impl Config {
             ("sync.max_items", sync.max_items as u64),
             ("sync.max_sessions", sync.max_sessions as u64),
             ("sync.idle_secs", sync.idle_secs),
+            ("sync.max_items_held", sync.max_items_held as u64),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be a positive number"));
             }
+        }
+        if sync.max_items_held < sync.max_items {
+            return Err(invalid("sync.max_items_held", "must be at least sync.max_items"));
         }
         if sync.frame_size_limit != 0 && sync.frame_size_limit < 4096 {
             return Err(invalid("sync.frame_size_limit", "must be 0 (no limit) or at least 4096"));

@@ -17,13 +17,24 @@ pub struct SyncConfig {
     pub max_sessions: usize,
     /// A session that has seen no message for this long is closed (`NEG-ERR "closed: …"`).
     pub idle_secs: u64,
+    /// Items all open sessions of every connection may hold together (each about 40 bytes while
+    /// its session is open); a NEG-OPEN past it is refused `NEG-ERR "blocked: …"`. At least
+    /// `max_items`.
+    pub max_items_held: usize,
     /// Relays this one keeps itself in step with, in the background.
     pub peers: Vec<SyncPeer>,
 }
 
 impl Default for SyncConfig {
     fn default() -> SyncConfig {
-        SyncConfig { max_items: 500_000, frame_size_limit: 60_000, max_sessions: 4, idle_secs: 60, peers: Vec::new() }
+        SyncConfig {
+            max_items: 500_000,
+            frame_size_limit: 60_000,
+            max_sessions: 4,
+            idle_secs: 60,
+            max_items_held: 2_000_000,
+            peers: Vec::new(),
+        }
     }
 }
 

@@ -1,7 +1,6 @@
 //! The frames a relay sends: `EVENT`, `OK`, `EOSE`, `CLOSED`, `NOTICE`, `AUTH`, `COUNT`,
-//! `NEG-MSG`, `NEG-ERR`, as
-//! [`RelayMessage`], serialized with serde (an `EVENT` splices in its event's JSON, already
-//! serialized, so a stored event goes out byte for byte as it was stored).
+//! `NEG-MSG`, `NEG-ERR`, as [`RelayMessage`], serialized with serde (an `EVENT` splices in its
+//! event's JSON, already serialized, so a stored event goes out byte for byte as it was stored).
 
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};

@@ -126,6 +126,7 @@ impl Reader {
                 items.extend(hit.map(|h| (h.created_at, h.id)));
             }
         }
+        let private_items = items.len();
         let mut seen: HashSet<Serial> = HashSet::new();
         let mut unresolved: Vec<(Serial, Timestamp)> = Vec::new();
         for key in keys {
@@ -134,7 +135,8 @@ impl Reader {
                 if skip.contains(&serial) || !seen.insert(serial) {
                     continue;
                 }
-                if seen.len() + items.len() > max {
+                // Every event seen here is one item (in `items` now or once resolved).
+                if private_items + seen.len() > max {
                     return Ok(None);
                 }
                 match view.index.header(serial) {

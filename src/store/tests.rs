@@ -662,8 +662,16 @@ fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys], some_ids
         for viewer in &viewers {
             let want = query_items(reference, &f, viewer);
             for (store, which) in [(segmented, "segmented"), (reference, "in memory")] {
-                let got = store.items(&f, Timestamp(2_000_000_000), viewer, usize::MAX).unwrap().unwrap();
+                let at = Timestamp(2_000_000_000);
+                let got = store.items(&f, at, viewer, usize::MAX).unwrap().unwrap();
                 assert_eq!(got, want, "items of {probe} for {viewer:?}, {which}, {when}");
+                // `max` is the number of items: exactly as many are served, one more than it is not.
+                let exact = store.items(&f, at, viewer, want.len()).unwrap();
+                assert_eq!(exact.as_ref(), Some(&want), "max = {} of {probe}, {which}, {when}", want.len());
+                if let Some(fewer) = want.len().checked_sub(1).filter(|_| f.limit.is_none()) {
+                    let over = store.items(&f, at, viewer, fewer).unwrap();
+                    assert!(over.is_none(), "max = {fewer} of {probe} ({} items), {which}, {when}", want.len());
+                }
             }
         }
     }

@@ -4,9 +4,12 @@
 //! Owns [`SyncStatus`], held by the shared state: one [`PeerStatus`] per configured peer, which
 //! the peer's task (`sync::peers`) writes after every round and the admin API reads
 //! (`GET /admin/v1/sync`) and pokes (`POST /admin/v1/sync/peers/{index}/start`). Also the
-//! [`Summary`] a round reports, which it shares with `hearth sync` and the admin API's rounds.
+//! [`Summary`] a round reports, which it shares with `hearth sync` and the admin API's rounds,
+//! and the count of items the relay's open negentropy sessions hold ([`Held`]), so that no number
+//! of connections can make it hold more than `sync.max_items_held`.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -43,6 +46,20 @@ pub struct Summary {
 #[derive(Debug, Default)]
 pub struct SyncStatus {
     peers: Vec<PeerStatus>,
+    held: Arc<AtomicUsize>,
+}
+
+/// Items one open negentropy session holds, counted in the relay's total until it is dropped.
+#[derive(Debug)]
+pub struct Held {
+    count: usize,
+    total: Arc<AtomicUsize>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.count, Ordering::Relaxed);
+    }
 }
 
 /// One peer: its configuration, what its rounds did, and the signal that starts one now.
@@ -119,7 +136,21 @@ impl SyncStatus {
             .iter()
             .map(|config| PeerStatus { config: config.clone(), state: Mutex::default(), start: Notify::new() })
             .collect();
-        SyncStatus { peers }
+        SyncStatus { peers, held: Arc::default() }
+    }
+
+    /// Counts `count` more items held by a session, unless that would take the relay's total
+    /// past `max`.
+    pub fn hold(&self, count: usize, max: usize) -> Option<Held> {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| now.checked_add(count).filter(|n| *n <= max))
+            .ok()?;
+        Some(Held { count, total: self.held.clone() })
+    }
+
+    /// Items the open sessions hold now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// The configured peers.

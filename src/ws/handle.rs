@@ -210,8 +210,8 @@ pub(super) fn frame(
                 return Action::Reply(neg::neg_err(&sub_id, limited.to_string()));
             }
             match session.negs.take(&sub_id) {
-                Ok((generation, reconciler)) => {
-                    let answer = neg::message(sub_id, generation, reconciler, message);
+                Ok((generation, negotiation)) => {
+                    let answer = neg::message(sub_id, generation, negotiation, message);
                     Action::Spawn(Box::pin(async move { Done::Neg(answer.await) }))
                 }
                 Err(refused) => Action::Reply(refused),

@@ -20,12 +20,16 @@ use crate::app::AppState;
 use crate::limiter::{Billed, RateLimited};
 use crate::protocol::refusal::Refusal;
 use crate::protocol::{Filter, RelayMessage, Timestamp, Viewer};
+use crate::sync::status::Held;
 
 /// A reconciling side of one session: the relay's items, owned.
 type Reconciler = Negentropy<'static, NegentropyStorageVector>;
 
 /// Why a session is refused or ended, as its `NEG-ERR` says.
 pub(super) const TOO_MANY_RECORDS: &str = "blocked: too many records";
+/// A NEG-OPEN refused because the relay's sessions hold `sync.max_items_held` items already.
+const RELAY_FULL: &str =
+    "blocked: the relay's open sync sessions hold as many items as it allows; try again when they close";
 
 /// The open negentropy sessions of one connection.
 #[derive(Default)]
@@ -34,18 +38,26 @@ pub struct Negs {
     next_generation: u64,
 }
 
-/// One open session: its reconciler, absent while a message of it is being answered.
+/// One open session: its reconciler, absent while a message of it is being answered, and its
+/// items' count in the relay's total.
 struct Open {
     generation: u64,
     reconciler: Option<Box<Reconciler>>,
+    held: Option<Held>,
     last: Instant,
+}
+
+/// A session's reconciler with its count in the relay's total of held items.
+pub struct Negotiation {
+    reconciler: Box<Reconciler>,
+    held: Option<Held>,
 }
 
 /// What answering a NEG frame came to, for the connection's loop to apply ([`Negs::finish`]).
 pub struct NegDone {
     sub_id: String,
     generation: u64,
-    result: Result<(Box<Reconciler>, Vec<u8>), String>,
+    result: Result<(Negotiation, Vec<u8>), String>,
 }
 
 impl std::fmt::Debug for Negs {
@@ -65,21 +77,21 @@ impl Negs {
             ));
         }
         self.next_generation += 1;
-        let open = Open { generation: self.next_generation, reconciler: None, last: Instant::now() };
+        let open = Open { generation: self.next_generation, reconciler: None, held: None, last: Instant::now() };
         self.open.insert(sub_id.to_string(), open);
         Ok(self.next_generation)
     }
 
     /// Takes the reconciler of `sub_id` for its next message; `Err` is the NEG-ERR for an id with
     /// no session, or one whose last message is still being answered (which ends it).
-    pub fn take(&mut self, sub_id: &str) -> Result<(u64, Box<Reconciler>), RelayMessage> {
+    pub fn take(&mut self, sub_id: &str) -> Result<(u64, Negotiation), RelayMessage> {
         let Some(open) = self.open.get_mut(sub_id) else {
             return Err(neg_err(sub_id, "closed: no negentropy session is open with this id".into()));
         };
         match open.reconciler.take() {
             Some(reconciler) => {
                 open.last = Instant::now();
-                Ok((open.generation, reconciler))
+                Ok((open.generation, Negotiation { reconciler, held: open.held.take() }))
             }
             None => {
                 self.open.remove(sub_id);
@@ -99,8 +111,9 @@ impl Negs {
         let NegDone { sub_id, generation, result } = done;
         let open = self.open.get_mut(&sub_id).filter(|open| open.generation == generation)?;
         match result {
-            Ok((reconciler, message)) => {
-                open.reconciler = Some(reconciler);
+            Ok((session, message)) => {
+                open.reconciler = Some(session.reconciler);
+                open.held = session.held;
                 open.last = Instant::now();
                 Some(RelayMessage::NegMsg { sub_id, message })
             }
@@ -158,6 +171,7 @@ pub(super) async fn open(
             "error: reading the item set failed".to_string()
         })?;
         let items = items.ok_or_else(|| TOO_MANY_RECORDS.to_string())?;
+        let held = app.sync.hold(items.len(), sync.max_items_held).ok_or_else(|| RELAY_FULL.to_string())?;
         let frame_size_limit = sync.frame_size_limit;
         blocking(move || {
             let mut storage = NegentropyStorageVector::with_capacity(items.len());
@@ -167,7 +181,7 @@ pub(super) async fn open(
             storage.seal().map_err(failed)?;
             let mut reconciler = Box::new(Negentropy::owned(storage, frame_size_limit).map_err(failed)?);
             let reply = reconciler.reconcile(&message).map_err(invalid)?;
-            Ok((reconciler, reply))
+            Ok((Negotiation { reconciler, held: Some(held) }, reply))
         })
         .await
     }
@@ -176,15 +190,10 @@ pub(super) async fn open(
 }
 
 /// Answers a NEG-MSG of an open session.
-pub(super) async fn message(
-    sub_id: String,
-    generation: u64,
-    mut reconciler: Box<Reconciler>,
-    message: Vec<u8>,
-) -> NegDone {
+pub(super) async fn message(sub_id: String, generation: u64, mut session: Negotiation, message: Vec<u8>) -> NegDone {
     let result = blocking(move || {
-        let reply = reconciler.reconcile(&message).map_err(invalid)?;
-        Ok((reconciler, reply))
+        let reply = session.reconciler.reconcile(&message).map_err(invalid)?;
+        Ok((session, reply))
     })
     .await;
     NegDone { sub_id, generation, result }

@@ -372,3 +372,50 @@ async fn a_peer_that_is_down_is_reported_and_retried_and_the_relay_serves_on() {
     let mut c = local.connect().await;
     assert_eq!(c.req_ids("s", vec![json!({"ids": [note.id.to_hex()]})]).await, vec![note.id.to_hex()]);
 }
+
+#[tokio::test]
+async fn no_number_of_connections_makes_the_relay_hold_more_than_max_items_held() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.sync.max_items = 3;
+        c.sync.max_items_held = 5;
+    })
+    .await;
+    let events: Vec<Event> = (0..3).map(|i| sign(&keys(12), now() - i, 1, &[], "held")).collect();
+    publish_all(&relay, &events).await;
+    let full = json!([
+        "NEG-ERR",
+        "b",
+        "blocked: the relay's open sync sessions hold as many items as it allows; try again when they close"
+    ]);
+    let (mut one, mut two) = (relay.connect().await, relay.connect().await);
+    one.send(json!(["NEG-OPEN", "a", {}, empty_open()])).await;
+    let first = one.recv().await;
+    assert_eq!(first[0], "NEG-MSG", "{first}");
+    // 3 held: another 3 would pass 5, on any connection.
+    two.send(json!(["NEG-OPEN", "b", {}, empty_open()])).await;
+    assert_eq!(two.recv().await, full);
+    // 2 more fit.
+    two.send(json!(["NEG-OPEN", "k", {"limit": 2}, empty_open()])).await;
+    assert_eq!(two.recv().await[0], "NEG-MSG");
+    two.send(json!(["NEG-CLOSE", "k"])).await;
+    // A closed session gives its items back…
+    one.send(json!(["NEG-CLOSE", "a"])).await;
+    one.send(json!(["NEG-MSG", "a", "61"])).await;
+    assert_eq!(one.recv().await[0], "NEG-ERR");
+    two.send(json!(["NEG-OPEN", "b", {}, empty_open()])).await;
+    assert_eq!(two.recv().await[0], "NEG-MSG");
+    // …and so does a connection that goes away.
+    drop(two);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        one.send(json!(["NEG-OPEN", "b", {}, empty_open()])).await;
+        let answer = one.recv().await;
+        if answer[0] == "NEG-MSG" {
+            break;
+        }
+        assert_eq!(answer, full);
+        assert!(Instant::now() < deadline, "the closed connection's session was never given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

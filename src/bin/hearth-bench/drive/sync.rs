@@ -104,7 +104,7 @@ fn scenario(name: &str, lines: &[String], lacks: &[u8]) -> Res<Report> {
     import(&theirs, without(2))?;
     let held = without(1).count() as u64;
     let max_items = (lines.len() * 2).to_string();
-    let env = [("HEARTH_SYNC__MAX_ITEMS", max_items.as_str())];
+    let env = [("HEARTH_SYNC__MAX_ITEMS", max_items.as_str()), ("HEARTH_SYNC__MAX_ITEMS_HELD", max_items.as_str())];
     let peer = Spawned::start_on(theirs, &env)?;
     let peer_before_mb = peer.peak_rss_mb();
 
