@@ -419,3 +419,21 @@ async fn no_number_of_connections_makes_the_relay_hold_more_than_max_items_held(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn an_idle_session_is_closed_with_a_neg_err() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.sync.idle_secs = 1;
+        c.server.ping_interval_secs = 1;
+    })
+    .await;
+    let mut c = relay.connect().await;
+    c.send(json!(["NEG-OPEN", "slow", {}, empty_open()])).await;
+    assert_eq!(c.recv().await[0], "NEG-MSG");
+    // Checked at each ping: after at most idle + one interval, and the connection stays open.
+    let closed = c.recv_within(Duration::from_secs(5)).await;
+    assert_eq!(closed, Some(json!(["NEG-ERR", "slow", "closed: the session was idle for more than 1 seconds"])));
+    c.send(json!(["NEG-MSG", "slow", "61"])).await;
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "slow", "closed: no negentropy session is open with this id"]));
+}
