@@ -73,7 +73,7 @@ enum Command {
     /// lacks; prints a summary line. Offline on the data directory, or through the running
     /// relay's admin API (--local, else the configured address, with admin.token).
     Sync {
-        /// The peer's ws:// URL.
+        /// The peer's ws:// or wss:// URL.
         peer: String,
         /// The running relay to sync, by its WebSocket URL (default: the configured address
         /// when a relay holds the data directory).

@@ -43,7 +43,7 @@ const PUBLISH_TRIES: u32 = 8;
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Round {
-    /// The peer's `ws://` URL.
+    /// The peer's `ws://` or `wss://` URL.
     pub url: String,
     /// The events to reconcile.
     #[serde(default)]
