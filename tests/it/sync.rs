@@ -269,6 +269,12 @@ async fn a_round_through_the_admin_api_moves_both_ways_within_the_peers_quota() 
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     assert!(body["error"].as_str().unwrap().contains("cannot connect"), "{body}");
     assert_eq!(body["stored"], 0);
+    // wss:// speaks TLS: a plain relay's port refuses the handshake, and the round says so.
+    let tls = json!({"url": peer.ws_url().replace("ws://", "wss://")});
+    let (status, body) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(tls)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.starts_with("cannot connect to wss://") && error.contains("corrupt message"), "{body}");
 }
 
 #[tokio::test]
