@@ -170,3 +170,30 @@ async fn a_peer_killed_mid_sync_leaves_only_whole_events_and_the_next_round_fini
     want.sort();
     assert_eq!(exported_ids(a.path()), want);
 }
+
+#[test]
+fn unusable_arguments_exit_2_naming_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (&["sync", "https://relay.example"][..], "the peer https://relay.example must start with ws:// or wss://"),
+        (&["sync", "ws://"][..], "the peer ws:// is not a URL: empty host"),
+        (&["sync", "ws://127.0.0.1:1", "--local", "ftp://x"][..], "--local ftp://x must start with ws:// or wss://"),
+        (&["sync", "ws://127.0.0.1:1", "--filter", "[1]"][..], "--filter: "),
+    ] {
+        let out = on(dir.path()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_relay_without_an_admin_token_cannot_be_asked_to_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_relay, addr) = start_with(dir.path(), &[]);
+    let out = on(dir.path()).args(["sync", "ws://127.0.0.1:1", "--local", &format!("ws://{addr}")]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("asking it to sync needs admin.token (HEARTH_ADMIN__TOKEN)"), "{err}");
+}
