@@ -1,5 +1,5 @@
-//! Pure NIP-01/42/45/98 protocol types: events, filters, wire messages and the refusal
-//! vocabulary.
+//! Pure NIP-01/42/45/50/98 protocol types: events, filters, wire messages, the refusal
+//! vocabulary and NIP-50's search language.
 //!
 //! Owns parsing bytes into typed values and serializing typed values back to bytes. Nothing in here
 //! touches tokio, warp or sled, so every rule is unit-tested without a socket. Hex is parsed once,
@@ -15,6 +15,7 @@ pub mod nip98;
 pub mod private;
 pub mod refusal;
 pub mod relay_message;
+pub mod search;
 pub mod tier;
 pub mod verify;
 
