@@ -48,6 +48,7 @@ pub mod protocol;
 pub(crate) mod query;
 pub(crate) mod relay;
 pub(crate) mod rest;
+pub mod search;
 pub(crate) mod server;
 pub(crate) mod stats;
 pub mod store;

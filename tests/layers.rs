@@ -75,6 +75,8 @@ const FLOORS: &[&[&str]] = &[
     &["store::db"],
     &["store::error", "store::progress"],
     &["store::format"],
+    // NIP-50's index: the store's writer will feed it (issue 34), so it sits below the store.
+    &["search"],
     &["protocol"],
 ];
 
