@@ -49,6 +49,12 @@ async fn reconcile(client: &mut Client, sub: &str, filter: Value, ours: &[&Event
     (have.into_iter().collect(), need.into_iter().collect())
 }
 
+/// Asserts a NEG-ERR for `sub` whose reason starts with `prefix` (as `assert_ok` does for OK).
+fn assert_neg_err(frame: &Value, sub: &str, prefix: &str) {
+    assert_eq!((frame[0].as_str(), frame[1].as_str()), (Some("NEG-ERR"), Some(sub)), "{frame}");
+    assert!(frame[2].as_str().is_some_and(|r| r.starts_with(prefix)), "expected {prefix:?}, got {frame}");
+}
+
 fn sorted(events: &[&Event]) -> Vec<String> {
     let mut ids: Vec<String> = events.iter().map(|e| e.id.to_hex()).collect();
     ids.sort();
@@ -96,9 +102,7 @@ async fn neg_finds_exactly_the_difference_and_private_messages_only_for_their_pa
     // Before AUTH, a filter for private kinds alone is refused auth-required, with a challenge.
     let mut fresh = relay.connect().await;
     fresh.send(json!(["NEG-OPEN", "p", {"kinds": [4]}, empty_open()])).await;
-    let refused = fresh.recv().await;
-    assert_eq!((refused[0].as_str(), refused[1].as_str()), (Some("NEG-ERR"), Some("p")), "{refused}");
-    assert!(refused[2].as_str().unwrap().starts_with("auth-required: "), "{refused}");
+    assert_neg_err(&fresh.recv().await, "p", "auth-required: ");
     assert_eq!(fresh.recv().await[0], "AUTH");
 }
 
@@ -122,13 +126,9 @@ async fn bad_neg_frames_get_a_neg_err_tied_to_their_id() {
     c.send(json!(["NEG-OPEN", "v", {}, "62"])).await;
     assert_eq!(c.recv().await, json!(["NEG-MSG", "v", "61"]));
     c.send(json!(["NEG-OPEN", "v", {}, "61000005"])).await;
-    let bad = c.recv().await;
-    assert_eq!((bad[0].as_str(), bad[1].as_str()), (Some("NEG-ERR"), Some("v")), "{bad}");
-    assert!(bad[2].as_str().unwrap().starts_with("invalid: the negentropy message could not be read: "), "{bad}");
+    assert_neg_err(&c.recv().await, "v", "invalid: the negentropy message could not be read: ");
     c.send(json!(["NEG-OPEN", "f", {"kinds": "one"}, empty_open()])).await;
-    let bad = c.recv().await;
-    assert_eq!((bad[0].as_str(), bad[1].as_str()), (Some("NEG-ERR"), Some("f")), "{bad}");
-    assert!(bad[2].as_str().unwrap().starts_with("invalid: filter: "), "{bad}");
+    assert_neg_err(&c.recv().await, "f", "invalid: filter: ");
 
     // Two sessions at most; a NEG-OPEN with a live id replaces that session.
     for sub in ["a", "b", "a"] {
@@ -171,12 +171,10 @@ async fn neg_frames_bill_ws_events_and_members_only_asks_for_auth() {
     }
     c.send(json!(["NEG-OPEN", "c", {}, empty_open()])).await;
     let limited = c.recv().await;
-    assert_eq!((limited[0].as_str(), limited[1].as_str()), (Some("NEG-ERR"), Some("c")), "{limited}");
-    let text = limited[2].as_str().unwrap();
-    assert!(text.starts_with("rate-limited: ") && text.ends_with("; retry in 1s"), "{limited}");
+    assert_neg_err(&limited, "c", "rate-limited: ");
+    assert!(limited[2].as_str().unwrap().ends_with("; retry in 1s"), "{limited}");
     c.send(json!(["NEG-MSG", "a", "61"])).await;
-    let limited = c.recv().await;
-    assert!(limited[2].as_str().unwrap().starts_with("rate-limited: "), "{limited}");
+    assert_neg_err(&c.recv().await, "a", "rate-limited: ");
     // A NEG-ERR ends its session: once the gate clears, "a" is gone.
     relay.clock.advance(Duration::from_secs(2));
     c.send(json!(["NEG-MSG", "a", "61"])).await;
