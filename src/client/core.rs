@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Kind, Timestamp};
+use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Timestamp};
 
 mod vocabulary;
 
@@ -221,8 +221,7 @@ impl Core {
             }
             Reply::Auth(challenge) => {
                 if let Some(keys) = &self.keys {
-                    let tags = vec![vec!["relay".into(), self.relay_url.clone()], vec!["challenge".into(), challenge]];
-                    let auth = keys.sign(Timestamp::now(), Kind::AUTH, tags, "");
+                    let auth = crate::protocol::nip42::answer(keys, &self.relay_url, &challenge, Timestamp::now());
                     self.auth_sent = Some(auth.id);
                     self.urgent.push_back(ClientMessage::Auth(Box::new(auth)));
                 }

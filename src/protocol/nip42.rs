@@ -1,9 +1,10 @@
-//! NIP-42 authentication events: the checks on a kind-22242 answer to a challenge.
+//! NIP-42 authentication events: the checks on a kind-22242 answer to a challenge, and making one.
 //!
-//! Owns the pure rules (kind, `challenge` tag, `relay` tag, time window). The signature is checked
-//! by [`super::verify`] before these.
+//! Owns the pure rules (kind, `challenge` tag, `relay` tag, time window) and [`answer`], the event
+//! a client signs. The signature is checked by [`super::verify`] before these.
 
 use super::event::{Event, Kind, Timestamp};
+use super::keys::Keys;
 
 /// How far `created_at` may be from now, in seconds.
 pub const WINDOW_SECS: u64 = 600;
@@ -42,6 +43,13 @@ fn normalize(url: &str) -> String {
 pub fn host_of(url: &str) -> Option<String> {
     let rest = url.trim().strip_prefix("wss://").or_else(|| url.trim().strip_prefix("ws://"))?;
     Some(rest.split('/').next().unwrap_or("").to_ascii_lowercase())
+}
+
+/// The kind-22242 event `keys` answer the relay at `relay_url`'s `challenge` with, signed `now`.
+pub fn answer(keys: &Keys, relay_url: &str, challenge: &str, now: Timestamp) -> Event {
+    let tags =
+        vec![vec!["relay".to_string(), relay_url.to_string()], vec!["challenge".to_string(), challenge.to_string()]];
+    keys.sign(now, Kind::AUTH, tags, "")
 }
 
 /// Checks an AUTH event (already signature-verified) against the connection's challenge.

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::client::core::retry_hint;
 use crate::client::ws::socket_config;
-use crate::protocol::{ClientMessage, EventId, Filter, Keys, Kind, Timestamp};
+use crate::protocol::{ClientMessage, EventId, Filter, Keys, Timestamp};
 use crate::store::Item;
 
 /// How long connecting to the peer may take.
@@ -176,8 +176,7 @@ async fn next_answer(
 
 /// Answers the peer's NIP-42 challenge with `keys` and waits for its OK.
 async fn authenticate(ws: &mut Ws, url: &str, keys: &Keys, challenge: &str) -> Result<(), ExchangeError> {
-    let tags = vec![vec!["relay".to_string(), url.to_string()], vec!["challenge".to_string(), challenge.to_string()]];
-    let event = keys.sign(Timestamp::now(), Kind(22242), tags, "");
+    let event = crate::protocol::nip42::answer(keys, url, challenge, Timestamp::now());
     let id = event.id.to_hex();
     let mut ignored = Reconciled::default();
     send(ws, &ClientMessage::Auth(Box::new(event)), &mut ignored).await?;

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::protocol::Tier;
+use crate::protocol::{Kind, Tier};
 
 /// The next frame as the WebSocket session would send it.
 fn tx(c: &mut Core, now: Instant) -> Option<String> {
