@@ -298,7 +298,7 @@ impl Fanout {
                 continue;
             }
             for (sub_id, (generation, filters)) in &entry.subs {
-                if !filters.iter().any(|f| f.matches(event)) {
+                if !filters.iter().any(|f| live_match(f, event)) {
                     continue;
                 }
                 let serialized = json.get_or_init(|| {
@@ -320,6 +320,15 @@ impl Fanout {
             }
         }
     }
+}
+
+/// Whether a live `event` goes to a subscription's `filter`: its NIP-50 `search` (checked when
+/// the subscription was opened) is matched against the event's text as the index would.
+fn live_match(filter: &Filter, event: &Event) -> bool {
+    filter.matches(event)
+        && filter.search.as_deref().is_none_or(|text| {
+            crate::protocol::search::parse(text, usize::MAX).is_ok_and(|query| crate::search::matches(&query, event))
+        })
 }
 
 #[cfg(test)]

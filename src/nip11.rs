@@ -9,10 +9,12 @@ use crate::config::{AccessMode, Config, LimitsConfig, TierLimits};
 use crate::moderation::Moderation;
 use crate::protocol::PubKey;
 
-/// NIPs implemented end to end.
+/// NIPs implemented end to end, whatever the configuration.
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70, 77];
-/// With them when `access.mode` is a members mode: NIP-43 membership (join, leave, invites).
-const WITH_MEMBERSHIP: &[u16] = &[1, 9, 11, 40, 42, 43, 45, 70, 77];
+/// NIP-43 membership (join, leave, invites): listed when `access.mode` is a members mode.
+const MEMBERSHIP: u16 = 43;
+/// NIP-50 search: listed when `storage.search` is on.
+const SEARCH: u16 = 50;
 
 /// The NIP-11 document.
 #[derive(Debug, Serialize)]
@@ -28,7 +30,7 @@ pub struct RelayInfo {
     /// The relay's own pubkey, which signs its NIP-43 events.
     #[serde(rename = "self")]
     self_pubkey: String,
-    supported_nips: &'static [u16],
+    supported_nips: Vec<u16>,
     software: &'static str,
     version: &'static str,
     limitation: Limitation,
@@ -76,9 +78,16 @@ impl RelayInfo {
             contact: config.info.contact.clone(),
             icon: state.icon.unwrap_or_else(|| config.info.icon.clone()),
             self_pubkey: self_pubkey.to_hex(),
-            supported_nips: match moderation.mode() {
-                AccessMode::Public => SUPPORTED_NIPS,
-                AccessMode::MembersWrite | AccessMode::MembersOnly => WITH_MEMBERSHIP,
+            supported_nips: {
+                let mut nips = SUPPORTED_NIPS.to_vec();
+                if moderation.mode() != AccessMode::Public {
+                    nips.push(MEMBERSHIP);
+                }
+                if config.storage.search {
+                    nips.push(SEARCH);
+                }
+                nips.sort_unstable();
+                nips
             },
             software: "hearth",
             version: env!("CARGO_PKG_VERSION"),

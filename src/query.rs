@@ -20,6 +20,16 @@ pub enum QueryError {
     /// The request breaks a NIP-11 limit; the text names which.
     #[error("{0}")]
     Limits(String),
+    /// A filter is not one the relay can answer (a `search` too long or with nothing to look
+    /// for); the text says why (`CLOSED "invalid: …"`, 400).
+    #[error("{0}")]
+    Invalid(String),
+    /// The relay does not do what a filter asks (`search` with `storage.search` off).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The relay cannot answer it now (the search index is being rebuilt, or failed).
+    #[error("{0}")]
+    Unavailable(String),
     /// No handler permit within `limits.handler_wait_ms`.
     #[error(transparent)]
     RateLimited(#[from] RateLimited),
@@ -28,9 +38,15 @@ pub enum QueryError {
     Store(StoreError),
 }
 
-/// Checks a REQ/COUNT (`sub_id`: its id, `""` over REST) against the limits and applies
+/// Checks a REQ/COUNT (`sub_id`: its id, `""` over REST) against the limits (a NIP-50 `search`
+/// at most `max_search_chars` characters, with something to look for) and applies
 /// `default_limit` / clamps to `max_limit`.
-pub fn prepare(lim: &Limitation, sub_id: &str, filters: &mut [Filter]) -> Result<(), QueryError> {
+pub fn prepare(
+    lim: &Limitation,
+    max_search_chars: usize,
+    sub_id: &str,
+    filters: &mut [Filter],
+) -> Result<(), QueryError> {
     let chars = sub_id.chars().count();
     if chars > lim.max_subid_length {
         return Err(QueryError::Limits(format!(
@@ -42,14 +58,23 @@ pub fn prepare(lim: &Limitation, sub_id: &str, filters: &mut [Filter]) -> Result
         return Err(QueryError::Limits(format!("{} filters, the limit is {}", filters.len(), lim.max_filters)));
     }
     for f in filters.iter_mut() {
+        if let Some(text) = &f.search {
+            crate::protocol::search::parse(text, max_search_chars).map_err(|e| QueryError::Invalid(e.to_string()))?;
+        }
         f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
     }
     Ok(())
 }
 
 fn store_failed(e: StoreError) -> QueryError {
-    tracing::error!(error = %e, "query failed");
-    QueryError::Store(e)
+    match e {
+        StoreError::SearchOff => QueryError::Unsupported(e.to_string()),
+        StoreError::SearchBuilding { .. } | StoreError::Search(_) => QueryError::Unavailable(e.to_string()),
+        e => {
+            tracing::error!(error = %e, "query failed");
+            QueryError::Store(e)
+        }
+    }
 }
 
 /// The stored events matching prepared `filters` that `viewer` may read, newest first, and the mark of what the store
@@ -92,7 +117,7 @@ mod tests {
             serde_json::from_str(r#"{"limit":500}"#).unwrap(),
             serde_json::from_str(r#"{"limit":0}"#).unwrap(),
         ];
-        prepare(&lim, "s", &mut filters).unwrap();
+        prepare(&lim, 256, "s", &mut filters).unwrap();
         let limits: Vec<_> = filters.iter().map(|f| f.limit).collect();
         assert_eq!(limits, vec![Some(10), Some(20), Some(0)]);
     }
@@ -100,9 +125,21 @@ mod tests {
     #[test]
     fn a_long_id_or_too_many_filters_name_the_limit() {
         let lim = Limitation { max_filters: 1, ..Limitation::default() };
-        let err = prepare(&lim, &"x".repeat(65), &mut []).unwrap_err().to_string();
+        let err = prepare(&lim, 256, &"x".repeat(65), &mut []).unwrap_err().to_string();
         assert_eq!(err, "subscription id is 65 characters, the limit is 64");
         let mut two: Vec<Filter> = vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()];
-        assert_eq!(prepare(&lim, "s", &mut two).unwrap_err().to_string(), "2 filters, the limit is 1");
+        assert_eq!(prepare(&lim, 256, "s", &mut two).unwrap_err().to_string(), "2 filters, the limit is 1");
+    }
+
+    #[test]
+    fn a_search_too_long_or_with_nothing_to_find_is_invalid() {
+        let lim = Limitation::default();
+        let mut long: Vec<Filter> = vec![serde_json::from_str(r#"{"search":"aaaaa bbbbb"}"#).unwrap()];
+        let err = prepare(&lim, 10, "s", &mut long).unwrap_err();
+        assert!(matches!(&err, QueryError::Invalid(r) if r == "search is longer than 10 characters"), "{err:?}");
+        assert!(prepare(&lim, 11, "s", &mut long).is_ok());
+        let mut empty: Vec<Filter> = vec![serde_json::from_str(r#"{"search":"  -x "}"#).unwrap()];
+        let err = prepare(&lim, 10, "s", &mut empty).unwrap_err();
+        assert!(matches!(&err, QueryError::Invalid(r) if r == "search has no word to look for"), "{err:?}");
     }
 }

@@ -111,7 +111,7 @@ impl Config {
         if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
-        let positive: [(&str, u64); 24] = [
+        let positive: [(&str, u64); 25] = [
             ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
             ("server.max_outbound_bytes", self.server.max_outbound_bytes as u64),
             ("server.slow_consumer_ms", self.server.slow_consumer_ms),
@@ -136,6 +136,7 @@ impl Config {
             ("limits.handler_permits", self.limits.handler_permits as u64),
             ("limits.handler_permits_per_principal", self.limits.handler_permits_per_principal as u64),
             ("limits.handler_wait_ms", self.limits.handler_wait_ms),
+            ("limits.max_search_chars", self.limits.max_search_chars as u64),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(invalid(key, "must be a positive number"));
@@ -151,6 +152,9 @@ impl Config {
         }
         if self.limits.ipv6_prefix_len > 128 {
             return Err(invalid("limits.ipv6_prefix_len", "must be at most 128"));
+        }
+        if self.storage.search_memory_mb < 15 {
+            return Err(invalid("storage.search_memory_mb", "must be at least 15 (the search index's floor)"));
         }
         if self.limitation.default_limit > self.limitation.max_limit {
             return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));
@@ -181,8 +185,12 @@ impl Config {
             if let Some(problem) = super::sync::peer_url_problem(&peer.url) {
                 return Err(invalid(&format!("sync.peers[{i}].url"), problem));
             }
-            if let Err(e) = serde_json::from_str::<crate::protocol::Filter>(&peer.filter) {
-                return Err(invalid(&format!("sync.peers[{i}].filter"), format!("is not a filter: {e}")));
+            match serde_json::from_str::<crate::protocol::Filter>(&peer.filter) {
+                Err(e) => return Err(invalid(&format!("sync.peers[{i}].filter"), format!("is not a filter: {e}"))),
+                Ok(f) if f.search.is_some() => {
+                    return Err(invalid(&format!("sync.peers[{i}].filter"), "cannot have \"search\""));
+                }
+                Ok(_) => {}
             }
             if peer.interval_secs == 0 {
                 return Err(invalid(&format!("sync.peers[{i}].interval_secs"), "must be a positive number"));

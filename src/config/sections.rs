@@ -168,6 +168,12 @@ pub struct StorageConfig {
     pub compact_max_mb_per_sec: u64,
     /// Events the in-memory part of the index holds before they are written out as a segment.
     pub index_memory_events: u64,
+    /// NIP-50: keep a full-text search index in `data_dir/search` and answer `search` filters.
+    pub search: bool,
+    /// The kinds the search index holds.
+    pub search_kinds: Vec<Kind>,
+    /// The search index writer's memory, MiB (at least 15: tantivy's floor).
+    pub search_memory_mb: u64,
 }
 
 impl StorageConfig {
@@ -176,6 +182,10 @@ impl StorageConfig {
         crate::store::Tuning {
             cache_capacity_mb: self.cache_capacity_mb,
             index_memory_events: usize::try_from(self.index_memory_events).unwrap_or(usize::MAX),
+            search: self.search.then(|| crate::store::SearchTuning {
+                kinds: self.search_kinds.clone(),
+                memory_mb: self.search_memory_mb,
+            }),
         }
     }
 
@@ -200,6 +210,10 @@ impl Default for StorageConfig {
             compact_min_mb: 64,
             compact_max_mb_per_sec: 0,
             index_memory_events: crate::store::INDEX_MEMORY_EVENTS as u64,
+            search: true,
+            // Notes, long-form articles and their drafts, profiles, highlights.
+            search_kinds: [1, 30023, 30024, 0, 9802].into_iter().map(Kind).collect(),
+            search_memory_mb: 64,
         }
     }
 }
@@ -306,6 +320,8 @@ pub struct LimitsConfig {
     pub handler_permits_per_principal: usize,
     /// How long a frame may wait for a handler permit before `relay busy (unavailable)`.
     pub handler_wait_ms: u64,
+    /// The longest NIP-50 `search` text, in characters; a longer one is `CLOSED "invalid: …"`.
+    pub max_search_chars: usize,
 }
 
 impl LimitsConfig {
@@ -347,6 +363,7 @@ impl Default for LimitsConfig {
             handler_permits: 256,
             handler_permits_per_principal: 8,
             handler_wait_ms: 500,
+            max_search_chars: 256,
         }
     }
 }

@@ -44,10 +44,17 @@ pub enum ApiError {
     /// 429 (quota) or 503 (handler bound), with `Retry-After`.
     #[error("{0}")]
     RateLimited(#[from] RateLimited),
+    /// 503: the relay cannot answer this now (its search index is being rebuilt); the text
+    /// says why, `Retry-After` when to ask again.
+    #[error("{0}")]
+    Unavailable(String),
     /// 500: a server fault; details are logged, not sent.
     #[error("internal error")]
     Internal,
 }
+
+/// `Retry-After` of a 503 [`ApiError::Unavailable`].
+const UNAVAILABLE_RETRY_SECS: u64 = 5;
 
 #[derive(Serialize)]
 struct ErrorBody<'a> {
@@ -120,6 +127,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited(r) if r.limit_type == LimitType::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -131,6 +139,12 @@ impl ApiError {
             ApiError::Unauthorized(_) => {
                 let mut response = json_response(self.status(), &ErrorBody { error: &self.to_string() });
                 response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Nostr"));
+                response
+            }
+            ApiError::Unavailable(_) => {
+                let mut response = json_response(self.status(), &ErrorBody { error: &self.to_string() });
+                // A rebuild of the search index takes seconds to minutes: ask again soon.
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(UNAVAILABLE_RETRY_SECS));
                 response
             }
             _ => json_response(self.status(), &ErrorBody { error: &self.to_string() }),

@@ -59,7 +59,11 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
     let input = std::io::BufReader::new(std::fs::File::open(&pending)?);
     let store = Store::open_migrating(
         &dir,
-        crate::store::Tuning { cache_capacity_mb: cache, index_memory_events: crate::store::INDEX_MEMORY_EVENTS },
+        crate::store::Tuning {
+            cache_capacity_mb: cache,
+            index_memory_events: crate::store::INDEX_MEMORY_EVENTS,
+            search: None,
+        },
     )?;
     let app = crate::relay::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();
     let import = import_into(app.clone(), Box::new(input)).await;

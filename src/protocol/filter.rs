@@ -1,8 +1,9 @@
 //! NIP-01 subscription filters: parsing and matching.
 //!
-//! Owns the filter shape (`ids`, `authors`, `kinds`, `#<letter>`, `since`, `until`, `limit`), its
-//! strict parsing (exact hex, no prefixes, unknown fields refused) and `matches`. Which index a
-//! filter is served from is the store's business; clamping `limit` is the caller's.
+//! Owns the filter shape (`ids`, `authors`, `kinds`, `#<letter>`, `since`, `until`, `limit`, and
+//! NIP-50's `search` as its text), its strict parsing (exact hex, no prefixes, unknown fields
+//! refused) and `matches`. Which index a filter is served from is the store's business; clamping
+//! `limit` and parsing `search` (`search::parse`, with the relay's length limit) the caller's.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,12 +29,15 @@ pub struct Filter {
     pub since: Option<Timestamp>,
     /// Inclusive upper bound on `created_at`.
     pub until: Option<Timestamp>,
-    /// How many stored events at most (the newest).
+    /// How many stored events at most (the newest; with `search`, the most relevant).
     pub limit: Option<u64>,
+    /// NIP-50: the search text, as sent. [`Filter::matches`] does not look at it: whoever serves
+    /// a filter with a search asks the search index, or matches the text itself.
+    pub search: Option<String>,
 }
 
 impl Filter {
-    /// True when `event` satisfies every condition.
+    /// True when `event` satisfies every condition but `search`.
     pub fn matches(&self, event: &Event) -> bool {
         self.matches_fields(&event.id, &event.pubkey, event.kind, event.created_at) && self.matches_tags(&event.tags)
     }
@@ -86,6 +90,7 @@ impl<'de> Deserialize<'de> for Filter {
                         "since" => set_once(&mut filter.since, map.next_value()?, "since")?,
                         "until" => set_once(&mut filter.until, map.next_value()?, "until")?,
                         "limit" => set_once(&mut filter.limit, map.next_value()?, "limit")?,
+                        "search" => set_once(&mut filter.search, map.next_value()?, "search")?,
                         _ => {
                             let letter = tag_letter(&key)
                                 .ok_or_else(|| de::Error::custom(format_args!("unsupported filter field `{key}`")))?;
@@ -143,6 +148,9 @@ impl Serialize for Filter {
         if let Some(v) = &self.limit {
             map.serialize_entry("limit", v)?;
         }
+        if let Some(v) = &self.search {
+            map.serialize_entry("search", v)?;
+        }
         map.end()
     }
 }
@@ -194,7 +202,9 @@ mod tests {
     #[test]
     fn prefixes_and_unknown_fields_are_refused() {
         assert!(serde_json::from_str::<Filter>(r#"{"ids":["abcd"]}"#).is_err());
-        assert!(serde_json::from_str::<Filter>(r#"{"search":"x"}"#).is_err());
+        assert!(serde_json::from_str::<Filter>(r#"{"search":1}"#).is_err());
+        assert!(serde_json::from_str::<Filter>(r#"{"search":"a","search":"b"}"#).is_err());
+        assert!(serde_json::from_str::<Filter>(r#"{"searches":"x"}"#).is_err());
         assert!(serde_json::from_str::<Filter>(r##"{"#tt":["x"]}"##).is_err());
         assert!(serde_json::from_str::<Filter>(r#"{"limit":-1}"#).is_err());
         assert!(serde_json::from_str::<Filter>(r#"{"kinds":[1],"kinds":[2]}"#).is_err());
@@ -209,7 +219,8 @@ mod tests {
 
     #[test]
     fn serialization_round_trips() {
-        let f = filter(r##"{"kinds":[1,2],"#t":["a"],"since":3,"limit":4}"##);
+        let f = filter(r##"{"kinds":[1,2],"#t":["a"],"since":3,"limit":4,"search":"caf\u00e9 \"a b\""}"##);
+        assert_eq!(f.search.as_deref(), Some("café \"a b\""));
         let back: Filter = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
         assert_eq!(f, back);
     }

@@ -234,7 +234,7 @@ fn filters_of(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<Vec<N
     if filters.is_empty() {
         return Err(ApiError::BadRequest("at least one filter is required".into()));
     }
-    query::prepare(&app.config.limitation, "", &mut filters).map_err(api_error)?;
+    query::prepare(&app.config.limitation, app.config.limits.max_search_chars, "", &mut filters).map_err(api_error)?;
     if query::needs_auth_to_read(app, caller.authed, &filters) {
         return Err(ApiError::Unauthorized(AuthError::PrivateKinds));
     }
@@ -244,7 +244,10 @@ fn filters_of(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<Vec<N
 /// How a read's failure is answered over HTTP (the store's fault was logged by `query`).
 fn api_error(e: QueryError) -> ApiError {
     match e {
-        QueryError::Limits(reason) => ApiError::BadRequest(reason),
+        QueryError::Limits(reason) | QueryError::Invalid(reason) | QueryError::Unsupported(reason) => {
+            ApiError::BadRequest(reason)
+        }
+        QueryError::Unavailable(reason) => ApiError::Unavailable(reason),
         QueryError::RateLimited(limited) => ApiError::RateLimited(limited),
         QueryError::Store(_) => ApiError::Internal,
     }

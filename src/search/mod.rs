@@ -1,14 +1,21 @@
-//! NIP-50 full-text search: the index of events' text, and a query of it.
+//! NIP-50 full-text search: the index of events' text, the thread that keeps it in step with
+//! the store, and a query of it.
 //!
 //! Owns [`SearchIndex`] (a tantivy index in a directory of its own, or in memory): what is
 //! indexed of an event (its `content` and its `title`, `summary`, `subject` and `t` tags, by the
 //! [`analyzer`]), adding and removing events, and answering a parsed
 //! [`crate::protocol::search::SearchQuery`] with event ids in descending relevance (BM25; ties by
-//! `created_at`, newest first). Imports only `protocol`.
-//!
-//! Not served yet (issue 34): the store's writer does not feed it and REQ does not ask it.
+//! `created_at`, newest first); [`Feed`], the one thread that writes it. It knows nothing of the
+//! store: the store's writer feeds it and checks every event it finds (see `store`'s search
+//! read path). Imports only `protocol`.
 
 pub mod analyzer;
+mod feed;
 mod index;
+mod query;
+#[cfg(test)]
+mod tests;
 
-pub use index::{Found, SearchError, SearchIndex};
+pub use feed::{COMMIT_EVERY, CatchUp, Change, Feed, SearchState, Source};
+pub use index::{MIN_MEMORY_BYTES, Position, SearchError, SearchIndex, text_of};
+pub use query::{Found, matches};

@@ -81,6 +81,19 @@ pub enum StoreError {
     /// serves; an offline command stops).
     #[error("storage: the rewrite of the catalogue that a cut-off compaction left failed: {0}")]
     Remap(String),
+    /// A filter with `search` on a store opened without its search index (`storage.search`
+    /// off).
+    #[error("search is off on this relay (NIP-50)")]
+    SearchOff,
+    /// A filter with `search` while the index is rebuilt or caught up.
+    #[error("the search index is being rebuilt ({events} events so far); try again shortly")]
+    SearchBuilding {
+        /// Events indexed so far.
+        events: u64,
+    },
+    /// The search index failed.
+    #[error("the search index failed: {0}")]
+    Search(String),
 }
 
 impl StoreError {

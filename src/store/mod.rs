@@ -49,6 +49,7 @@ mod open;
 mod plan;
 mod progress;
 mod query;
+mod search;
 mod view;
 mod write;
 
@@ -57,6 +58,7 @@ pub use index::MEM_EVENTS as INDEX_MEMORY_EVENTS;
 pub use items::Item;
 pub use open::Tuning;
 pub use query::Export;
+pub use search::{SEARCH_DIR, SearchTuning};
 pub use view::Mark;
 pub use write::apply::PutOutcome;
 pub use write::control::{CompactPolicy, Compacted};
@@ -102,7 +104,7 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the database in `dir` and starts the writer thread.
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
-        Store::open_tuned(dir, Tuning { cache_capacity_mb, index_memory_events: INDEX_MEMORY_EVENTS })
+        Store::open_tuned(dir, Tuning { cache_capacity_mb, index_memory_events: INDEX_MEMORY_EVENTS, search: None })
     }
 
     /// [`Store::open`] with every setting.
@@ -186,6 +188,9 @@ impl Store {
     /// first, as a snapshot taken now and read as the iterator reaches each event, while writes
     /// go on.
     pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
+        if filter.search.is_some() {
+            return Err(StoreError::Search("an export's filter cannot have a search".into()));
+        }
         self.inner.reader.export(filter, now)
     }
 
@@ -199,7 +204,24 @@ impl Store {
         viewer: &Viewer,
         max: usize,
     ) -> Result<Option<Vec<Item>>, StoreError> {
+        if filter.search.is_some() {
+            return Err(StoreError::Search("an item set's filter cannot have a search".into()));
+        }
         self.inner.reader.items(filter, now, viewer, max)
+    }
+
+    /// Whether the NIP-50 search index can answer; None when it is not kept (`storage.search`
+    /// off).
+    pub fn search_state(&self) -> Option<crate::search::SearchState> {
+        self.inner.reader.search.as_ref().map(|s| s.feed.state())
+    }
+
+    /// Waits until the search index has committed every change the store made before this call
+    /// (`hearth search-reindex`, tests); at once when it is not kept.
+    pub fn search_flush(&self) {
+        if let Some(searching) = &self.inner.reader.search {
+            searching.feed.flush();
+        }
     }
 
     /// [`Store::items`] off the async reactor.

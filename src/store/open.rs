@@ -18,6 +18,7 @@ use super::index::Indexes;
 use super::migrate;
 use super::progress::Progress;
 use super::query::Reader;
+use super::search::{self, SearchTuning};
 use super::view::{Mark, View};
 use super::write::control::Control;
 use super::write::remap;
@@ -25,12 +26,14 @@ use super::write::shared::Shared;
 use super::write::{Writes, replay};
 
 /// How a store is opened (`[storage]` settings).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Tuning {
     /// sled's page cache, MiB.
     pub cache_capacity_mb: u64,
     /// Events the in-memory part of the index holds before they are written out as a segment.
     pub index_memory_events: usize,
+    /// The search index (NIP-50), when it is kept.
+    pub search: Option<SearchTuning>,
 }
 
 /// The parts of one open store.
@@ -63,7 +66,8 @@ pub(crate) fn open_migrating(dir: &Path, tuning: Tuning) -> Result<Opened, Store
     tracing::info!(ms = started.elapsed().as_millis() as u64, "catalogue open");
     let durable = Durable::open(dir)?;
     let open_log = |name: &str, committed| Log::open(dir, name, committed);
-    let opened = from_db(db, Some(Arc::new(durable)), Some((dir, tuning.index_memory_events)), open_log)?;
+    let at = Some(At { dir, index_memory_events: tuning.index_memory_events, search: tuning.search.as_ref() });
+    let opened = from_db(db, Some(Arc::new(durable)), at, open_log)?;
     let generation = opened.reader.view().generation;
     log::remove_other_generations(dir, &log::file_name(generation))?;
     Ok(opened)
@@ -75,15 +79,25 @@ pub(crate) fn temporary() -> Result<Opened, StoreError> {
     from_db(db, None, None, |_, _| Ok(Log::memory()))
 }
 
+/// Where a store on disk is, and what of it is kept beside its events.
+pub(crate) struct At<'a> {
+    pub(crate) dir: &'a Path,
+    /// The in-memory index's size.
+    pub(crate) index_memory_events: usize,
+    /// The search index, when it is kept.
+    pub(crate) search: Option<&'a SearchTuning>,
+}
+
 /// The store over an open database; `open_log` opens the event log file of its generation
-/// at its committed end. `dir` is the data directory and the in-memory index's size (none for a
-/// temporary store).
+/// at its committed end. `at` is where it is on disk (none for a temporary store).
 pub(crate) fn from_db(
     db: sled::Db,
     durable: Option<Arc<Durable>>,
-    dir: Option<(&Path, usize)>,
+    at: Option<At>,
     open_log: impl FnOnce(&str, u64) -> Result<Log, log::LogError>,
 ) -> Result<Opened, StoreError> {
+    let search = at.as_ref().and_then(|at| at.search);
+    let dir = at.as_ref().map(|at| (at.dir, at.index_memory_events));
     if let Some((_, found)) = migrate::found(&db) {
         return Err(StoreError::Schema { found });
     }
@@ -126,6 +140,10 @@ pub(crate) fn from_db(
     }
     let (index, changed) = Indexes::open(&tree, &log, dir, log_generation, &places)?;
     let dir = dir.map(|(dir, _)| dir);
+    let searching = match (dir, search) {
+        (Some(dir), Some(tuning)) => Some(Arc::new(search::open(dir, tuning, &tree, &log, log_generation)?)),
+        _ => None,
+    };
     if changed {
         flush_durably(&db, durable.as_deref())?;
     }
@@ -140,9 +158,10 @@ pub(crate) fn from_db(
     let settings = db.open_tree(SETTINGS_TREE)?;
     let audit = db.open_tree(AUDIT_TREE)?;
     let dir = dir.map(Path::to_path_buf);
-    let reader = Reader { tree: tree.clone(), view: view.clone(), damaged: Arc::default() };
+    let feed = searching.as_ref().map(|s| s.feed.clone());
+    let reader = Reader { tree: tree.clone(), view: view.clone(), damaged: Arc::default(), search: searching };
     let compaction = Arc::new(Control::default());
-    let shared = Shared { db, tree, view, durable, dir, compaction };
+    let shared = Shared { db, tree, view, durable, dir, compaction, search: feed };
     let writes = Writes::start(shared, settings, remap)?;
     Ok(Opened { audit, reader, writes })
 }

@@ -18,6 +18,7 @@ use super::format::log::{Log, LogError};
 use super::format::{Serial, keys, record};
 use super::index::Key;
 use super::plan::{Plan, lists_are_exact};
+use super::search::Searching;
 use super::view::{Mark, View};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp, Viewer};
 
@@ -28,6 +29,8 @@ pub(crate) struct Reader {
     pub(crate) tree: Tree,
     pub(crate) view: Arc<RwLock<View>>,
     pub(crate) damaged: Arc<Damaged>,
+    /// The search index, when `storage.search` is on.
+    pub(crate) search: Option<Arc<Searching>>,
 }
 
 impl Reader {
@@ -37,7 +40,7 @@ impl Reader {
     }
 
     /// The record of a stored event by id.
-    fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
+    pub(super) fn record_by_id(&self, id: &EventId) -> Result<Option<(Serial, Vec<u8>)>, StoreError> {
         let read = {
             let view = self.view();
             let serial = catalogue::get(&self.tree, &view.places, id)?;
@@ -81,6 +84,9 @@ impl Reader {
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        if filters.iter().any(|f| f.search.is_some()) {
+            return self.query_searching(filters, now, viewer);
+        }
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
         // compaction meanwhile replaces the view, and the old log stays open for this read).
@@ -101,6 +107,39 @@ impl Reader {
             };
             (hits, view.log.clone(), view.mark)
         };
+        Ok((self.rendered(hits, &log)?, mark))
+    }
+
+    /// `query_marked` of filters of which some search: each searching filter's events most
+    /// relevant first, in the filters' order, then the others' newest first, no event twice.
+    /// Its mark is the first: the index runs up to a commit interval behind the store, so a
+    /// subscription is sent every live event after its query.
+    fn query_searching(
+        &self,
+        filters: &[Filter],
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        let mut hits = Vec::new();
+        for filter in filters.iter().filter(|f| f.search.is_some()) {
+            hits.extend(self.search(filter, now, viewer)?);
+        }
+        let plain: Vec<Filter> = filters.iter().filter(|f| f.search.is_none()).cloned().collect();
+        let log = self.view().log.clone();
+        let mut seen = HashSet::new();
+        hits.retain(|hit| seen.insert(hit.id));
+        let mut out = self.rendered(hits, &log)?;
+        if !plain.is_empty() {
+            let (rest, _) = self.query_marked(&plain, now, viewer)?;
+            let ids: HashSet<&str> = out.iter().map(|e| e.as_str()).collect();
+            let rest: Vec<EventJson> = rest.into_iter().filter(|e| !ids.contains(e.as_str())).collect();
+            out.extend(rest);
+        }
+        Ok((out, Mark::default()))
+    }
+
+    /// The JSON of `hits`' records, read from `log` where the scan did not read them.
+    fn rendered(&self, hits: Vec<Hit>, log: &Log) -> Result<Vec<EventJson>, StoreError> {
         let mut out = Vec::with_capacity(hits.len());
         let damaged = &self.damaged;
         for hit in hits {
@@ -114,18 +153,25 @@ impl Reader {
                 out.push(json);
             }
         }
-        Ok((out, mark))
+        Ok(out)
     }
 
     /// How many stored events match any filter (NIP-45); `limit` is ignored. A filter with no
     /// condition besides what names its index lists (and `since`/`until`) is counted from the
     /// lists alone, without reading a record.
     pub(crate) fn count(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
+        // Searching filters first: their checks take the view for each event they read.
+        let mut seen = HashSet::new();
+        for filter in filters.iter().filter(|f| f.search.is_some()) {
+            seen.extend(self.search_count(filter, now, viewer)?);
+        }
         let view = &*self.view();
         {
-            let mut seen = HashSet::new();
             let mut expired = None;
             for filter in filters {
+                if filter.search.is_some() {
+                    continue;
+                }
                 match Plan::of(filter) {
                     // A list counts events `viewer` may not read: only a filter that can match
                     // none of those is counted from the lists alone.
@@ -283,9 +329,9 @@ fn render(stored: &[u8]) -> Result<EventJson, StoreError> {
 
 /// An indexed event a scan met: its header, and its record when that was read for the header.
 pub(super) struct Candidate {
-    serial: Serial,
-    header: record::Header,
-    record: Option<Vec<u8>>,
+    pub(super) serial: Serial,
+    pub(super) header: record::Header,
+    pub(super) record: Option<Vec<u8>>,
 }
 
 /// The damaged records serving has met: each is logged once and skipped, so a reader gets every
@@ -406,7 +452,7 @@ impl Iterator for Export {
 pub(super) struct Hit {
     pub(super) created_at: Timestamp,
     pub(super) id: EventId,
-    serial: Serial,
+    pub(super) serial: Serial,
     /// The record's length, from the index.
     len: u32,
     record: Option<Vec<u8>>,

@@ -80,6 +80,9 @@ const PRIVATE_KINDS_NEED_AUTH: &str =
 fn closed(sub_id: String, error: &QueryError) -> RelayMessage {
     let message = match error {
         QueryError::Limits(reason) => format!("error: {reason}"),
+        QueryError::Invalid(reason) => format!("invalid: {reason}"),
+        QueryError::Unsupported(reason) => format!("unsupported: {reason}"),
+        QueryError::Unavailable(reason) => format!("error: {reason}"),
         QueryError::RateLimited(limited) => limited.to_string(),
         QueryError::Store(_) => "error: the query failed".into(),
     };
@@ -148,7 +151,9 @@ pub(super) fn frame(
             }))
         }
         ClientMessage::Req { sub_id, mut filters } => {
-            if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
+            if let Err(closed) =
+                check_request(admitted, needs_auth, (lim, app.config.limits.max_search_chars), &sub_id, &mut filters)
+            {
                 return Action::Reply(closed);
             }
             if wants_invite(&filters) {
@@ -167,7 +172,9 @@ pub(super) fn frame(
             Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters, viewer)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
-            if let Err(closed) = check_request(admitted, needs_auth, lim, &sub_id, &mut filters) {
+            if let Err(closed) =
+                check_request(admitted, needs_auth, (lim, app.config.limits.max_search_chars), &sub_id, &mut filters)
+            {
                 return Action::Reply(closed);
             }
             if let Some(refused) = read_refusal(app, session, &filters) {
@@ -307,7 +314,7 @@ fn refused_neg(sub_id: &str, refused: &Refusal, challenge: &str) -> Action {
 fn check_request(
     admitted: Result<(), RateLimited>,
     needs_auth: bool,
-    lim: &crate::config::Limitation,
+    (lim, max_search_chars): (&crate::config::Limitation, usize),
     sub_id: &str,
     filters: &mut [Filter],
 ) -> Result<(), RelayMessage> {
@@ -315,7 +322,7 @@ fn check_request(
     if needs_auth {
         return Err(RelayMessage::Closed { sub_id: sub_id.to_string(), message: AUTH_REQUIRED.into() });
     }
-    query::prepare(lim, sub_id, filters).map_err(|e| closed(sub_id.to_string(), &e))
+    query::prepare(lim, max_search_chars, sub_id, filters).map_err(|e| closed(sub_id.to_string(), &e))
 }
 
 /// Checks a NIP-42 answer: signature, kind, challenge, relay, time.

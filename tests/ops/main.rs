@@ -16,5 +16,6 @@ mod dev;
 mod durability;
 mod fuzz_corpus;
 mod limiter;
+mod search;
 mod sockets;
 mod sync;

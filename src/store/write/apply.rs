@@ -9,6 +9,7 @@ use sled::IVec;
 
 use super::pending::{Pending, pending_get, pending_insert, pending_remove};
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp};
+use crate::search::Change;
 use crate::store::error::StoreError;
 use crate::store::format::log::FRAME_HEADER;
 use crate::store::format::{Serial, keys, record};
@@ -78,6 +79,7 @@ pub(crate) fn remove_into(p: &mut Pending, id: &EventId) -> Result<Option<Event>
     {
         p.remove(address);
     }
+    p.search_change(event.kind, || Change::Remove(*id));
     let header = record::header(&stored)?;
     // An index segment lists it (segments never change, so the removal is kept beside them), or
     // its record is in the log's tail, which a start after a crash reads back: either way the
@@ -127,6 +129,7 @@ pub(crate) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
     };
     pending_insert(p, &event.id, serial)?;
     p.op_index.push(IndexOp::Insert(serial, header, index::keys_of(&header, &event.tags)));
+    p.search_change(event.kind, || Change::Add(event.clone()));
     if event.kind == Kind::DELETION {
         delete_targets(p, event)?;
     }

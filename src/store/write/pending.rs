@@ -7,10 +7,12 @@
 //! that decide what a write changes are `apply`'s.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sled::{Batch, IVec, Tree};
 
 use crate::protocol::EventId;
+use crate::search::{Change, Feed};
 use crate::store::catalogue::Places;
 use crate::store::error::StoreError;
 use crate::store::format::bucket::{find, key, with, without};
@@ -36,6 +38,12 @@ pub(crate) struct Pending<'t> {
     op: HashMap<Vec<u8>, Option<Vec<u8>>>,
     op_frames: Vec<u8>,
     pub(crate) op_index: Vec<IndexOp>,
+    /// The search index's feed (the writer's groups only): what it wants is collected below.
+    pub(crate) search: Option<Arc<Feed>>,
+    group_search: Vec<Change>,
+    pub(crate) op_search: Vec<Change>,
+    /// The search changes of the groups applied, for the writer to send on.
+    pub(crate) applied_search: Vec<Change>,
 }
 
 impl<'t> Pending<'t> {
@@ -52,6 +60,17 @@ impl<'t> Pending<'t> {
             op: HashMap::new(),
             op_frames: Vec::new(),
             op_index: Vec::new(),
+            search: None,
+            group_search: Vec::new(),
+            op_search: Vec::new(),
+            applied_search: Vec::new(),
+        }
+    }
+
+    /// A change to the search index, when it is kept and wants events of `kind`.
+    pub(crate) fn search_change(&mut self, kind: crate::protocol::Kind, change: impl FnOnce() -> Change) {
+        if self.search.as_ref().is_some_and(|feed| feed.wants(kind)) {
+            self.op_search.push(change());
         }
     }
 
@@ -94,10 +113,12 @@ impl<'t> Pending<'t> {
             self.group.extend(self.op.drain());
             self.group_frames.append(&mut self.op_frames);
             self.group_index.append(&mut self.op_index);
+            self.group_search.append(&mut self.op_search);
         } else {
             self.op.clear();
             self.op_frames.clear();
             self.op_index.clear();
+            self.op_search.clear();
         }
         outcome
     }
@@ -126,6 +147,7 @@ impl<'t> Pending<'t> {
             return Err(StoreError::LogFull);
         }
         let ops = std::mem::take(&mut self.group_index);
+        let search = std::mem::take(&mut self.group_search);
         let mut batch = Batch::default();
         for (key, value) in self.group.drain() {
             match value {
@@ -151,6 +173,7 @@ impl<'t> Pending<'t> {
             return Err(e.into());
         }
         self.start = end;
+        self.applied_search.extend(search);
         Ok(ops)
     }
 }

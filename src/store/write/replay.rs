@@ -32,6 +32,14 @@ pub(crate) fn sweep_frame(now: Timestamp) -> Vec<u8> {
     frame
 }
 
+/// The event a moderation removal's log frame removed; None for any other frame.
+pub(crate) fn removed_by(frame: &[u8]) -> Option<EventId> {
+    match frame.split_first() {
+        Some((&REMOVE_FRAME, id)) => id.try_into().ok().map(EventId),
+        _ => None,
+    }
+}
+
 /// Redoes, in order, the writes whose frames are in the event log after the end sled made
 /// durable (`serials`, from [`Log::recover_tail`]): puts, removals and sweeps take the same code
 /// as the first time against the same state, so they decide the same way. Returns how many frames

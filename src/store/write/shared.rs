@@ -11,6 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use sled::Tree;
 
 use super::control::Control;
+use crate::search::{Feed, Position};
 use crate::store::db::flush_durably;
 use crate::store::error::StoreError;
 use crate::store::format::durable::Durable;
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub dir: Option<PathBuf>,
     /// When a compaction is due.
     pub compaction: Arc<Control>,
+    /// The search index's feed, when `storage.search` is on: each group's changes go to it.
+    pub search: Option<Arc<Feed>>,
 }
 
 impl Shared {
@@ -41,6 +44,12 @@ impl Shared {
     /// The log the next group's frames go to.
     pub(crate) fn log(&self) -> Arc<Log> {
         self.view.read().unwrap_or_else(PoisonError::into_inner).log.clone()
+    }
+
+    /// Where the store is, as the search index records it.
+    pub(crate) fn position(&self) -> Position {
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        Position { generation: view.generation, end: view.log.end() }
     }
 
     /// The view, for the writer's changes; readers wait meanwhile.

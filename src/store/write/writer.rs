@@ -36,6 +36,7 @@ use super::remapping::{Remapping, Turn, remap_turn};
 use super::replay::{remove_frame, sweep_frame};
 use super::shared::Shared;
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
+use crate::search::Position;
 use crate::store::error::StoreError;
 use crate::store::index::meta::written_out;
 use crate::store::view::Mark;
@@ -116,7 +117,13 @@ impl Shared {
         let mut view = self.view_mut();
         view.index.apply(ops, pending.start);
         view.mark = view.mark.next();
-        Ok(view.mark)
+        let (mark, position) = (view.mark, Position { generation: view.generation, end: view.log.end() });
+        drop(view);
+        // After the commit, so that the search index never holds an event the store does not.
+        if let Some(feed) = &self.search {
+            feed.send(std::mem::take(&mut pending.applied_search), Some(position));
+        }
+        Ok(mark)
     }
 
     /// Writes the in-memory index out as a segment when it is due (between groups, so that it
@@ -202,6 +209,7 @@ fn run(w: Shared, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
         let log = w.log();
         let places = w.view.read().unwrap_or_else(PoisonError::into_inner).places.clone();
         let mut pending = Pending::new(&w.tree, &log, places);
+        pending.search = w.search.clone();
         let mut compaction = None;
         let mut applied: Result<(), Arc<StoreError>> = Ok(());
         let mut next = Some(first);
@@ -283,6 +291,10 @@ fn run(w: Shared, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
                 let _ = reply.send(outcome.map(|swapped| swapped.compacted));
             }
             flushed = Instant::now();
+            // The log's generation and end changed: the search index records the new ones.
+            if let Some(feed) = &w.search {
+                feed.send(Vec::new(), Some(w.position()));
+            }
         } else {
             // A step after each group, so that a busy relay finishes its remap too.
             remap_turn(&w, &mut remapping, &merges);
@@ -307,6 +319,11 @@ fn run(w: Shared, mut rx: mpsc::Receiver<WriteOp>, remap: Option<Remap>) {
     }
     if let Err(e) = w.flush() {
         tracing::error!(error = %e, "final flush failed");
+    }
+    // The search index commits what the last groups changed (a rebuild in progress is left for
+    // the next start).
+    if let Some(feed) = &w.search {
+        feed.stop();
     }
     // This thread's handle on the database goes before shutdown is acknowledged, so that once
     // the store's own handles are dropped the directory can be opened again at once.

@@ -1,0 +1,223 @@
+//! Asking the search index: a parsed NIP-50 query, narrowed by the rest of its filter, answered
+//! most relevant first; and the same question of one event, for live delivery.
+//!
+//! Owns turning a [`SearchQuery`] into tantivy's queries (a word or phrase is a phrase of its
+//! terms, a prefix a regex over the last one's completions), narrowing them by the filter's
+//! `ids`, `kinds`, `authors`, `since` and `until` inside the index (its tag conditions are the
+//! store's to check), ranking (BM25, ties newest first), and [`matches`].
+
+use std::collections::HashSet;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use tantivy::collector::{DocSetCollector, TopDocs};
+use tantivy::index::SegmentId;
+use tantivy::query::{BooleanQuery, Occur, PhraseQuery, Query, RangeQuery, RegexQuery, TermQuery};
+use tantivy::schema::{IndexRecordOption, Value};
+use tantivy::{DocAddress, DocId, Score, Searcher, SegmentReader, TantivyDocument, Term};
+
+use super::analyzer::terms;
+use super::index::{SearchError, SearchIndex, languages_of, text_of};
+use crate::protocol::search::{Part, SearchQuery};
+use crate::protocol::{Event, EventId, Filter, Timestamp};
+
+/// One event a query found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found {
+    /// The event.
+    pub id: EventId,
+    /// Its relevance (BM25).
+    pub score: f32,
+    /// Its `created_at`, which breaks ties of score.
+    pub created_at: Timestamp,
+}
+
+/// A query's parts as tantivy's: what must match (with the filter's narrowing), and what must not.
+struct Built {
+    required: Box<dyn Query>,
+    excluded: Vec<Box<dyn Query>>,
+}
+
+impl SearchIndex {
+    /// The events for `query` within `filter`'s ids, kinds, authors, since and until, most
+    /// relevant first (ties: newest first): the `take` after the first `skip`.
+    ///
+    /// Excluded parts are found first and sorted last, not given to tantivy as `MustNot`: a
+    /// phrase under `MustNot` trips tantivy 0.27's phrase scorer (its seek is asked to go back).
+    pub fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &Filter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<Found>, SearchError> {
+        let Some(built) = self.build(query, filter)? else { return Ok(Vec::new()) };
+        let searcher = self.reader.searcher();
+        let out = Arc::new(excluded(&searcher, &built)?);
+        let wanted = skip.saturating_add(take).saturating_add(out.len()).max(1);
+        let by_score_then_time = TopDocs::with_limit(wanted).tweak_score(move |segment: &SegmentReader| {
+            let at = segment.fast_fields().u64("created_at").ok().map(|c| c.first_or_default_col(0));
+            let (segment, out) = (segment.segment_id(), out.clone());
+            move |doc: DocId, score: Score| {
+                let at = at.as_ref().map_or(0, |c| c.get_val(doc));
+                if out.contains(&(segment, doc)) { (Score::NEG_INFINITY, at) } else { (score, at) }
+            }
+        });
+        let top = searcher.search(built.required.as_ref(), &by_score_then_time)?;
+        let mut found = Vec::with_capacity(top.len().min(take));
+        for ((score, at), address) in top.into_iter().skip(skip) {
+            if score == Score::NEG_INFINITY || found.len() == take {
+                break;
+            }
+            if let Some(id) = self.id_at(&searcher, address)? {
+                found.push(Found { id, score, created_at: Timestamp(at) });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every event for `query` within `filter`'s narrowing, in no order (NIP-45's count).
+    pub fn all(&self, query: &SearchQuery, filter: &Filter) -> Result<Vec<EventId>, SearchError> {
+        let Some(built) = self.build(query, filter)? else { return Ok(Vec::new()) };
+        let searcher = self.reader.searcher();
+        let out = excluded(&searcher, &built)?;
+        let mut ids = Vec::new();
+        for address in searcher.search(built.required.as_ref(), &DocSetCollector)? {
+            let segment = searcher.segment_reader(address.segment_ord).segment_id();
+            if !out.contains(&(segment, address.doc_id))
+                && let Some(id) = self.id_at(&searcher, address)?
+            {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
+    fn id_at(&self, searcher: &Searcher, address: DocAddress) -> Result<Option<EventId>, SearchError> {
+        let doc: TantivyDocument = searcher.doc(address)?;
+        let id = doc.get_first(self.fields.id).and_then(|v| v.as_bytes()).and_then(|b| <[u8; 32]>::try_from(b).ok());
+        Ok(id.map(EventId))
+    }
+
+    /// `query` as tantivy's, narrowed by `filter`; None when nothing required has a term (only
+    /// punctuation, say) or the filter can match nothing.
+    fn build(&self, query: &SearchQuery, filter: &Filter) -> Result<Option<Built>, SearchError> {
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        for part in &query.required {
+            if let Some(q) = self.part(part)? {
+                clauses.push((Occur::Must, q));
+            }
+        }
+        if clauses.is_empty() || filter.is_empty_set() {
+            return Ok(None);
+        }
+        let f = self.fields;
+        let any_of = |terms: Vec<Term>| -> Box<dyn Query> {
+            let should = terms
+                .into_iter()
+                .map(|t| (Occur::Should, Box::new(TermQuery::new(t, IndexRecordOption::Basic)) as Box<dyn Query>));
+            Box::new(BooleanQuery::new(should.collect()))
+        };
+        if let Some(ids) = &filter.ids {
+            clauses.push((Occur::Must, any_of(ids.iter().map(|id| Term::from_field_bytes(f.id, &id.0)).collect())));
+        }
+        if let Some(kinds) = &filter.kinds {
+            let kinds = kinds.iter().map(|k| Term::from_field_u64(f.kind, u64::from(k.0)));
+            clauses.push((Occur::Must, any_of(kinds.collect())));
+        }
+        if let Some(authors) = &filter.authors {
+            let authors = authors.iter().map(|a| Term::from_field_bytes(f.pubkey, &a.0));
+            clauses.push((Occur::Must, any_of(authors.collect())));
+        }
+        if filter.since.is_some() || filter.until.is_some() {
+            let bound = |at: Option<Timestamp>| match at {
+                Some(at) => Bound::Included(Term::from_field_u64(f.created_at, at.0)),
+                None => Bound::Unbounded,
+            };
+            clauses.push((Occur::Must, Box::new(RangeQuery::new(bound(filter.since), bound(filter.until)))));
+        }
+        if let Some(language) = &query.language {
+            clauses.push((Occur::Must, any_of(vec![Term::from_field_bytes(f.language, language.as_bytes())])));
+        }
+        let mut excluded = Vec::new();
+        for part in &query.excluded {
+            excluded.extend(self.part(part)?);
+        }
+        Ok(Some(Built { required: Box::new(BooleanQuery::new(clauses)), excluded }))
+    }
+
+    /// One part: a word or phrase as a term or a phrase of its terms (a CJK word is a phrase of
+    /// its pairs), a prefix as its terms with the last one's completions.
+    fn part(&self, part: &Part) -> Result<Option<Box<dyn Query>>, SearchError> {
+        let field = self.fields.text;
+        let term = |t: &str| Term::from_field_text(field, t);
+        let exact = |words: Vec<String>| -> Option<Box<dyn Query>> {
+            match words.len() {
+                0 => None,
+                1 => Some(Box::new(TermQuery::new(term(&words[0]), IndexRecordOption::WithFreqs))),
+                _ => Some(Box::new(PhraseQuery::new(words.iter().map(|w| term(w)).collect()))),
+            }
+        };
+        Ok(match part {
+            Part::Word(text) | Part::Phrase(text) => exact(terms(text)),
+            Part::Prefix(text) => {
+                let mut words = terms(text);
+                let Some(last) = words.pop() else { return Ok(None) };
+                let completions = RegexQuery::from_pattern(&format!("{}.*", regex_escape(&last)), field)?;
+                let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(completions))];
+                clauses.extend(exact(words).map(|q| (Occur::Must, q)));
+                Some(Box::new(BooleanQuery::new(clauses)))
+            }
+        })
+    }
+}
+
+/// The documents any excluded part matches.
+fn excluded(searcher: &Searcher, built: &Built) -> Result<HashSet<(SegmentId, DocId)>, SearchError> {
+    let mut out = HashSet::new();
+    for q in &built.excluded {
+        for address in searcher.search(q.as_ref(), &DocSetCollector)? {
+            out.insert((searcher.segment_reader(address.segment_ord).segment_id(), address.doc_id));
+        }
+    }
+    Ok(out)
+}
+
+/// True when `event`'s text matches `query` as the index would find it: every required part
+/// and no excluded one (a live event, for a subscription that searches; the filter's other
+/// fields are the caller's to check). A part with no terms matches nothing, as in the index.
+pub fn matches(query: &SearchQuery, event: &Event) -> bool {
+    let text = terms(&text_of(event));
+    let has = |part: &Part| {
+        let (mut words, prefix) = match part {
+            Part::Word(t) | Part::Phrase(t) => (terms(t), false),
+            Part::Prefix(t) => (terms(t), true),
+        };
+        let Some(last) = words.pop() else { return false };
+        text.windows(words.len() + 1).any(|window| {
+            let (head, tail) = window.split_at(words.len());
+            head == words.as_slice() && if prefix { tail[0].starts_with(&last) } else { tail[0] == last }
+        })
+    };
+    let required: Vec<&Part> = query.required.iter().filter(|p| !part_terms(p).is_empty()).collect();
+    let language = query.language.as_ref().is_none_or(|want| languages_of(event).any(|l| l == *want));
+    language && !required.is_empty() && required.iter().all(|p| has(p)) && !query.excluded.iter().any(has)
+}
+
+fn part_terms(part: &Part) -> Vec<String> {
+    match part {
+        Part::Word(t) | Part::Phrase(t) | Part::Prefix(t) => terms(t),
+    }
+}
+
+/// `text` with the regex syntax's special characters escaped.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~\"@<>".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,0 +1,232 @@
+//! The store's side of NIP-50: its search index opened beside it, caught up with it, and read.
+//!
+//! Owns [`Searching`] (the index and the feed thread that writes it, as one open store holds
+//! them), deciding at open whether the index is in step, behind (caught up from the event log's
+//! frames after its position) or unusable (rebuilt from every stored event), and the read path
+//! of a filter with `search`: the index ranks, and every event it names is read from the store
+//! and checked as any query's candidate is (still stored, not expired, the filter's tag
+//! conditions, the viewer's read rules), so an index that is behind or ahead of the store after
+//! a crash never serves an event the store does not have. An id the store no longer holds is
+//! removed from the index as it is met.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sled::Tree;
+
+use super::catalogue;
+use super::error::StoreError;
+use super::format::Serial;
+use super::format::log::{FRAME_HEADER, Log};
+use super::format::record;
+use super::query::{Candidate, Hit, Reader, hit};
+use crate::protocol::search::{SearchQuery, parse};
+use crate::protocol::{EventId, Filter, Kind, Timestamp, Viewer};
+use crate::search::{CatchUp, Change, Feed, Position, SearchIndex, SearchState, Source};
+
+/// The directory of the search index, inside the data directory.
+pub const SEARCH_DIR: &str = "search";
+
+/// How a store's search index is kept (`storage.search*`).
+#[derive(Clone, Debug)]
+pub struct SearchTuning {
+    /// The kinds indexed.
+    pub kinds: Vec<Kind>,
+    /// The index writer's memory, MiB.
+    pub memory_mb: u64,
+}
+
+/// The search index of one open store and the thread that writes it.
+pub(crate) struct Searching {
+    pub(crate) index: Arc<SearchIndex>,
+    pub(crate) feed: Arc<Feed>,
+}
+
+/// What a rebuild or catch-up reads: the store's catalogue and event log up to `end`.
+struct Frames {
+    tree: Tree,
+    log: Arc<Log>,
+    from: Serial,
+    end: Serial,
+    kinds: Vec<Kind>,
+    position: Position,
+}
+
+impl Frames {
+    /// Each frame from `from` to `end`: a record of an indexed kind still stored is added, one no
+    /// longer stored removed (replaced or deleted since), a moderation removal removed; a
+    /// deletion's `e` targets no longer stored are removed too.
+    fn read(self, apply: &mut dyn FnMut(Change)) -> Result<Position, String> {
+        let mut at = self.from;
+        while at < self.end {
+            let frame = match self.log.read(at) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::warn!(serial = at, error = %e, "a damaged record is left out of the search index");
+                    let Some(len) = self.log.claimed_len(at) else { break };
+                    at += FRAME_HEADER + len;
+                    continue;
+                }
+            };
+            at += FRAME_HEADER + frame.len() as u64;
+            if let Some(id) = super::write::replay::removed_by(&frame) {
+                apply(Change::Remove(id));
+                continue;
+            }
+            if frame.first() != Some(&record::FORMAT) {
+                continue;
+            }
+            let Ok(event) = record::decode(&frame) else { continue };
+            let held = |id: &EventId| catalogue::contains(&self.tree, id).map_err(|e| e.to_string());
+            if event.kind == Kind::DELETION {
+                for target in event.tags.iter().filter(|t| t.first().is_some_and(|n| n == "e")) {
+                    if let Some(id) = target.get(1).and_then(|hex| EventId::from_hex(hex))
+                        && !held(&id)?
+                    {
+                        apply(Change::Remove(id));
+                    }
+                }
+            }
+            if self.kinds.contains(&event.kind) {
+                match held(&event.id)? {
+                    true => apply(Change::Add(event)),
+                    false => apply(Change::Remove(event.id)),
+                }
+            }
+        }
+        Ok(self.position)
+    }
+}
+
+/// Opens the search index in `dir` beside a store whose log (of `generation`) is `log`, and
+/// starts its feed: caught up from its position when it is behind in the same generation,
+/// rebuilt from every stored event when it is missing, of another version or generation, or
+/// ahead of the store (a store restored from a backup).
+pub(crate) fn open(
+    dir: &Path,
+    tuning: &SearchTuning,
+    tree: &Tree,
+    log: &Arc<Log>,
+    generation: u64,
+) -> Result<Searching, StoreError> {
+    let memory = usize::try_from(tuning.memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    let index = Arc::new(SearchIndex::open(&dir.join(SEARCH_DIR), memory).map_err(search_failed)?);
+    let now = Position { generation, end: log.end() };
+    let held = index.position().map_err(search_failed)?;
+    let from = match held {
+        Some(at) if at == now => None,
+        Some(at) if at.generation == generation && at.end < now.end => Some((at.end, false)),
+        _ => Some((0, true)),
+    };
+    let catch_up = from.map(|(from, from_scratch)| {
+        if from_scratch {
+            tracing::info!("the search index is missing or out of date: it is rebuilt in the background");
+        } else {
+            tracing::info!(
+                bytes = now.end - from,
+                "the search index is behind the store: it catches up in the background"
+            );
+        }
+        let frames = Frames {
+            tree: tree.clone(),
+            log: log.clone(),
+            from,
+            end: now.end,
+            kinds: tuning.kinds.clone(),
+            position: now,
+        };
+        let source: Source = Box::new(move |apply| frames.read(apply));
+        CatchUp { from_scratch, source }
+    });
+    let feed =
+        Feed::start(index.clone(), held.unwrap_or_default(), tuning.kinds.clone(), catch_up).map_err(StoreError::Io)?;
+    Ok(Searching { index, feed: Arc::new(feed) })
+}
+
+fn search_failed(e: crate::search::SearchError) -> StoreError {
+    StoreError::Search(e.to_string())
+}
+
+impl Reader {
+    /// The events of `filter` (which has a `search`) that `viewer` may read, most relevant
+    /// first, at most its `limit`: the index is asked page by page until that many are found
+    /// in the store or it has no more.
+    pub(crate) fn search(&self, filter: &Filter, now: Timestamp, viewer: &Viewer) -> Result<Vec<Hit>, StoreError> {
+        let (searching, query) = self.searching(filter)?;
+        let Some(query) = query else { return Ok(Vec::new()) };
+        let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let page = limit.saturating_mul(2).clamp(32, 1000);
+        let mut hits = Vec::new();
+        let mut skip = 0;
+        while hits.len() < limit {
+            let found = searching.index.search(&query, filter, skip, page).map_err(search_failed)?;
+            for f in &found {
+                if let Some(hit) = self.checked(&searching.feed, filter, &f.id, now, viewer)? {
+                    hits.push(hit);
+                    if hits.len() == limit {
+                        break;
+                    }
+                }
+            }
+            if found.len() < page {
+                break;
+            }
+            skip += page;
+        }
+        Ok(hits)
+    }
+
+    /// How many events of `filter` (which has a `search`) `viewer` may read (NIP-45).
+    /// Returns their serials.
+    pub(crate) fn search_count(
+        &self,
+        filter: &Filter,
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<Vec<Serial>, StoreError> {
+        let (searching, query) = self.searching(filter)?;
+        let Some(query) = query else { return Ok(Vec::new()) };
+        let mut serials = Vec::new();
+        for id in searching.index.all(&query, filter).map_err(search_failed)? {
+            if let Some(hit) = self.checked(&searching.feed, filter, &id, now, viewer)? {
+                serials.push(hit.serial);
+            }
+        }
+        Ok(serials)
+    }
+
+    /// The index, if it can answer, and `filter`'s search parsed (None: it finds nothing).
+    fn searching(&self, filter: &Filter) -> Result<(&Searching, Option<SearchQuery>), StoreError> {
+        let Some(searching) = self.search.as_deref() else { return Err(StoreError::SearchOff) };
+        match searching.feed.state() {
+            SearchState::Ready => {}
+            SearchState::Building { events } => return Err(StoreError::SearchBuilding { events }),
+            SearchState::Failed { reason } => return Err(StoreError::Search(reason)),
+        }
+        // The length limit is the caller's (it was checked before the store was asked).
+        let text = filter.search.as_deref().unwrap_or("");
+        Ok((searching, parse(text, usize::MAX).ok()))
+    }
+
+    /// The event `id` the index found, as a hit of `filter` for `viewer`; an id the store no
+    /// longer holds is removed from the index.
+    fn checked(
+        &self,
+        feed: &Feed,
+        filter: &Filter,
+        id: &EventId,
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<Option<Hit>, StoreError> {
+        let Some((serial, stored)) = self.record_by_id(id)? else {
+            feed.send(vec![Change::Remove(*id)], None);
+            return Ok(None);
+        };
+        let Some(header) = self.damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {
+            return Ok(None);
+        };
+        let candidate = Candidate { serial, header, record: Some(stored) };
+        let log = self.view().log.clone();
+        hit(filter, viewer, candidate, !filter.tags.is_empty(), now, &log, &self.damaged)
+    }
+}
