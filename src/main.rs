@@ -113,6 +113,9 @@ enum Command {
     /// {"from","to","carried","import"}. Run it again if it was cut off. Back the directory up
     /// first: an older hearth cannot read it afterwards. The relay must not be running.
     Migrate,
+    /// Rebuild the NIP-50 search index (data/search) from the stored events; prints
+    /// {"events","seconds"}. The relay must not be running.
+    SearchReindex,
     /// A throwaway relay for local development: 127.0.0.1:7777, a temporary data directory
     /// removed on exit, quotas off, the admin API on with a random token, every frame in and out
     /// logged on stderr. Prints one ready line {"ws","http","admin_token","data_dir"} on stdout.
@@ -182,6 +185,7 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
         }
         Command::Compact => return offline(Offline::Compact, config).await,
         Command::Migrate => return offline(Offline::Migrate, config).await,
+        Command::SearchReindex => return offline(Offline::SearchReindex, config).await,
         Command::Check { repair } => return offline(Offline::Check { repair }, config).await,
     };
     ExitCode::from(code)
@@ -232,6 +236,7 @@ enum Offline {
         repair: bool,
     },
     Migrate,
+    SearchReindex,
 }
 
 /// `export`, `import`, `compact`, `check` and `migrate` on the configured data directory.
@@ -288,6 +293,10 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
             }
         }),
         Offline::Compact => offline::compact(config).await.map(|done| {
+            println!("{}", serde_json::to_string(&done).unwrap_or_default());
+            offline::OK
+        }),
+        Offline::SearchReindex => offline::search_reindex(config).await.map(|done| {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
         }),

@@ -1,5 +1,5 @@
 //! Operations on a data directory while no relay runs: `hearth export`, `hearth import`,
-//! `hearth compact`, `hearth check` and `hearth migrate`; and `hearth sync`, which runs here, or
+//! `hearth compact`, `hearth check`, `hearth migrate` and `hearth search-reindex`; and `hearth sync`, which runs here, or
 //! in the relay that holds the directory.
 //!
 //! Owns opening the data directory the relay's configuration names (refusing, exit 2, while a
@@ -11,11 +11,13 @@ mod dir;
 mod export;
 mod import;
 mod migrate;
+mod reindex;
 mod sync;
 
 pub use export::export;
 pub use import::{ImportSummary, import};
 pub use migrate::{Migrated, migrate};
+pub use reindex::{Reindexed, search_reindex};
 pub use sync::sync;
 
 use crate::config::Config;
@@ -31,12 +33,17 @@ pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineE
 }
 
 /// Audits the configured data directory ([`crate::store::check::check`]); with `repair`, mends what it
-/// found and checks again ([`crate::store::check::repair`]).
+/// found and checks again ([`crate::store::check::repair`]), and rebuilds the search index
+/// ([`search_reindex`]) when it is kept.
 pub async fn check(config: Config, repair: bool) -> Result<crate::store::check::Repaired, OfflineError> {
     let dir = existing(&config)?;
     let cache = config.storage.cache_capacity_mb;
     if repair {
-        return Ok(crate::store::check::repair(&dir, cache).await?);
+        let repaired = crate::store::check::repair(&dir, cache).await?;
+        if config.storage.search {
+            search_reindex(config).await?;
+        }
+        return Ok(repaired);
     }
     let found = tokio::task::spawn_blocking(move || crate::store::check::check(&dir, cache))
         .await

@@ -7,6 +7,7 @@
 //! queue is read: changes that arrive meanwhile wait in the queue and are applied after it, in
 //! the order they were made, so nothing the rebuild read twice or missed stays wrong.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -32,9 +33,10 @@ pub enum Change {
     Remove(EventId),
 }
 
-/// Reads what the index must hold from the store: each change to `apply`, then the position
-/// the index is complete up to once they are in. Run by the feed's thread before the queue.
-pub type Source = Box<dyn FnOnce(&mut dyn FnMut(Change)) -> Result<Position, String> + Send>;
+/// Reads what the index must hold from the store: each change to `apply` (which answers false
+/// when the feed is stopping: the source then ends, with an error), then the position the index
+/// is complete up to once they are in. Run by the feed's thread before the queue.
+pub type Source = Box<dyn FnOnce(&mut dyn FnMut(Change) -> bool) -> Result<Position, String> + Send>;
 
 /// A rebuild (from an empty index) or a catch-up (over what the index holds) to run first.
 pub struct CatchUp {
@@ -72,6 +74,8 @@ enum Msg {
 pub struct Feed {
     tx: Sender<Msg>,
     state: Arc<Mutex<SearchState>>,
+    /// Set by [`Feed::stop`]: a rebuild in progress ends without a commit.
+    stopping: Arc<AtomicBool>,
     kinds: Vec<Kind>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -97,11 +101,12 @@ impl Feed {
             None => SearchState::Ready,
         };
         let state = Arc::new(Mutex::new(first));
-        let thread_state = state.clone();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (thread_state, thread_stopping) = (state.clone(), stopping.clone());
         let thread = std::thread::Builder::new()
             .name("hearth-search".into())
-            .spawn(move || run(&index, at, catch_up, &rx, &thread_state))?;
-        Ok(Feed { tx, state, kinds, thread: Mutex::new(Some(thread)) })
+            .spawn(move || run(&index, at, catch_up, &rx, &thread_state, &thread_stopping))?;
+        Ok(Feed { tx, state, stopping, kinds, thread: Mutex::new(Some(thread)) })
     }
 
     /// Whether events of `kind` are indexed.
@@ -138,6 +143,7 @@ impl Feed {
 
     /// Commits what is queued and stops the thread (the store's stop).
     pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
         let _ = self.tx.send(Msg::Stop);
         let thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(thread) = thread
@@ -200,7 +206,14 @@ impl Writing<'_> {
     }
 }
 
-fn run(index: &SearchIndex, at: Position, catch_up: Option<CatchUp>, rx: &Receiver<Msg>, state: &Mutex<SearchState>) {
+fn run(
+    index: &SearchIndex,
+    at: Position,
+    catch_up: Option<CatchUp>,
+    rx: &Receiver<Msg>,
+    state: &Mutex<SearchState>,
+    stopping: &AtomicBool,
+) {
     let set = |s: SearchState| *state.lock().unwrap_or_else(PoisonError::into_inner) = s;
     let now = Instant::now();
     let mut w = Writing { index, at, committed: at, committed_when: now, dirty_since: None, quiet_until: None };
@@ -213,6 +226,9 @@ fn run(index: &SearchIndex, at: Position, catch_up: Option<CatchUp>, rx: &Receiv
         }
         let mut events = 0u64;
         let read = (catch_up.source)(&mut |change| {
+            if stopping.load(Ordering::Acquire) {
+                return false;
+            }
             if matches!(change, Change::Add(_)) {
                 events += 1;
                 if events.is_multiple_of(10_000) {
@@ -220,6 +236,7 @@ fn run(index: &SearchIndex, at: Position, catch_up: Option<CatchUp>, rx: &Receiv
                 }
             }
             w.apply(change);
+            true
         });
         match read {
             Ok(position) => {
@@ -234,6 +251,11 @@ fn run(index: &SearchIndex, at: Position, catch_up: Option<CatchUp>, rx: &Receiv
                     "the search index is in step with the store"
                 );
                 set(SearchState::Ready);
+            }
+            // Nothing is committed: the next start reads from where the index was.
+            Err(_) if stopping.load(Ordering::Acquire) => {
+                tracing::info!(events, "the store stopped before the search index was in step; the next start goes on");
+                return;
             }
             Err(reason) => {
                 tracing::error!(%reason, "rebuilding the search index failed; run hearth search-reindex");

@@ -216,6 +216,11 @@ impl Store {
         self.inner.reader.search.as_ref().map(|s| s.feed.state())
     }
 
+    /// Events the search index holds (committed); 0 when it is not kept.
+    pub fn search_documents(&self) -> u64 {
+        self.inner.reader.search.as_ref().map_or(0, |s| s.index.len())
+    }
+
     /// Waits until the search index has committed every change the store made before this call
     /// (`hearth search-reindex`, tests); at once when it is not kept.
     pub fn search_flush(&self) {

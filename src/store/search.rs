@@ -56,7 +56,8 @@ impl Frames {
     /// Each frame from `from` to `end`: a record of an indexed kind still stored is added, one no
     /// longer stored removed (replaced or deleted since), a moderation removal removed; a
     /// deletion's `e` targets no longer stored are removed too.
-    fn read(self, apply: &mut dyn FnMut(Change)) -> Result<Position, String> {
+    fn read(self, apply: &mut dyn FnMut(Change) -> bool) -> Result<Position, String> {
+        let mut apply = |change| if apply(change) { Ok(()) } else { Err("stopped".to_string()) };
         let mut at = self.from;
         while at < self.end {
             let frame = match self.log.read(at) {
@@ -70,7 +71,7 @@ impl Frames {
             };
             at += FRAME_HEADER + frame.len() as u64;
             if let Some(id) = super::write::replay::removed_by(&frame) {
-                apply(Change::Remove(id));
+                apply(Change::Remove(id))?;
                 continue;
             }
             if frame.first() != Some(&record::FORMAT) {
@@ -83,14 +84,14 @@ impl Frames {
                     if let Some(id) = target.get(1).and_then(|hex| EventId::from_hex(hex))
                         && !held(&id)?
                     {
-                        apply(Change::Remove(id));
+                        apply(Change::Remove(id))?;
                     }
                 }
             }
             if self.kinds.contains(&event.kind) {
                 match held(&event.id)? {
-                    true => apply(Change::Add(event)),
-                    false => apply(Change::Remove(event.id)),
+                    true => apply(Change::Add(event))?,
+                    false => apply(Change::Remove(event.id))?,
                 }
             }
         }

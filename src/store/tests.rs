@@ -602,7 +602,7 @@ impl Rng {
 
 /// A store whose index is mostly in segments of `per_segment` events.
 fn segmented(dir: &Path, per_segment: usize) -> Store {
-    Store::open_tuned(dir, Tuning { cache_capacity_mb: 8, index_memory_events: per_segment }).unwrap()
+    Store::open_tuned(dir, Tuning { cache_capacity_mb: 8, index_memory_events: per_segment, search: None }).unwrap()
 }
 
 /// The filters both stores are asked.
