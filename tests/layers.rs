@@ -57,6 +57,8 @@ const FLOORS: &[&[&str]] = &[
     &["store::check"],
     &["store"],
     &["store::open"],
+    // NIP-50 in the store: its index opened and caught up, and the search read path.
+    &["store::search"],
     &["store::write"],
     &["store::write::writer"],
     &["store::write::remapping", "store::write::replay"],
@@ -75,7 +77,8 @@ const FLOORS: &[&[&str]] = &[
     &["store::db"],
     &["store::error", "store::progress"],
     &["store::format"],
-    // NIP-50's index: the store's writer will feed it (issue 34), so it sits below the store.
+    // NIP-50's index and the thread that writes it: the store's writer feeds it, so it sits
+    // below the store.
     &["search"],
     &["protocol"],
 ];

@@ -170,6 +170,9 @@ impl Store {
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        if filters.iter().any(|f| f.search.is_some()) {
+            return self.searching()?.query(&self.inner.reader, filters, now, viewer);
+        }
         self.inner.reader.query_marked(filters, now, viewer)
     }
 
@@ -181,6 +184,9 @@ impl Store {
 
     /// [`Store::count`] of what `viewer` may read.
     pub fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
+        if filters.iter().any(|f| f.search.is_some()) {
+            return self.searching()?.count(&self.inner.reader, filters, now, viewer);
+        }
         self.inner.reader.count(filters, now, viewer)
     }
 
@@ -213,18 +219,18 @@ impl Store {
     /// Whether the NIP-50 search index can answer; None when it is not kept (`storage.search`
     /// off).
     pub fn search_state(&self) -> Option<crate::search::SearchState> {
-        self.inner.reader.search.as_ref().map(|s| s.feed.state())
+        self.inner.search.as_ref().map(|s| s.feed.state())
     }
 
     /// Events the search index holds (committed); 0 when it is not kept.
     pub fn search_documents(&self) -> u64 {
-        self.inner.reader.search.as_ref().map_or(0, |s| s.index.len())
+        self.inner.search.as_ref().map_or(0, |s| s.index.len())
     }
 
     /// Waits until the search index has committed every change the store made before this call
     /// (`hearth search-reindex`, tests); at once when it is not kept.
     pub fn search_flush(&self) {
-        if let Some(searching) = &self.inner.reader.search {
+        if let Some(searching) = &self.inner.search {
             searching.feed.flush();
         }
     }
@@ -411,6 +417,11 @@ impl Store {
     ) -> Result<T, StoreError> {
         let store = self.clone();
         tokio::task::spawn_blocking(move || work(&store)).await.map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// The search index, or why a filter with `search` cannot be answered.
+    fn searching(&self) -> Result<&search::Searching, StoreError> {
+        self.inner.search.as_deref().ok_or(StoreError::SearchOff)
     }
 
     fn view(&self) -> RwLockReadGuard<'_, View> {

@@ -18,7 +18,7 @@ use super::index::Indexes;
 use super::migrate;
 use super::progress::Progress;
 use super::query::Reader;
-use super::search::{self, SearchTuning};
+use super::search::{self, SearchTuning, Searching};
 use super::view::{Mark, View};
 use super::write::control::Control;
 use super::write::remap;
@@ -44,6 +44,8 @@ pub(crate) struct Opened {
     pub(crate) reader: Reader,
     /// Writes: the writer's queue, the settings, compactions.
     pub(crate) writes: Writes,
+    /// The NIP-50 search index, when `storage.search` is on.
+    pub(crate) search: Option<Arc<Searching>>,
 }
 
 /// `Store::open` with every setting.
@@ -159,11 +161,11 @@ pub(crate) fn from_db(
     let audit = db.open_tree(AUDIT_TREE)?;
     let dir = dir.map(Path::to_path_buf);
     let feed = searching.as_ref().map(|s| s.feed.clone());
-    let reader = Reader { tree: tree.clone(), view: view.clone(), damaged: Arc::default(), search: searching };
+    let reader = Reader { tree: tree.clone(), view: view.clone(), damaged: Arc::default() };
     let compaction = Arc::new(Control::default());
     let shared = Shared { db, tree, view, durable, dir, compaction, search: feed };
     let writes = Writes::start(shared, settings, remap)?;
-    Ok(Opened { audit, reader, writes })
+    Ok(Opened { audit, reader, writes, search: searching })
 }
 
 /// Once `opened` is the last handle on the store (after its shutdown), closes it and

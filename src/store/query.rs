@@ -18,7 +18,6 @@ use super::format::log::{Log, LogError};
 use super::format::{Serial, keys, record};
 use super::index::Key;
 use super::plan::{Plan, lists_are_exact};
-use super::search::Searching;
 use super::view::{Mark, View};
 use crate::protocol::{EventId, EventJson, Filter, Timestamp, Viewer};
 
@@ -29,8 +28,6 @@ pub(crate) struct Reader {
     pub(crate) tree: Tree,
     pub(crate) view: Arc<RwLock<View>>,
     pub(crate) damaged: Arc<Damaged>,
-    /// The search index, when `storage.search` is on.
-    pub(crate) search: Option<Arc<Searching>>,
 }
 
 impl Reader {
@@ -84,9 +81,6 @@ impl Reader {
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        if filters.iter().any(|f| f.search.is_some()) {
-            return self.query_searching(filters, now, viewer);
-        }
         let limit_of = |f: &Filter| f.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         // The scans see one view; the records are read from its log after the view is let go (a
         // compaction meanwhile replaces the view, and the old log stays open for this read).
@@ -110,36 +104,8 @@ impl Reader {
         Ok((self.rendered(hits, &log)?, mark))
     }
 
-    /// `query_marked` of filters of which some search: each searching filter's events most
-    /// relevant first, in the filters' order, then the others' newest first, no event twice.
-    /// Its mark is the first: the index runs up to a commit interval behind the store, so a
-    /// subscription is sent every live event after its query.
-    fn query_searching(
-        &self,
-        filters: &[Filter],
-        now: Timestamp,
-        viewer: &Viewer,
-    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        let mut hits = Vec::new();
-        for filter in filters.iter().filter(|f| f.search.is_some()) {
-            hits.extend(self.search(filter, now, viewer)?);
-        }
-        let plain: Vec<Filter> = filters.iter().filter(|f| f.search.is_none()).cloned().collect();
-        let log = self.view().log.clone();
-        let mut seen = HashSet::new();
-        hits.retain(|hit| seen.insert(hit.id));
-        let mut out = self.rendered(hits, &log)?;
-        if !plain.is_empty() {
-            let (rest, _) = self.query_marked(&plain, now, viewer)?;
-            let ids: HashSet<&str> = out.iter().map(|e| e.as_str()).collect();
-            let rest: Vec<EventJson> = rest.into_iter().filter(|e| !ids.contains(e.as_str())).collect();
-            out.extend(rest);
-        }
-        Ok((out, Mark::default()))
-    }
-
     /// The JSON of `hits`' records, read from `log` where the scan did not read them.
-    fn rendered(&self, hits: Vec<Hit>, log: &Log) -> Result<Vec<EventJson>, StoreError> {
+    pub(super) fn rendered(&self, hits: Vec<Hit>, log: &Log) -> Result<Vec<EventJson>, StoreError> {
         let mut out = Vec::with_capacity(hits.len());
         let damaged = &self.damaged;
         for hit in hits {
@@ -160,11 +126,18 @@ impl Reader {
     /// condition besides what names its index lists (and `since`/`until`) is counted from the
     /// lists alone, without reading a record.
     pub(crate) fn count(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
-        // Searching filters first: their checks take the view for each event they read.
-        let mut seen = HashSet::new();
-        for filter in filters.iter().filter(|f| f.search.is_some()) {
-            seen.extend(self.search_count(filter, now, viewer)?);
-        }
+        self.count_with(HashSet::new(), filters, now, viewer)
+    }
+
+    /// [`Reader::count`] of the events in `seen` (of filters counted elsewhere: searches) and
+    /// those `filters` match; filters with a `search` are left to that caller.
+    pub(super) fn count_with(
+        &self,
+        mut seen: HashSet<Serial>,
+        filters: &[Filter],
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<u64, StoreError> {
         let view = &*self.view();
         {
             let mut expired = None;

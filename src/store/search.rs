@@ -9,6 +9,7 @@
 //! a crash never serves an event the store does not have. An id the store no longer holds is
 //! removed from the index as it is met.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,8 +21,9 @@ use super::format::Serial;
 use super::format::log::{FRAME_HEADER, Log};
 use super::format::record;
 use super::query::{Candidate, Hit, Reader, hit};
+use super::view::Mark;
 use crate::protocol::search::{SearchQuery, parse};
-use crate::protocol::{EventId, Filter, Kind, Timestamp, Viewer};
+use crate::protocol::{EventId, EventJson, Filter, Kind, Timestamp, Viewer};
 use crate::search::{CatchUp, Change, Feed, Position, SearchIndex, SearchState, Source};
 
 /// The directory of the search index, inside the data directory.
@@ -148,21 +150,76 @@ fn search_failed(e: crate::search::SearchError) -> StoreError {
     StoreError::Search(e.to_string())
 }
 
-impl Reader {
+impl Searching {
+    /// `Store::query_as` of filters of which some search: each searching filter's events most
+    /// relevant first, in the filters' order, then the others' newest first, no event twice.
+    /// Its mark is the first: the index runs up to a commit interval behind the store, so a
+    /// subscription is sent every live event after its query.
+    pub(crate) fn query(
+        &self,
+        reader: &Reader,
+        filters: &[Filter],
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        let mut hits = Vec::new();
+        for filter in filters.iter().filter(|f| f.search.is_some()) {
+            hits.extend(self.search(reader, filter, now, viewer)?);
+        }
+        let log = reader.view().log.clone();
+        let mut seen = HashSet::new();
+        hits.retain(|hit| seen.insert(hit.id));
+        let mut out = reader.rendered(hits, &log)?;
+        let plain: Vec<Filter> = filters.iter().filter(|f| f.search.is_none()).cloned().collect();
+        if !plain.is_empty() {
+            let (rest, _) = reader.query_marked(&plain, now, viewer)?;
+            let shown: HashSet<&str> = out.iter().map(EventJson::as_str).collect();
+            let rest: Vec<EventJson> = rest.into_iter().filter(|e| !shown.contains(e.as_str())).collect();
+            out.extend(rest);
+        }
+        Ok((out, Mark::default()))
+    }
+
+    /// `Store::count_as` of filters of which some search (NIP-45).
+    pub(crate) fn count(
+        &self,
+        reader: &Reader,
+        filters: &[Filter],
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<u64, StoreError> {
+        let mut seen = HashSet::new();
+        for filter in filters.iter().filter(|f| f.search.is_some()) {
+            let Some(query) = self.parsed(filter)? else { continue };
+            for id in self.index.all(&query, filter).map_err(search_failed)? {
+                if let Some(hit) = self.checked(reader, filter, &id, now, viewer)? {
+                    seen.insert(hit.serial);
+                }
+            }
+        }
+        let plain: Vec<Filter> = filters.iter().filter(|f| f.search.is_none()).cloned().collect();
+        reader.count_with(seen, &plain, now, viewer)
+    }
+
     /// The events of `filter` (which has a `search`) that `viewer` may read, most relevant
     /// first, at most its `limit`: the index is asked page by page until that many are found
     /// in the store or it has no more.
-    pub(crate) fn search(&self, filter: &Filter, now: Timestamp, viewer: &Viewer) -> Result<Vec<Hit>, StoreError> {
-        let (searching, query) = self.searching(filter)?;
-        let Some(query) = query else { return Ok(Vec::new()) };
+    fn search(
+        &self,
+        reader: &Reader,
+        filter: &Filter,
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let Some(query) = self.parsed(filter)? else { return Ok(Vec::new()) };
         let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let page = limit.saturating_mul(2).clamp(32, 1000);
         let mut hits = Vec::new();
         let mut skip = 0;
         while hits.len() < limit {
-            let found = searching.index.search(&query, filter, skip, page).map_err(search_failed)?;
+            let found = self.index.search(&query, filter, skip, page).map_err(search_failed)?;
             for f in &found {
-                if let Some(hit) = self.checked(&searching.feed, filter, &f.id, now, viewer)? {
+                if let Some(hit) = self.checked(reader, filter, &f.id, now, viewer)? {
                     hits.push(hit);
                     if hits.len() == limit {
                         break;
@@ -177,57 +234,36 @@ impl Reader {
         Ok(hits)
     }
 
-    /// How many events of `filter` (which has a `search`) `viewer` may read (NIP-45).
-    /// Returns their serials.
-    pub(crate) fn search_count(
-        &self,
-        filter: &Filter,
-        now: Timestamp,
-        viewer: &Viewer,
-    ) -> Result<Vec<Serial>, StoreError> {
-        let (searching, query) = self.searching(filter)?;
-        let Some(query) = query else { return Ok(Vec::new()) };
-        let mut serials = Vec::new();
-        for id in searching.index.all(&query, filter).map_err(search_failed)? {
-            if let Some(hit) = self.checked(&searching.feed, filter, &id, now, viewer)? {
-                serials.push(hit.serial);
-            }
-        }
-        Ok(serials)
-    }
-
-    /// The index, if it can answer, and `filter`'s search parsed (None: it finds nothing).
-    fn searching(&self, filter: &Filter) -> Result<(&Searching, Option<SearchQuery>), StoreError> {
-        let Some(searching) = self.search.as_deref() else { return Err(StoreError::SearchOff) };
-        match searching.feed.state() {
+    /// `filter`'s search parsed (None: it finds nothing), if the index can answer.
+    fn parsed(&self, filter: &Filter) -> Result<Option<SearchQuery>, StoreError> {
+        match self.feed.state() {
             SearchState::Ready => {}
             SearchState::Building { events } => return Err(StoreError::SearchBuilding { events }),
             SearchState::Failed { reason } => return Err(StoreError::Search(reason)),
         }
         // The length limit is the caller's (it was checked before the store was asked).
-        let text = filter.search.as_deref().unwrap_or("");
-        Ok((searching, parse(text, usize::MAX).ok()))
+        Ok(filter.search.as_deref().and_then(|text| parse(text, usize::MAX).ok()))
     }
 
     /// The event `id` the index found, as a hit of `filter` for `viewer`; an id the store no
     /// longer holds is removed from the index.
     fn checked(
         &self,
-        feed: &Feed,
+        reader: &Reader,
         filter: &Filter,
         id: &EventId,
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<Option<Hit>, StoreError> {
-        let Some((serial, stored)) = self.record_by_id(id)? else {
-            feed.send(vec![Change::Remove(*id)], None);
+        let Some((serial, stored)) = reader.record_by_id(id)? else {
+            self.feed.send(vec![Change::Remove(*id)], None);
             return Ok(None);
         };
-        let Some(header) = self.damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {
+        let Some(header) = reader.damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {
             return Ok(None);
         };
         let candidate = Candidate { serial, header, record: Some(stored) };
-        let log = self.view().log.clone();
-        hit(filter, viewer, candidate, !filter.tags.is_empty(), now, &log, &self.damaged)
+        let log = reader.view().log.clone();
+        hit(filter, viewer, candidate, !filter.tags.is_empty(), now, &log, &reader.damaged)
     }
 }

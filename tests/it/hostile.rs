@@ -249,7 +249,12 @@ fn ws_cases(max_message: usize) -> Vec<Case> {
         filter_case("limit past 2^64", r#"{"limit":99999999999999999999999}"#, "invalid: filter 0: "),
         filter_case("a tag filter not a list", r##"{"#e":"x"}"##, "invalid: filter 0: "),
         filter_case("a tag filter of numbers", r##"{"#t":[1]}"##, "invalid: filter 0: "),
-        filter_case("an unknown field", r#"{"search":"x"}"#, "invalid: filter 0: unsupported filter field `search`"),
+        filter_case(
+            "an unknown field",
+            r#"{"searches":"x"}"#,
+            "invalid: filter 0: unsupported filter field `searches`",
+        ),
+        filter_case("a search of nothing", r#"{"search":" -x "}"#, "invalid: search has no word to look for"),
         text(
             "eleven filters",
             format!(r#"["REQ","h"{}]"#, ",{}".repeat(11)),

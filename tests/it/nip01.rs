@@ -148,8 +148,12 @@ async fn bad_filter_is_closed_with_its_sub_id() {
     let mut c = relay.connect().await;
     c.send(json!(["REQ", "bad", {"ids": ["abcd"]}])).await;
     assert_eq!(c.recv().await, json!(["CLOSED", "bad", "invalid: filter 0: id must be 64 lowercase hex characters"]));
-    c.send(json!(["REQ", "bad2", {"search": "x"}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "bad2", "invalid: filter 0: unsupported filter field `search`"]));
+    c.send(json!(["REQ", "bad2", {"searches": "x"}])).await;
+    assert_eq!(c.recv().await, json!(["CLOSED", "bad2", "invalid: filter 0: unsupported filter field `searches`"]));
+    c.send(json!(["REQ", "bad3", {"search": 7}])).await;
+    let closed = c.recv().await;
+    assert_eq!((&closed[0], &closed[1]), (&json!("CLOSED"), &json!("bad3")));
+    assert!(closed[2].as_str().unwrap().starts_with("invalid: filter 0: invalid type: integer `7`"), "{closed}");
 }
 
 #[tokio::test]

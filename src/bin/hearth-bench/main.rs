@@ -126,6 +126,15 @@ enum Cmd {
         #[arg(long, default_value = "scale-events.jsonl")]
         file: PathBuf,
     },
+    /// NIP-50 on release relays: --file (generated with real-looking text, --events events, when
+    /// it does not exist) ingested with the search index on and off, the index rebuilt
+    /// (`hearth search-reindex`), two-word queries timed warm; disk and RSS of each.
+    Search {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: usize,
+        #[arg(long, default_value = "search-events.jsonl")]
+        file: PathBuf,
+    },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
     /// clients publish notes, profile versions and deletions (a third of the kills a moment
     /// after a SIGTERM, into the stop); after each restart checks that
@@ -166,6 +175,7 @@ async fn main() -> ExitCode {
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Sync { events, file } => drive::sync(events, &file).await,
+        Cmd::Search { events, file } => drive::search(events, &file).await,
         Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,

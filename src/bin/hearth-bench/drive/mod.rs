@@ -4,13 +4,14 @@
 //! holds idle connections on one, `harness` starts release binaries and reads their memory,
 //! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts,
 //! `crash` kills a relay while clients publish and checks what it acknowledged, `sync` times one
-//! NIP-77 round between two stores.
+//! NIP-77 round between two stores, `search` NIP-50's index beside the store.
 
 mod bounds;
 mod crash;
 mod generate;
 mod harness;
 mod scale;
+mod search;
 mod sockets;
 mod suites;
 mod sync;
@@ -24,6 +25,7 @@ pub(crate) use bounds::{bound, limiter};
 pub(crate) use crash::crash;
 pub(crate) use generate::{gen_file, gen_file_with};
 pub(crate) use scale::{compact_under_ingest, scale};
+pub(crate) use search::search;
 pub(crate) use sockets::idle;
 pub(crate) use suites::{smoke, suite};
 pub(crate) use sync::sync;

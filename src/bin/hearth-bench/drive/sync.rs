@@ -16,7 +16,7 @@ use super::*;
 const STRIDE: usize = 200;
 
 /// `hearth` beside this binary on the data directory `dir/data`.
-fn hearth(dir: &Path, env: &[(&str, &str)]) -> Res<Command> {
+pub(super) fn hearth(dir: &Path, env: &[(&str, &str)]) -> Res<Command> {
     let exe = std::env::current_exe().map_err(err)?.with_file_name("hearth");
     let mut cmd = Command::new(exe);
     cmd.current_dir(dir)
@@ -40,18 +40,11 @@ fn import<'a>(dir: &Path, lines: impl Iterator<Item = &'a str>) -> Res<()> {
     }
 }
 
-/// `hearth sync <peer> <args>` on `dir`: its summary, its peak RSS (MB, sampled every 10 ms:
-/// the high-water mark only grows) and its wall time.
-fn run_sync(dir: &Path, peer: &str, args: &[&str], env: &[(&str, &str)]) -> Res<(Value, f64, f64)> {
+/// `hearth <args>` on `dir`: the JSON line it prints, its peak RSS (MB, sampled every 10 ms:
+/// the high-water mark only grows) and its wall time; an error unless it exits 0.
+pub(super) fn run_hearth(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Res<(Value, f64, f64)> {
     let started = Instant::now();
-    let mut child = hearth(dir, env)?
-        .arg("sync")
-        .arg(peer)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(err)?;
+    let mut child = hearth(dir, env)?.args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(err)?;
     let pid = child.id().to_string();
     let mut peak_kb = 0;
     while child.try_wait().map_err(err)?.is_none() {
@@ -59,11 +52,18 @@ fn run_sync(dir: &Path, peer: &str, args: &[&str], env: &[(&str, &str)]) -> Res<
         std::thread::sleep(Duration::from_millis(10));
     }
     let out = child.wait_with_output().map_err(err)?;
-    let summary: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("hearth sync's summary: {e}"))?;
+    let summary: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("hearth {args:?}'s summary: {e}"))?;
     if out.status.code() != Some(0) {
-        return Err(format!("hearth sync exited {:?}: {summary}", out.status.code()));
+        return Err(format!("hearth {args:?} exited {:?}: {summary}", out.status.code()));
     }
     Ok((summary, peak_kb as f64 / 1024.0, started.elapsed().as_secs_f64()))
+}
+
+/// `hearth sync <peer> <args>` on `dir`: see [`run_hearth`].
+fn run_sync(dir: &Path, peer: &str, args: &[&str], env: &[(&str, &str)]) -> Res<(Value, f64, f64)> {
+    let mut all = vec!["sync", peer];
+    all.extend_from_slice(args);
+    run_hearth(dir, &all, env)
 }
 
 /// Two stores of `file`'s events (generated with `events` when missing), each less a different
