@@ -11,7 +11,7 @@
 use crate::app::AppState;
 use crate::config::Limitation;
 use crate::limiter::{Billed, RateLimited};
-use crate::protocol::{EventJson, Filter, PubKey, Timestamp, Viewer};
+use crate::protocol::{EventJson, Filter, Kind, PubKey, Timestamp, Viewer};
 use crate::store::{Mark, StoreError};
 
 /// Why a read was not answered.
@@ -38,15 +38,28 @@ pub enum QueryError {
     Store(StoreError),
 }
 
+/// What a NIP-50 `search` filter must keep to (`limits.max_search_chars`), and the kinds the
+/// index holds (`storage.search_kinds`).
+#[derive(Clone, Copy, Debug)]
+pub struct SearchRules<'a> {
+    /// The longest search text, in characters.
+    pub max_chars: usize,
+    /// The kinds a search can find.
+    pub kinds: &'a [Kind],
+}
+
+impl SearchRules<'_> {
+    /// The rules of `config`.
+    pub fn of(config: &crate::config::Config) -> SearchRules<'_> {
+        SearchRules { max_chars: config.limits.max_search_chars, kinds: &config.storage.search_kinds }
+    }
+}
+
 /// Checks a REQ/COUNT (`sub_id`: its id, `""` over REST) against the limits (a NIP-50 `search`
-/// at most `max_search_chars` characters, with something to look for) and applies
-/// `default_limit` / clamps to `max_limit`.
-pub fn prepare(
-    lim: &Limitation,
-    max_search_chars: usize,
-    sub_id: &str,
-    filters: &mut [Filter],
-) -> Result<(), QueryError> {
+/// within `search`'s rules, with something to look for) and applies `default_limit` / clamps to
+/// `max_limit`. A searching filter's `kinds` become those of them the index holds (all it holds
+/// when it names none): what a search finds, stored or live, is of those kinds only.
+pub fn prepare(lim: &Limitation, search: SearchRules, sub_id: &str, filters: &mut [Filter]) -> Result<(), QueryError> {
     let chars = sub_id.chars().count();
     if chars > lim.max_subid_length {
         return Err(QueryError::Limits(format!(
@@ -59,7 +72,12 @@ pub fn prepare(
     }
     for f in filters.iter_mut() {
         if let Some(text) = &f.search {
-            crate::protocol::search::parse(text, max_search_chars).map_err(|e| QueryError::Invalid(e.to_string()))?;
+            crate::protocol::search::parse(text, search.max_chars).map_err(|e| QueryError::Invalid(e.to_string()))?;
+            let kinds = match &f.kinds {
+                Some(asked) => asked.iter().copied().filter(|k| search.kinds.contains(k)).collect(),
+                None => search.kinds.to_vec(),
+            };
+            f.kinds = Some(kinds);
         }
         f.limit = Some(f.limit.unwrap_or(lim.default_limit).min(lim.max_limit));
     }
@@ -109,6 +127,8 @@ pub fn needs_auth_to_read(app: &AppState, reader: Option<PubKey>, filters: &[Fil
 mod tests {
     use super::*;
 
+    const RULES: SearchRules = SearchRules { max_chars: 256, kinds: &[Kind(1), Kind(30023)] };
+
     #[test]
     fn limits_are_defaulted_and_clamped() {
         let lim = Limitation { default_limit: 10, max_limit: 20, ..Limitation::default() };
@@ -117,7 +137,7 @@ mod tests {
             serde_json::from_str(r#"{"limit":500}"#).unwrap(),
             serde_json::from_str(r#"{"limit":0}"#).unwrap(),
         ];
-        prepare(&lim, 256, "s", &mut filters).unwrap();
+        prepare(&lim, RULES, "s", &mut filters).unwrap();
         let limits: Vec<_> = filters.iter().map(|f| f.limit).collect();
         assert_eq!(limits, vec![Some(10), Some(20), Some(0)]);
     }
@@ -125,21 +145,34 @@ mod tests {
     #[test]
     fn a_long_id_or_too_many_filters_name_the_limit() {
         let lim = Limitation { max_filters: 1, ..Limitation::default() };
-        let err = prepare(&lim, 256, &"x".repeat(65), &mut []).unwrap_err().to_string();
+        let err = prepare(&lim, RULES, &"x".repeat(65), &mut []).unwrap_err().to_string();
         assert_eq!(err, "subscription id is 65 characters, the limit is 64");
         let mut two: Vec<Filter> = vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()];
-        assert_eq!(prepare(&lim, 256, "s", &mut two).unwrap_err().to_string(), "2 filters, the limit is 1");
+        assert_eq!(prepare(&lim, RULES, "s", &mut two).unwrap_err().to_string(), "2 filters, the limit is 1");
     }
 
     #[test]
     fn a_search_too_long_or_with_nothing_to_find_is_invalid() {
         let lim = Limitation::default();
         let mut long: Vec<Filter> = vec![serde_json::from_str(r#"{"search":"aaaaa bbbbb"}"#).unwrap()];
-        let err = prepare(&lim, 10, "s", &mut long).unwrap_err();
+        let err = prepare(&lim, SearchRules { max_chars: 10, ..RULES }, "s", &mut long).unwrap_err();
         assert!(matches!(&err, QueryError::Invalid(r) if r == "search is longer than 10 characters"), "{err:?}");
-        assert!(prepare(&lim, 11, "s", &mut long).is_ok());
+        assert!(prepare(&lim, SearchRules { max_chars: 11, ..RULES }, "s", &mut long).is_ok());
         let mut empty: Vec<Filter> = vec![serde_json::from_str(r#"{"search":"  -x "}"#).unwrap()];
-        let err = prepare(&lim, 10, "s", &mut empty).unwrap_err();
+        let err = prepare(&lim, SearchRules { max_chars: 10, ..RULES }, "s", &mut empty).unwrap_err();
         assert!(matches!(&err, QueryError::Invalid(r) if r == "search has no word to look for"), "{err:?}");
+    }
+
+    #[test]
+    fn a_search_asks_only_for_the_kinds_the_index_holds() {
+        let lim = Limitation::default();
+        let mut filters: Vec<Filter> = vec![
+            serde_json::from_str(r#"{"search":"a"}"#).unwrap(),
+            serde_json::from_str(r#"{"search":"a","kinds":[7,30023]}"#).unwrap(),
+            serde_json::from_str(r#"{"kinds":[7]}"#).unwrap(),
+        ];
+        prepare(&lim, RULES, "s", &mut filters).unwrap();
+        let kinds: Vec<_> = filters.iter().map(|f| f.kinds.clone()).collect();
+        assert_eq!(kinds, [Some(vec![Kind(1), Kind(30023)]), Some(vec![Kind(30023)]), Some(vec![Kind(7)])]);
     }
 }

@@ -234,7 +234,7 @@ fn filters_of(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<Vec<N
     if filters.is_empty() {
         return Err(ApiError::BadRequest("at least one filter is required".into()));
     }
-    query::prepare(&app.config.limitation, app.config.limits.max_search_chars, "", &mut filters).map_err(api_error)?;
+    query::prepare(&app.config.limitation, query::SearchRules::of(&app.config), "", &mut filters).map_err(api_error)?;
     if query::needs_auth_to_read(app, caller.authed, &filters) {
         return Err(ApiError::Unauthorized(AuthError::PrivateKinds));
     }

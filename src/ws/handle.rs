@@ -152,7 +152,7 @@ pub(super) fn frame(
         }
         ClientMessage::Req { sub_id, mut filters } => {
             if let Err(closed) =
-                check_request(admitted, needs_auth, (lim, app.config.limits.max_search_chars), &sub_id, &mut filters)
+                check_request(admitted, needs_auth, (lim, query::SearchRules::of(&app.config)), &sub_id, &mut filters)
             {
                 return Action::Reply(closed);
             }
@@ -173,7 +173,7 @@ pub(super) fn frame(
         }
         ClientMessage::Count { sub_id, mut filters } => {
             if let Err(closed) =
-                check_request(admitted, needs_auth, (lim, app.config.limits.max_search_chars), &sub_id, &mut filters)
+                check_request(admitted, needs_auth, (lim, query::SearchRules::of(&app.config)), &sub_id, &mut filters)
             {
                 return Action::Reply(closed);
             }
@@ -314,7 +314,7 @@ fn refused_neg(sub_id: &str, refused: &Refusal, challenge: &str) -> Action {
 fn check_request(
     admitted: Result<(), RateLimited>,
     needs_auth: bool,
-    (lim, max_search_chars): (&crate::config::Limitation, usize),
+    (lim, search): (&crate::config::Limitation, query::SearchRules),
     sub_id: &str,
     filters: &mut [Filter],
 ) -> Result<(), RelayMessage> {
@@ -322,7 +322,7 @@ fn check_request(
     if needs_auth {
         return Err(RelayMessage::Closed { sub_id: sub_id.to_string(), message: AUTH_REQUIRED.into() });
     }
-    query::prepare(lim, max_search_chars, sub_id, filters).map_err(|e| closed(sub_id.to_string(), &e))
+    query::prepare(lim, search, sub_id, filters).map_err(|e| closed(sub_id.to_string(), &e))
 }
 
 /// Checks a NIP-42 answer: signature, kind, challenge, relay, time.
