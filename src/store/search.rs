@@ -113,11 +113,23 @@ pub(crate) fn open(
     generation: u64,
 ) -> Result<Searching, StoreError> {
     let memory = usize::try_from(tuning.memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-    let index = Arc::new(SearchIndex::open(&dir.join(SEARCH_DIR), memory).map_err(search_failed)?);
+    let path = dir.join(SEARCH_DIR);
+    let index = match SearchIndex::open(&path, memory) {
+        Ok(index) => index,
+        // The index is derived from the store: one that cannot be read is built again.
+        Err(e) => {
+            tracing::warn!(error = %e, "the search index cannot be opened; it is rebuilt");
+            std::fs::remove_dir_all(&path)?;
+            SearchIndex::open(&path, memory).map_err(search_failed)?
+        }
+    };
+    let index = Arc::new(index);
     let now = Position { generation, end: log.end() };
     let held = index.position().map_err(search_failed)?;
     let from = match held {
         Some(at) if at == now => None,
+        // A new store: nothing to read.
+        None if now.end == 0 => None,
         Some(at) if at.generation == generation && at.end < now.end => Some((at.end, false)),
         _ => Some((0, true)),
     };
@@ -141,8 +153,10 @@ pub(crate) fn open(
         let source: Source = Box::new(move |apply| frames.read(apply));
         CatchUp { from_scratch, source }
     });
-    let feed =
-        Feed::start(index.clone(), held.unwrap_or_default(), tuning.kinds.clone(), catch_up).map_err(StoreError::Io)?;
+    // In step: the position is the store's (a new index of a new store too, committed with the
+    // first change).
+    let at = if catch_up.is_none() { now } else { held.unwrap_or_default() };
+    let feed = Feed::start(index.clone(), at, tuning.kinds.clone(), catch_up).map_err(StoreError::Io)?;
     Ok(Searching { index, feed: Arc::new(feed) })
 }
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::binary::{GENEROUS, Running, start_with};
+use super::binary::{GENEROUS, Running, hearth, sigterm, start_with};
 use crate::common::*;
 use hearth::protocol::Event;
 use serde_json::{Value, json};
@@ -239,8 +239,28 @@ async fn the_index_survives_kill_9_and_is_rebuilt_when_removed() {
         until(&mut c, json!({"search": "harbour", "limit": 500}), &want(200)).await;
     }
     std::fs::remove_dir_all(dir.path().join("data").join("search")).unwrap();
-    let (_relay, addr) = relay(dir.path(), &[]);
+    let (mut running, addr) = relay(dir.path(), &[]);
     let mut c = Client::connect(&format!("ws://{addr}/")).await;
     until(&mut c, json!({"search": "harbour", "limit": 500}), &want(200)).await;
     until(&mut c, json!({"search": "\"note 7\""}), &ids(&[&notes[7]])).await;
+    drop(c);
+    assert_eq!(sigterm(&mut running).code(), Some(0));
+
+    // Offline: search-reindex builds it again from the store, as check --repair does.
+    let offline = |args: &[&str]| {
+        let out = hearth()
+            .current_dir(dir.path())
+            .env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
+        serde_json::from_str::<Value>(&last).unwrap()
+    };
+    assert_eq!(offline(&["search-reindex"])["events"], 200);
+    assert_eq!(offline(&["check", "--repair"])["remaining"], 0);
+    let (_relay, addr) = relay(dir.path(), &[]);
+    let mut c = Client::connect(&format!("ws://{addr}/")).await;
+    assert_eq!(ask(&mut c, json!({"search": "harbour", "limit": 500})).await, Ok(want(200)));
 }

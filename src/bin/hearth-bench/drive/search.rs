@@ -93,6 +93,8 @@ async fn two_word_queries(relay: &str) -> Res<(Vec<Duration>, f64)> {
             match f[0].as_str() {
                 Some("EVENT") => events += 1,
                 Some("EOSE") => break,
+                // The relay's NIP-42 challenge, first on the connection.
+                Some("AUTH") => {}
                 _ => return Err(format!("{text}: {f}")),
             }
         }
