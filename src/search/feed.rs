@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,10 @@ pub const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How often the store's position alone (writes of kinds not indexed) is committed: it only
 /// shortens the catch-up after a crash.
 const POSITION_EVERY: Duration = Duration::from_secs(30);
+/// Changes queued at most while the index is in step: past it the store's writer waits for the
+/// feed (memory stays bounded when indexing is slower than storing). Not while a rebuild runs:
+/// the relay goes on storing, and the queue is the rebuild's to catch up.
+const MAX_BACKLOG: usize = 20_000;
 /// After a commit failed (a full disk), how long before its error is logged again.
 const QUIET_FOR: Duration = Duration::from_secs(60);
 
@@ -64,6 +68,33 @@ pub enum SearchState {
     },
 }
 
+/// How many changes wait in the queue, and the wake-up of a writer waiting for it to shrink.
+#[derive(Default)]
+struct Backlog {
+    queued: Mutex<usize>,
+    drained: Condvar,
+}
+
+impl Backlog {
+    fn add(&self, n: usize) {
+        *self.queued.lock().unwrap_or_else(PoisonError::into_inner) += n;
+    }
+
+    fn applied(&self, n: usize) {
+        let mut queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
+        *queued = queued.saturating_sub(n);
+        if *queued <= MAX_BACKLOG {
+            self.drained.notify_all();
+        }
+    }
+
+    /// Waits while more than [`MAX_BACKLOG`] changes are queued.
+    fn wait(&self) {
+        let queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
+        let _held = self.drained.wait_while(queued, |q| *q > MAX_BACKLOG).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
 enum Msg {
     Changes(Vec<Change>, Option<Position>),
     Flush(Sender<()>),
@@ -76,6 +107,8 @@ pub struct Feed {
     state: Arc<Mutex<SearchState>>,
     /// Set by [`Feed::stop`]: a rebuild in progress ends without a commit.
     stopping: Arc<AtomicBool>,
+    /// Changes queued and not yet applied.
+    backlog: Arc<Backlog>,
     kinds: Vec<Kind>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -102,11 +135,12 @@ impl Feed {
         };
         let state = Arc::new(Mutex::new(first));
         let stopping = Arc::new(AtomicBool::new(false));
-        let (thread_state, thread_stopping) = (state.clone(), stopping.clone());
+        let backlog = Arc::new(Backlog::default());
+        let shared = Running { state: state.clone(), stopping: stopping.clone(), backlog: backlog.clone() };
         let thread = std::thread::Builder::new()
             .name("hearth-search".into())
-            .spawn(move || run(&index, at, catch_up, &rx, &thread_state, &thread_stopping))?;
-        Ok(Feed { tx, state, stopping, kinds, thread: Mutex::new(Some(thread)) })
+            .spawn(move || run(&index, at, catch_up, &rx, &shared))?;
+        Ok(Feed { tx, state, stopping, backlog, kinds, thread: Mutex::new(Some(thread)) })
     }
 
     /// Whether events of `kind` are indexed.
@@ -119,11 +153,22 @@ impl Feed {
         &self.kinds
     }
 
-    /// Queues a write group's changes, and the store's position after it.
+    /// Queues a write group's changes, and the store's position after it; waits first while
+    /// the index is in step and too many changes are queued (the store's writer: see
+    /// [`MAX_BACKLOG`]).
     pub fn send(&self, changes: Vec<Change>, at: Option<Position>) {
         if changes.is_empty() && at.is_none() {
             return;
         }
+        if self.state() == SearchState::Ready {
+            self.backlog.wait();
+        }
+        self.forget(changes, at);
+    }
+
+    /// [`Feed::send`] without waiting (a reader's removal of an id the store no longer holds).
+    pub fn forget(&self, changes: Vec<Change>, at: Option<Position>) {
+        self.backlog.add(changes.len());
         // A stopped thread has nothing left to keep in step.
         let _ = self.tx.send(Msg::Changes(changes, at));
     }
@@ -206,14 +251,15 @@ impl Writing<'_> {
     }
 }
 
-fn run(
-    index: &SearchIndex,
-    at: Position,
-    catch_up: Option<CatchUp>,
-    rx: &Receiver<Msg>,
-    state: &Mutex<SearchState>,
-    stopping: &AtomicBool,
-) {
+/// What the feed's thread shares with its [`Feed`].
+struct Running {
+    state: Arc<Mutex<SearchState>>,
+    stopping: Arc<AtomicBool>,
+    backlog: Arc<Backlog>,
+}
+
+fn run(index: &SearchIndex, at: Position, catch_up: Option<CatchUp>, rx: &Receiver<Msg>, shared: &Running) {
+    let Running { state, stopping, backlog } = shared;
     let set = |s: SearchState| *state.lock().unwrap_or_else(PoisonError::into_inner) = s;
     let now = Instant::now();
     let mut w = Writing { index, at, committed: at, committed_when: now, dirty_since: None, quiet_until: None };
@@ -271,9 +317,11 @@ fn run(
         };
         match rx.recv_timeout(wait) {
             Ok(Msg::Changes(changes, position)) => {
+                let n = changes.len();
                 for change in changes {
                     w.apply(change);
                 }
+                backlog.applied(n);
                 if let Some(position) = position {
                     w.at = position;
                 }

@@ -153,7 +153,9 @@ impl SearchIndex {
         Ok(SearchIndex { index, writer: Mutex::new(writer), reader, fields })
     }
 
-    /// Adds `event`, replacing any document of its id (searchable after the next commit).
+    /// Adds `event` (searchable after the next commit). Not an upsert: the store's writer sends
+    /// each stored event once (a delete per add would double what each commit applies), and a
+    /// reader that met an id twice keeps the first.
     pub fn add(&self, event: &Event) -> Result<(), SearchError> {
         let mut doc = TantivyDocument::default();
         doc.add_bytes(self.fields.id, event.id.0.as_slice());
@@ -164,9 +166,7 @@ impl SearchIndex {
         for language in languages_of(event) {
             doc.add_bytes(self.fields.language, language.as_bytes());
         }
-        let writer = self.writer();
-        writer.delete_term(Term::from_field_bytes(self.fields.id, &event.id.0));
-        writer.add_document(doc)?;
+        self.writer().add_document(doc)?;
         Ok(())
     }
 

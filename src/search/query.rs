@@ -32,6 +32,11 @@ pub struct Found {
     pub created_at: Timestamp,
 }
 
+/// How many more than asked a search without exclusions ranks: its ties of score at the cut go
+/// newest first among these (more equal scores than this at the cut is two dozen copies of one
+/// text).
+const TIE_SLACK: usize = 32;
+
 /// A query's parts as tantivy's: what must match (with the filter's narrowing), and what must not.
 struct Built {
     required: Box<dyn Query>,
@@ -42,8 +47,11 @@ impl SearchIndex {
     /// The events for `query` within `filter`'s ids, kinds, authors, since and until, most
     /// relevant first (ties: newest first): the `take` after the first `skip`.
     ///
-    /// Excluded parts are found first and sorted last, not given to tantivy as `MustNot`: a
-    /// phrase under `MustNot` trips tantivy 0.27's phrase scorer (its seek is asked to go back).
+    /// Without exclusions tantivy's own top-k collector ranks (block-max WAND skips what cannot
+    /// reach the top, where a collector that looks at each match's time must score every match),
+    /// with [`TIE_SLACK`] more than asked, and the ties among them go newest first. Excluded parts
+    /// are found first and sorted last, not given to tantivy as `MustNot`: a phrase under
+    /// `MustNot` trips tantivy 0.27's phrase scorer (its seek is asked to go back).
     pub fn search(
         &self,
         query: &SearchQuery,
@@ -55,17 +63,29 @@ impl SearchIndex {
         let searcher = self.reader.searcher();
         let out = Arc::new(excluded(&searcher, &built)?);
         let wanted = skip.saturating_add(take).saturating_add(out.len()).max(1);
-        let by_score_then_time = TopDocs::with_limit(wanted).tweak_score(move |segment: &SegmentReader| {
-            let at = segment.fast_fields().u64("created_at").ok().map(|c| c.first_or_default_col(0));
-            let (segment, out) = (segment.segment_id(), out.clone());
-            move |doc: DocId, score: Score| {
-                let at = at.as_ref().map_or(0, |c| c.get_val(doc));
-                if out.contains(&(segment, doc)) { (Score::NEG_INFINITY, at) } else { (score, at) }
+        let ranked: Vec<(Score, u64, DocAddress)> = if out.is_empty() {
+            let top = TopDocs::with_limit(wanted.saturating_add(TIE_SLACK)).order_by_score();
+            let mut ranked = Vec::new();
+            for (score, address) in searcher.search(built.required.as_ref(), &top)? {
+                let column = searcher.segment_reader(address.segment_ord).fast_fields().u64("created_at")?;
+                ranked.push((score, column.first_or_default_col(0).get_val(address.doc_id), address));
             }
-        });
-        let top = searcher.search(built.required.as_ref(), &by_score_then_time)?;
-        let mut found = Vec::with_capacity(top.len().min(take));
-        for ((score, at), address) in top.into_iter().skip(skip) {
+            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+            ranked
+        } else {
+            let by_score_then_time = TopDocs::with_limit(wanted).tweak_score(move |segment: &SegmentReader| {
+                let at = segment.fast_fields().u64("created_at").ok().map(|c| c.first_or_default_col(0));
+                let (segment, out) = (segment.segment_id(), out.clone());
+                move |doc: DocId, score: Score| {
+                    let at = at.as_ref().map_or(0, |c| c.get_val(doc));
+                    if out.contains(&(segment, doc)) { (Score::NEG_INFINITY, at) } else { (score, at) }
+                }
+            });
+            let top = searcher.search(built.required.as_ref(), &by_score_then_time)?;
+            top.into_iter().map(|((score, at), address)| (score, at, address)).collect()
+        };
+        let mut found = Vec::with_capacity(ranked.len().min(take));
+        for (score, at, address) in ranked.into_iter().skip(skip) {
             if score == Score::NEG_INFINITY || found.len() == take {
                 break;
             }

@@ -181,6 +181,7 @@ impl Searching {
             hits.extend(self.search(reader, filter, now, viewer)?);
         }
         let log = reader.view().log.clone();
+        // One filter's hits are already without repeats; several filters may find one event.
         let mut seen = HashSet::new();
         hits.retain(|hit| seen.insert(hit.id));
         let mut out = reader.rendered(hits, &log)?;
@@ -229,10 +230,11 @@ impl Searching {
         let limit = filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let page = limit.saturating_mul(2).clamp(32, 1000);
         let mut hits = Vec::new();
+        let mut seen = HashSet::new();
         let mut skip = 0;
         while hits.len() < limit {
             let found = self.index.search(&query, filter, skip, page).map_err(search_failed)?;
-            for f in &found {
+            for f in found.iter().filter(|f| seen.insert(f.id)) {
                 if let Some(hit) = self.checked(reader, filter, &f.id, now, viewer)? {
                     hits.push(hit);
                     if hits.len() == limit {
@@ -270,7 +272,7 @@ impl Searching {
         viewer: &Viewer,
     ) -> Result<Option<Hit>, StoreError> {
         let Some((serial, stored)) = reader.record_by_id(id)? else {
-            self.feed.send(vec![Change::Remove(*id)], None);
+            self.feed.forget(vec![Change::Remove(*id)], None);
             return Ok(None);
         };
         let Some(header) = reader.damaged.served(serial, record::header(&stored).map_err(StoreError::from))? else {
