@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tantivy::collector::{DocSetCollector, TopDocs};
 use tantivy::index::SegmentId;
-use tantivy::query::{BooleanQuery, Occur, PhraseQuery, Query, RangeQuery, RegexQuery, TermQuery};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, PhraseQuery, Query, RangeQuery, RegexQuery, TermQuery};
 use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::{DocAddress, DocId, Score, Searcher, SegmentReader, TantivyDocument, Term};
 
@@ -132,11 +132,13 @@ impl SearchIndex {
             return Ok(None);
         }
         let f = self.fields;
+        // The filter's fields narrow, they do not rank: a rare kind or author must not lift a
+        // note above a more relevant one.
         let any_of = |terms: Vec<Term>| -> Box<dyn Query> {
             let should = terms
                 .into_iter()
                 .map(|t| (Occur::Should, Box::new(TermQuery::new(t, IndexRecordOption::Basic)) as Box<dyn Query>));
-            Box::new(BooleanQuery::new(should.collect()))
+            Box::new(ConstScoreQuery::new(Box::new(BooleanQuery::new(should.collect())), 0.0))
         };
         if let Some(ids) = &filter.ids {
             clauses.push((Occur::Must, any_of(ids.iter().map(|id| Term::from_field_bytes(f.id, &id.0)).collect())));
@@ -154,7 +156,8 @@ impl SearchIndex {
                 Some(at) => Bound::Included(Term::from_field_u64(f.created_at, at.0)),
                 None => Bound::Unbounded,
             };
-            clauses.push((Occur::Must, Box::new(RangeQuery::new(bound(filter.since), bound(filter.until)))));
+            let range = RangeQuery::new(bound(filter.since), bound(filter.until));
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(Box::new(range), 0.0))));
         }
         if let Some(language) = &query.language {
             clauses.push((Occur::Must, any_of(vec![Term::from_field_bytes(f.language, language.as_bytes())])));

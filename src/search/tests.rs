@@ -135,3 +135,22 @@ fn a_commit_records_the_position_the_index_is_complete_up_to() {
     let index = SearchIndex::open(dir.path(), 15_000_000).unwrap();
     assert_eq!(index.position().unwrap(), Some(at));
 }
+
+#[test]
+fn the_filters_fields_narrow_without_changing_the_ranking() {
+    let (index, events) = corpus();
+    // One long article that mentions it once: the only event of its kind, so the kind's term is
+    // rare, and would outweigh the text if the kind scored.
+    let keys = Keys::from_bytes([9; 32]).unwrap();
+    let article =
+        keys.sign(Timestamp(3000), Kind(30023), vec![], "a long text of many words that says meetup only once");
+    index.add(&article).unwrap();
+    index.commit(Position::default()).unwrap();
+    let q = parse("meetup", 256).unwrap();
+    let all: Vec<_> = index.search(&q, &Filter::default(), 0, 10).unwrap();
+    let kinds = Filter { kinds: Some(vec![Kind(1), Kind(30023)]), since: Some(Timestamp(0)), ..Filter::default() };
+    let narrowed: Vec<_> = index.search(&q, &kinds, 0, 10).unwrap();
+    assert_eq!(narrowed, all);
+    assert_eq!(all.first().map(|f| f.id), Some(events[1].id));
+    assert_eq!(all.last().map(|f| f.id), Some(article.id));
+}
