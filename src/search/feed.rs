@@ -71,27 +71,50 @@ pub enum SearchState {
 /// How many changes wait in the queue, and the wake-up of a writer waiting for it to shrink.
 #[derive(Default)]
 struct Backlog {
-    queued: Mutex<usize>,
+    /// Changes queued, and whether the feed's thread has ended (then no one waits).
+    queued: Mutex<(usize, bool)>,
     drained: Condvar,
 }
 
 impl Backlog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool)> {
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn add(&self, n: usize) {
-        *self.queued.lock().unwrap_or_else(PoisonError::into_inner) += n;
+        self.lock().0 += n;
     }
 
     fn applied(&self, n: usize) {
-        let mut queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
-        *queued = queued.saturating_sub(n);
-        if *queued <= MAX_BACKLOG {
+        let mut queued = self.lock();
+        queued.0 = queued.0.saturating_sub(n);
+        if queued.0 <= MAX_BACKLOG {
             self.drained.notify_all();
         }
     }
 
-    /// Waits while more than [`MAX_BACKLOG`] changes are queued.
+    /// The feed's thread ended (stopped, or a panic in the index): waiters go on.
+    fn closed(&self) {
+        self.lock().1 = true;
+        self.drained.notify_all();
+    }
+
+    /// Waits while more than [`MAX_BACKLOG`] changes are queued and the thread runs.
     fn wait(&self) {
-        let queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
-        let _held = self.drained.wait_while(queued, |q| *q > MAX_BACKLOG).unwrap_or_else(PoisonError::into_inner);
+        let queued = self.lock();
+        let _held = self
+            .drained
+            .wait_while(queued, |(q, closed)| *q > MAX_BACKLOG && !*closed)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// Closes the backlog when the feed's thread ends, however it ends.
+struct Closing<'a>(&'a Backlog);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.0.closed();
     }
 }
 
@@ -154,8 +177,8 @@ impl Feed {
     }
 
     /// Queues a write group's changes, and the store's position after it; waits first while
-    /// the index is in step and too many changes are queued (the store's writer: see
-    /// [`MAX_BACKLOG`]).
+    /// the index is in step and more than 20,000 changes are queued (the store's writer, whose
+    /// memory this bounds).
     pub fn send(&self, changes: Vec<Change>, at: Option<Position>) {
         if changes.is_empty() && at.is_none() {
             return;
@@ -260,6 +283,7 @@ struct Running {
 
 fn run(index: &SearchIndex, at: Position, catch_up: Option<CatchUp>, rx: &Receiver<Msg>, shared: &Running) {
     let Running { state, stopping, backlog } = shared;
+    let _closing = Closing(backlog);
     let set = |s: SearchState| *state.lock().unwrap_or_else(PoisonError::into_inner) = s;
     let now = Instant::now();
     let mut w = Writing { index, at, committed: at, committed_when: now, dirty_since: None, quiet_until: None };

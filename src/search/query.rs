@@ -49,7 +49,7 @@ impl SearchIndex {
     ///
     /// Without exclusions tantivy's own top-k collector ranks (block-max WAND skips what cannot
     /// reach the top, where a collector that looks at each match's time must score every match),
-    /// with [`TIE_SLACK`] more than asked, and the ties among them go newest first. Excluded parts
+    /// with 32 more than asked, and the ties among them go newest first. Excluded parts
     /// are found first and sorted last, not given to tantivy as `MustNot`: a phrase under
     /// `MustNot` trips tantivy 0.27's phrase scorer (its seek is asked to go back).
     pub fn search(
