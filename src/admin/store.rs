@@ -28,6 +28,9 @@ pub async fn export(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Res
         Some(text) => serde_json::from_str(&text).map_err(|e| ApiError::BadRequest(format!("filter: {e}")))?,
         None => Filter::default(),
     };
+    if let Some(refusal) = filter.search_refusal() {
+        return Err(ApiError::BadRequest(format!("filter: {refusal}")));
+    }
     let snapshot = app.store.export_async(filter, Timestamp::now()).await.map_err(internal)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {

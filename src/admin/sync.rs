@@ -47,6 +47,9 @@ pub async fn run_round(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Resul
     if let Some(problem) = peer_url_problem(&planned.url) {
         return Err(ApiError::BadRequest(format!("url {problem}")));
     }
+    if let Some(refusal) = planned.filter.search_refusal() {
+        return Err(ApiError::BadRequest(format!("filter: {refusal}")));
+    }
     audit(&app, &who, "sync.round", &planned.url, serde_json::Value::Null, json!(planned)).await?;
     Ok(match round(&app, &planned, &|_| {}).await {
         Ok(summary) => json_response(StatusCode::OK, &summary),

@@ -187,8 +187,8 @@ impl Config {
             }
             match serde_json::from_str::<crate::protocol::Filter>(&peer.filter) {
                 Err(e) => return Err(invalid(&format!("sync.peers[{i}].filter"), format!("is not a filter: {e}"))),
-                Ok(f) if f.search.is_some() => {
-                    return Err(invalid(&format!("sync.peers[{i}].filter"), "cannot have \"search\""));
+                Ok(f) if let Some(refusal) = f.search_refusal() => {
+                    return Err(invalid(&format!("sync.peers[{i}].filter"), refusal));
                 }
                 Ok(_) => {}
             }

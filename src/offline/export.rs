@@ -13,8 +13,8 @@ pub async fn export(config: Config, filter: Option<&str>, out: &mut impl Write) 
         Some(text) => serde_json::from_str(text).map_err(|e| OfflineError::Filter(e.to_string()))?,
         None => Filter::default(),
     };
-    if filter.search.is_some() {
-        return Err(OfflineError::Filter("an export takes every event a filter matches: leave \"search\" out".into()));
+    if let Some(refusal) = filter.search_refusal() {
+        return Err(OfflineError::Filter(refusal.into()));
     }
     let app = open(config, false)?;
     let outcome = write_all(&app.store, &filter, out);

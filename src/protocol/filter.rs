@@ -62,6 +62,15 @@ impl Filter {
             && self.until.is_none_or(|u| created_at <= u)
     }
 
+    /// Why this filter cannot select a set of events (an export, a NIP-77 item set, a sync
+    /// round): those take every event a filter matches, and a `search` ranks some of them. None
+    /// when it has no `search`.
+    pub fn search_refusal(&self) -> Option<&'static str> {
+        self.search
+            .is_some()
+            .then_some("a filter that selects every event it matches cannot have \"search\"; leave it out")
+    }
+
     /// True when the filter can match nothing at all (an empty list somewhere, or since > until).
     pub fn is_empty_set(&self) -> bool {
         self.ids.as_ref().is_some_and(Vec::is_empty)

@@ -12,7 +12,7 @@ use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, T
 use tantivy::{Index, IndexReader, IndexWriter, TantivyDocument, Term};
 
 use super::analyzer;
-use crate::protocol::{Event, EventId};
+use crate::protocol::{Event, EventId, Kind};
 
 /// Tags whose values are searched with the content (NIP-23 title and summary, NIP-14 subject,
 /// hashtags).
@@ -51,6 +51,9 @@ pub struct Position {
 struct Payload {
     version: u32,
     position: Position,
+    /// The kinds it holds: an index of other kinds is rebuilt.
+    #[serde(default)]
+    kinds: Vec<u16>,
 }
 
 /// The fields of the index.
@@ -70,6 +73,8 @@ pub struct SearchIndex {
     writer: Mutex<IndexWriter>,
     pub(super) reader: IndexReader,
     pub(super) fields: Fields,
+    /// The kinds it is to hold (see [`SearchIndex::holding`]), sorted.
+    kinds: Vec<u16>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -150,7 +155,17 @@ impl SearchIndex {
         // needs a second one (README, Search).
         let writer = index.writer_with_num_threads(1, memory_bytes.max(MIN_MEMORY_BYTES))?;
         let reader = index.reader_builder().reload_policy(tantivy::ReloadPolicy::Manual).try_into()?;
-        Ok(SearchIndex { index, writer: Mutex::new(writer), reader, fields })
+        Ok(SearchIndex { index, writer: Mutex::new(writer), reader, fields, kinds: Vec::new() })
+    }
+
+    /// The index as one of the events of `kinds`: its commits record them, and
+    /// [`SearchIndex::position`] is None when the last commit held other kinds (the store's
+    /// `storage.search_kinds` changed: it is rebuilt).
+    pub fn holding(mut self, kinds: &[Kind]) -> SearchIndex {
+        self.kinds = kinds.iter().map(|k| k.0).collect();
+        self.kinds.sort_unstable();
+        self.kinds.dedup();
+        self
     }
 
     /// Adds `event` (searchable after the next commit). Not an upsert: the store's writer sends
@@ -183,7 +198,7 @@ impl SearchIndex {
 
     /// Makes what was added and removed durable and searchable, recording `position`.
     pub fn commit(&self, position: Position) -> Result<(), SearchError> {
-        let payload = serde_json::to_string(&Payload { version: VERSION, position })
+        let payload = serde_json::to_string(&Payload { version: VERSION, position, kinds: self.kinds.clone() })
             .map_err(|e| SearchError::Directory(e.to_string()))?;
         {
             let mut writer = self.writer();
@@ -195,11 +210,12 @@ impl SearchIndex {
         Ok(())
     }
 
-    /// The position the last commit recorded; None for a new index, or one of another version.
+    /// The position the last commit recorded; None for a new index, or one of another version
+    /// or other kinds.
     pub fn position(&self) -> Result<Option<Position>, SearchError> {
         let payload = self.index.load_metas()?.payload;
         let payload = payload.and_then(|p| serde_json::from_str::<Payload>(&p).ok());
-        Ok(payload.filter(|p| p.version == VERSION).map(|p| p.position))
+        Ok(payload.filter(|p| p.version == VERSION && p.kinds == self.kinds).map(|p| p.position))
     }
 
     fn writer(&self) -> std::sync::MutexGuard<'_, IndexWriter> {

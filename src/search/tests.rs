@@ -134,6 +134,11 @@ fn a_commit_records_the_position_the_index_is_complete_up_to() {
     }
     let index = SearchIndex::open(dir.path(), 15_000_000).unwrap();
     assert_eq!(index.position().unwrap(), Some(at));
+    // Of other kinds than it is now to hold: none (it is rebuilt).
+    let index = index.holding(&[Kind(1)]);
+    assert_eq!(index.position().unwrap(), None);
+    index.commit(at).unwrap();
+    assert_eq!(index.position().unwrap(), Some(at));
 }
 
 #[test]

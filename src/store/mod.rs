@@ -194,8 +194,8 @@ impl Store {
     /// first, as a snapshot taken now and read as the iterator reaches each event, while writes
     /// go on.
     pub fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
-        if filter.search.is_some() {
-            return Err(StoreError::Search("an export's filter cannot have a search".into()));
+        if let Some(refusal) = filter.search_refusal() {
+            return Err(StoreError::Search(refusal.into()));
         }
         self.inner.reader.export(filter, now)
     }
@@ -210,8 +210,8 @@ impl Store {
         viewer: &Viewer,
         max: usize,
     ) -> Result<Option<Vec<Item>>, StoreError> {
-        if filter.search.is_some() {
-            return Err(StoreError::Search("an item set's filter cannot have a search".into()));
+        if let Some(refusal) = filter.search_refusal() {
+            return Err(StoreError::Search(refusal.into()));
         }
         self.inner.reader.items(filter, now, viewer, max)
     }

@@ -103,8 +103,8 @@ impl Frames {
 
 /// Opens the search index in `dir` beside a store whose log (of `generation`) is `log`, and
 /// starts its feed: caught up from its position when it is behind in the same generation,
-/// rebuilt from every stored event when it is missing, of another version or generation, or
-/// ahead of the store (a store restored from a backup).
+/// rebuilt from every stored event when it is missing, of another version, generation or set of
+/// kinds, or ahead of the store (a store restored from a backup).
 pub(crate) fn open(
     dir: &Path,
     tuning: &SearchTuning,
@@ -123,7 +123,7 @@ pub(crate) fn open(
             SearchIndex::open(&path, memory).map_err(search_failed)?
         }
     };
-    let index = Arc::new(index);
+    let index = Arc::new(index.holding(&tuning.kinds));
     let now = Position { generation, end: log.end() };
     let held = index.position().map_err(search_failed)?;
     let from = match held {

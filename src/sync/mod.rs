@@ -88,7 +88,10 @@ pub async fn round(
 ) -> Result<Summary, (SyncError, Summary)> {
     let started = Instant::now();
     let mut summary = Summary::default();
-    let result = run(app, round, &mut summary, progress).await;
+    let result = match round.filter.search_refusal() {
+        Some(refusal) => Err(SyncError::Local(refusal.to_string())),
+        None => run(app, round, &mut summary, progress).await,
+    };
     summary.seconds = started.elapsed().as_secs_f64();
     match result {
         Ok(()) => Ok(summary),

@@ -148,10 +148,6 @@ pub(super) fn neg_err(sub_id: &str, reason: String) -> RelayMessage {
     RelayMessage::NegErr { sub_id: sub_id.to_string(), reason }
 }
 
-/// Why a NEG-OPEN whose filter has a NIP-50 `search` is refused: an item set is every event a
-/// filter matches, and a search ranks some of them.
-const NO_SEARCH: &str = "blocked: a sync filter cannot have \"search\"; leave it out";
-
 /// The NEG-ERR of a refusal.
 pub(super) fn refused(sub_id: &str, refusal: &Refusal) -> RelayMessage {
     neg_err(sub_id, refusal.to_string())
@@ -168,8 +164,8 @@ pub(super) async fn open(
     viewer: Viewer,
 ) -> NegDone {
     let result = async {
-        if filter.search.is_some() {
-            return Err(NO_SEARCH.to_string());
+        if let Some(refusal) = filter.search_refusal() {
+            return Err(format!("blocked: {refusal}"));
         }
         let _permit = app.limiter.acquire_handler(&billed).await.map_err(|e: RateLimited| e.to_string())?;
         let sync = &app.config.sync;

@@ -155,7 +155,8 @@ async fn results_are_ranked_and_the_query_language_and_filters_narrow_them() {
 #[tokio::test]
 async fn refusals_name_the_limit_and_nip11_lists_50_only_when_search_is_on() {
     let dir = tempfile::tempdir().unwrap();
-    let (_relay, addr) = relay(dir.path(), &[("HEARTH_LIMITS__MAX_SEARCH_CHARS", "10")]);
+    let (_relay, addr) =
+        relay(dir.path(), &[("HEARTH_LIMITS__MAX_SEARCH_CHARS", "10"), ("HEARTH_ADMIN__TOKEN", "t0ken")]);
     let info = nip11_at(&format!("http://{addr}/")).await;
     assert!(info["supported_nips"].as_array().unwrap().contains(&json!(50)), "{info}");
     let mut c = Client::connect(&format!("ws://{addr}/")).await;
@@ -169,10 +170,20 @@ async fn refusals_name_the_limit_and_nip11_lists_50_only_when_search_is_on() {
         .await
         .unwrap();
     assert_eq!(rest.status(), 400);
+    // An export takes every event its filter matches: a search is refused, not failed.
+    let export = reqwest::Client::new()
+        .get(format!("http://{addr}/admin/v1/export"))
+        .query(&[("filter", r#"{"search":"x"}"#)])
+        .bearer_auth("t0ken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status(), 400);
     // A search with NEG-OPEN is refused.
     c.send(json!(["NEG-OPEN", "n", {"search": "x"}, "6100000200"])).await;
     let refused = c.recv().await;
-    assert_eq!(refused, json!(["NEG-ERR", "n", "blocked: a sync filter cannot have \"search\"; leave it out"]));
+    let why = "blocked: a filter that selects every event it matches cannot have \"search\"; leave it out";
+    assert_eq!(refused, json!(["NEG-ERR", "n", why]));
 
     let off = tempfile::tempdir().unwrap();
     let (_relay, addr) = relay(off.path(), &[("HEARTH_STORAGE__SEARCH", "false")]);
