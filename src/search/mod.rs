@@ -16,6 +16,10 @@ mod query;
 #[cfg(test)]
 mod tests;
 
+/// The directory of the search index, inside the data directory (the store's size figures leave
+/// it out: a compaction does not change it).
+pub const SEARCH_DIR: &str = "search";
+
 pub use feed::{COMMIT_EVERY, CatchUp, Change, Feed, SearchState, Source};
 pub use index::{MIN_MEMORY_BYTES, Position, SearchError, SearchIndex, text_of};
 pub use query::{Found, matches};

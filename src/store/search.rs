@@ -26,8 +26,7 @@ use crate::protocol::search::{SearchQuery, parse};
 use crate::protocol::{EventId, EventJson, Filter, Kind, Timestamp, Viewer};
 use crate::search::{CatchUp, Change, Feed, Position, SearchIndex, SearchState, Source};
 
-/// The directory of the search index, inside the data directory.
-pub const SEARCH_DIR: &str = "search";
+pub use crate::search::SEARCH_DIR;
 
 /// How a store's search index is kept (`storage.search*`).
 #[derive(Clone, Debug)]

@@ -332,11 +332,15 @@ pub(crate) fn files_bytes(dir: Option<&Path>, db: &sled::Db, log: &Log) -> Resul
     }
 }
 
-/// Bytes of the files under `dir`.
+/// Bytes of the files under `dir`, the search index's left out (it is not the store's, and a
+/// compaction leaves it as it is).
 fn dir_bytes(dir: &Path) -> std::io::Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
+        if entry.file_name() == crate::search::SEARCH_DIR {
+            continue;
+        }
         let meta = match entry.metadata() {
             // Removed since it was listed (an index segment a merge replaced).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
