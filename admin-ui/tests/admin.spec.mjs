@@ -48,6 +48,9 @@ function hearth(args, input = '') {
     child.stderr.on('data', (c) => { stderr += c; });
     child.on('error', fail);
     child.on('exit', (code) => ok({ code, stdout, stderr }));
+    // A command that reads no input (keygen) may exit before it is written: that EPIPE is not a
+    // failure, the exit code and output say how the command went.
+    child.stdin.on('error', (e) => { if (e.code !== 'EPIPE') fail(e); });
     child.stdin.end(input);
   });
 }
