@@ -171,11 +171,6 @@ impl Feed {
         self.kinds.contains(&kind)
     }
 
-    /// The kinds indexed.
-    pub fn kinds(&self) -> &[Kind] {
-        &self.kinds
-    }
-
     /// Queues a write group's changes, and the store's position after it; waits first while
     /// the index is in step and more than 20,000 changes are queued (the store's writer, whose
     /// memory this bounds).
