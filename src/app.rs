@@ -35,6 +35,8 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// Bans, allow lists, info overrides, tiers and limit overrides set by operators.
     pub moderation: Moderation,
+    /// The Redis the nodes share, with `limits.backend = "redis"`.
+    pub link: Option<Arc<crate::cluster::Link>>,
     /// NIP-98 auth event ids seen within their validity window (each is good for one request).
     pub nip98_seen: ReplayCache,
     /// Cancelled when the relay shuts down.

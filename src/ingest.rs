@@ -204,7 +204,7 @@ pub(crate) async fn settle(
         }
     }
     if let Some((billed, permit)) = bill {
-        if let Err(limited) = app.limiter.admit(billed, LimitType::Messages) {
+        if let Err(limited) = app.limiter.admit(billed, LimitType::Messages).await {
             return Settled::Refused(limited.into());
         }
         drop(permit);

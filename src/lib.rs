@@ -29,6 +29,7 @@ pub(crate) mod audit;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod dev;
 pub(crate) mod fanout;

@@ -13,7 +13,7 @@
 use serde_json::json;
 
 use crate::app::AppState;
-use crate::moderation::Invite;
+use crate::moderation::{Invite, ModerationError};
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, Kind, PubKey, Timestamp, VerifiedEvent};
 use crate::store::StoreError;
@@ -54,9 +54,12 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
         return Err(Refusal::new(Prefix::Invalid, "a join or leave request must be made now (created_at)"));
     }
     let pubkey = event.pubkey;
-    let failed = |e: StoreError| {
+    let failed = |e: ModerationError| {
         tracing::error!(error = %e, "a membership change failed");
-        Refusal::new(Prefix::Error, "the membership change could not be saved")
+        match e {
+            ModerationError::Store(_) => Refusal::new(Prefix::Error, "the membership change could not be saved"),
+            shared => Refusal::new(Prefix::Error, shared.to_string()),
+        }
     };
     if event.kind == LEAVE {
         let old = app.moderation.update(&app.store, |s| s.allowed_pubkeys.remove(&pubkey)).await.map_err(failed)?;
@@ -66,7 +69,7 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
                 false => restricted("not a member of this relay"),
             });
         }
-        audit(app, &pubkey, "member.leave", json!(old), serde_json::Value::Null).await.map_err(failed)?;
+        audit(app, &pubkey, "member.leave", json!(old), serde_json::Value::Null).await.map_err(|e| failed(e.into()))?;
         changed(app, pubkey, false).await;
         return Ok(());
     }
@@ -92,7 +95,7 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
         .map_err(failed)?
         .map_err(restricted)?;
     if joined {
-        audit(app, &pubkey, "member.join", serde_json::Value::Null, json!(code)).await.map_err(failed)?;
+        audit(app, &pubkey, "member.join", serde_json::Value::Null, json!(code)).await.map_err(|e| failed(e.into()))?;
         changed(app, pubkey, true).await;
     }
     Ok(())
@@ -105,11 +108,25 @@ async fn audit(
     old: serde_json::Value,
     new: serde_json::Value,
 ) -> Result<(), StoreError> {
-    crate::audit::record(&app.store, &format!("nip43:{}", who.to_hex()), action, &who.to_hex(), old, new).await
+    crate::audit::record(
+        &app.store,
+        &app.config.node.name,
+        &format!("nip43:{}", who.to_hex()),
+        action,
+        &who.to_hex(),
+        old,
+        new,
+    )
+    .await
 }
 
 /// A new invite code that allows `uses` claims until `expires_at` (0: never).
-pub async fn mint(app: &AppState, uses: u32, expires_at: u64, note: String) -> Result<(String, Invite), StoreError> {
+pub async fn mint(
+    app: &AppState,
+    uses: u32,
+    expires_at: u64,
+    note: String,
+) -> Result<(String, Invite), ModerationError> {
     let code = random_code().map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
     let invite = Invite { uses, used: 0, expires_at, note, created_at: Timestamp::now().0 };
     let kept = invite.clone();

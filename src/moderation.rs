@@ -4,13 +4,22 @@
 //! Owns the state, the checks the publish path and the transports ask of it, and its persistence
 //! as one JSON document in the store's settings (so it survives a restart). It does not decide
 //! who may change it: that is the admin module's.
+//!
+//! With the Redis backend the document is also the nodes' shared one (`cluster::doc`): a change
+//! is written there first, by compare-and-set on its version, and only then applied here; every
+//! node [`Moderation::refresh`]es from it (the relay asks four times a second), so a ban, a tier
+//! or a limit set on one node holds on all within a second. A Redis that lost the document (a
+//! restart without persistence) is given this node's copy back.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::LinkError;
+use crate::cluster::doc::SharedDoc;
 use crate::config::{AccessMode, Config, LimitKey, LimitsConfig};
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, PubKey};
@@ -96,9 +105,33 @@ impl State {
     }
 }
 
+/// Why a change of the moderation state was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ModerationError {
+    /// It could not be saved.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The shared Redis could not be reached, so the change would not reach the other nodes.
+    #[error("the nodes' shared state (Redis) cannot be reached, so the change was not made: {0}")]
+    Shared(#[from] LinkError),
+    /// Another node changed the shared state at the same moment.
+    #[error("another node changed the shared state at the same moment; try again")]
+    Conflict,
+}
+
+/// The nodes' shared copy of the state and the version of it this node holds.
+struct Replica {
+    doc: SharedDoc,
+    version: AtomicU64,
+    /// One change or refresh at a time on this node, so its own never conflict.
+    busy: tokio::sync::Mutex<()>,
+}
+
 /// The live moderation state.
 pub struct Moderation {
     state: RwLock<State>,
+    /// With the Redis backend, the nodes' shared copy.
+    shared: Option<Replica>,
     /// `auth.members` from the configuration.
     members: HashSet<PubKey>,
     /// `access.mode`.
@@ -117,14 +150,16 @@ pub enum Verdict {
 }
 
 impl Moderation {
-    /// Loads the saved state (empty when none) for `config`.
-    pub fn load(store: &Store, config: &Config) -> Result<Moderation, StoreError> {
+    /// Loads the saved state (empty when none) for `config`; with `shared`, it follows the
+    /// nodes' shared copy from the first [`Moderation::refresh`] on.
+    pub fn load(store: &Store, config: &Config, shared: Option<SharedDoc>) -> Result<Moderation, StoreError> {
         let state = match store.load_setting(SETTING)? {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             None => State::default(),
         };
         let members = config.auth.members.iter().copied().collect();
-        Ok(Moderation { state: RwLock::new(state), members, mode: config.access.mode })
+        let shared = shared.map(|doc| Replica { doc, version: AtomicU64::new(0), busy: tokio::sync::Mutex::new(()) });
+        Ok(Moderation { state: RwLock::new(state), shared, members, mode: config.access.mode })
     }
 
     /// A copy of the current state.
@@ -135,8 +170,13 @@ impl Moderation {
         }
     }
 
-    /// Changes the state with `change` and saves it; returns what `change` returned.
-    pub async fn update<T>(&self, store: &Store, change: impl FnOnce(&mut State) -> T) -> Result<T, StoreError> {
+    /// Changes the state with `change` and saves it; returns what `change` returned. With the
+    /// Redis backend the change is made on the nodes' latest shared copy and written there
+    /// first; [`ModerationError::Shared`] when Redis cannot be reached (nothing changes).
+    pub async fn update<T>(&self, store: &Store, change: impl FnOnce(&mut State) -> T) -> Result<T, ModerationError> {
+        if let Some(replica) = &self.shared {
+            return self.update_shared(replica, store, change).await;
+        }
         let (result, bytes) = {
             let mut guard = match self.state.write() {
                 Ok(g) => g,
@@ -147,6 +187,65 @@ impl Moderation {
         };
         store.save_setting(SETTING, bytes).await?;
         Ok(result)
+    }
+
+    async fn update_shared<T>(
+        &self,
+        replica: &Replica,
+        store: &Store,
+        change: impl FnOnce(&mut State) -> T,
+    ) -> Result<T, ModerationError> {
+        let _one = replica.busy.lock().await;
+        self.refresh_from(replica, store).await?;
+        let before = self.snapshot();
+        let mut next = before.clone();
+        let result = change(&mut next);
+        if next == before {
+            return Ok(result);
+        }
+        let bytes = serde_json::to_vec(&next).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let seen = replica.version.load(Ordering::Acquire);
+        let version = replica.doc.replace(seen, bytes.clone()).await?.map_err(|_| ModerationError::Conflict)?;
+        self.adopt(replica, version, next);
+        store.save_setting(SETTING, bytes).await?;
+        Ok(result)
+    }
+
+    /// Takes the nodes' shared copy when another node changed it; true when it did. Without the
+    /// Redis backend, nothing to do.
+    pub async fn refresh(&self, store: &Store) -> Result<bool, ModerationError> {
+        let Some(replica) = &self.shared else { return Ok(false) };
+        let _one = replica.busy.lock().await;
+        self.refresh_from(replica, store).await
+    }
+
+    async fn refresh_from(&self, replica: &Replica, store: &Store) -> Result<bool, ModerationError> {
+        if replica.doc.version().await? == replica.version.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let (version, bytes) = replica.doc.fetch().await?;
+        let Some(bytes) = bytes else {
+            // A Redis without the document (new, or restarted without persistence): this node's
+            // copy is the nodes' from now on, unless another node's got there first.
+            let ours = serde_json::to_vec(&self.snapshot()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if let Ok(version) = replica.doc.replace(version, ours).await? {
+                replica.version.store(version, Ordering::Release);
+            }
+            return Ok(false);
+        };
+        let state: State = serde_json::from_slice(&bytes)
+            .map_err(|e| LinkError::Unexpected(format!("the moderation document: {e}")))?;
+        self.adopt(replica, version, state);
+        store.save_setting(SETTING, bytes).await?;
+        Ok(true)
+    }
+
+    fn adopt(&self, replica: &Replica, version: u64, state: State) {
+        match self.state.write() {
+            Ok(mut s) => *s = state,
+            Err(poisoned) => *poisoned.into_inner() = state,
+        }
+        replica.version.store(version, Ordering::Release);
     }
 
     fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {

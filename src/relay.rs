@@ -15,7 +15,9 @@ use warp::Filter;
 
 use crate::app::AppState;
 use crate::app::ReplayCache;
-use crate::config::Config;
+use crate::cluster::Link;
+use crate::cluster::doc::SharedDoc;
+use crate::config::{Config, LimiterBackend};
 use crate::fanout::Fanout;
 use crate::frames::FrameLog;
 use crate::limiter::{Clock, Limiter, SystemClock};
@@ -66,8 +68,22 @@ impl Relay {
     /// The relay over a store already open.
     pub(crate) fn with_store(config: Config, clock: Arc<dyn Clock>, store: Store) -> Result<Relay, RunError> {
         metrics::install();
-        let moderation = Moderation::load(&store, &config)?;
-        let limiter = Limiter::new(&config.limits, clock);
+        let link = match config.limits.backend {
+            LimiterBackend::Memory => None,
+            LimiterBackend::Redis => {
+                let limits = &config.limits;
+                let timeout = Duration::from_millis(limits.redis_timeout_ms);
+                let link = Link::open(&limits.redis_url, timeout, &limits.redis_prefix).map_err(|e| {
+                    crate::config::ConfigError::Invalid { key: "limits.redis_url".into(), problem: e.to_string() }
+                })?;
+                Some(Arc::new(link))
+            }
+        };
+        let moderation = Moderation::load(&store, &config, link.clone().map(|l| SharedDoc::new(l, "moderation")))?;
+        let limiter = match &link {
+            None => Limiter::new(&config.limits, clock),
+            Some(link) => Limiter::shared(&config.limits, clock, link.clone()),
+        };
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
         let private = config.auth.private();
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
@@ -75,6 +91,7 @@ impl Relay {
         let app = Arc::new(AppState {
             limiter: Arc::new(limiter),
             moderation,
+            link,
             nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
             config,
             store,
@@ -121,6 +138,14 @@ impl Relay {
         app.tasks.spawn(sweep_expired(app.clone()));
         app.tasks.spawn(compact_when_due(app.clone()));
         app.tasks.spawn(sample_every_interval(app.clone()));
+        if let Some(link) = app.link.clone() {
+            // Before the first client: the nodes' shared bans, tiers and limits (a Redis that is
+            // down leaves this node's saved copy in force until it is back).
+            follow_shared_state(&app).await;
+            let token = app.shutdown.clone();
+            app.tasks.spawn(async move { link.watch(token).await });
+            app.tasks.spawn(keep_following_shared_state(app.clone()));
+        }
         crate::sync::peers::spawn(&app);
         // Both listeners keep sockets under the same caps and timeouts (each its own count).
         let limits = listener::Limits::of(&app.config);
@@ -167,6 +192,29 @@ pub async fn run(
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
     };
     Relay::open(config, Arc::new(SystemClock::default()))?.serve(listener, admin_listener, shutdown).await
+}
+
+/// Takes the nodes' shared moderation state when another node changed it, and applies its
+/// limits and tiers to the limiter.
+async fn follow_shared_state(app: &AppState) {
+    match app.moderation.refresh(&app.store).await {
+        Ok(true) => app.limiter.set_limits(app.moderation.snapshot().effective_limits(&app.config.limits)),
+        Ok(false) => {}
+        // The link logs Redis being down (once a minute); a store failure is this node's.
+        Err(crate::moderation::ModerationError::Shared(_)) => {}
+        Err(e) => tracing::error!(error = %e, "the nodes' shared state could not be taken"),
+    }
+}
+
+/// [`follow_shared_state`] four times a second until shutdown: a change on any node holds on
+/// this one within a second.
+async fn keep_following_shared_state(app: Arc<AppState>) {
+    loop {
+        tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => follow_shared_state(&app).await,
+        }
+    }
 }
 
 /// Compacts the event log whenever its dead share passes `storage.compact_dead_ratio` (and it

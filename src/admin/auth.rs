@@ -46,7 +46,7 @@ pub(super) async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accep
         return Err(ApiError::NotFound("not found".into()));
     }
     let ip = Billed::ip(ctx.client_ip(app));
-    if let Some(limited) = app.limiter.peek(&ip.principal, LimitType::AdminAuth) {
+    if let Some(limited) = app.limiter.peek(&ip.principal, LimitType::AdminAuth).await {
         return Err(ApiError::RateLimited(limited));
     }
     let who = match ctx.header("authorization") {
@@ -65,7 +65,7 @@ pub(super) async fn authenticate(app: &AppState, ctx: &RequestCtx, accept: Accep
         Some(who) => Ok(Admin(who)),
         None => {
             tracing::info!(ip = %ip.ip, "admin authentication failed");
-            app.limiter.admit(&ip, LimitType::AdminAuth)?;
+            app.limiter.admit(&ip, LimitType::AdminAuth).await?;
             Err(ApiError::AdminUnauthorized)
         }
     }
@@ -80,7 +80,7 @@ pub(super) async fn audit(
     old: Value,
     new: Value,
 ) -> Result<(), ApiError> {
-    crate::audit::record(&app.store, &who.0, action, target, old, new).await.map_err(internal)
+    crate::audit::record(&app.store, &app.config.node.name, &who.0, action, target, old, new).await.map_err(internal)
 }
 
 /// Runs an authenticated handler and turns its result into a response.

@@ -13,7 +13,7 @@ use warp::reply::Response;
 
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
-use crate::http::{ApiError, RequestCtx, internal, json_response, parse_body, require_json};
+use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
 use crate::moderation::Invite;
 use crate::protocol::Timestamp;
 
@@ -77,7 +77,7 @@ pub async fn create(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<R
         (None, 0) => 0,
         (None, secs) => now.saturating_add(secs),
     };
-    let (code, invite) = crate::membership::mint(&app, body.uses, expires_at, body.note).await.map_err(internal)?;
+    let (code, invite) = crate::membership::mint(&app, body.uses, expires_at, body.note).await?;
     audit(&app, &who, "invite.create", &named(&code), serde_json::Value::Null, json!(invite)).await?;
     Ok(json_response(StatusCode::CREATED, &shown(&code, &invite, now)))
 }
@@ -93,7 +93,7 @@ pub async fn list(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Respons
 
 /// `DELETE /admin/v1/invites/{code}`: the code can no longer be claimed; 404 when there is none.
 pub async fn revoke(app: Arc<AppState>, _: RequestCtx, who: Admin, code: String) -> Result<Response, ApiError> {
-    let old = app.moderation.update(&app.store, |s| s.invites.remove(&code)).await.map_err(internal)?;
+    let old = app.moderation.update(&app.store, |s| s.invites.remove(&code)).await?;
     let Some(old) = old else { return Err(ApiError::NotFound("no such invite code".into())) };
     audit(&app, &who, "invite.revoke", &named(&code), json!(old), serde_json::Value::Null).await?;
     ok_json(&json!({"code": code, "revoked": true}))

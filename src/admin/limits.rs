@@ -12,7 +12,7 @@ use warp::reply::Response;
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::config::{LimitKey, QuotaKey, Source, Tier};
-use crate::http::{ApiError, RequestCtx, internal, json_response, parse_body, require_json};
+use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
 use crate::limiter::Preview;
 use crate::moderation::State;
 use crate::protocol::PubKey;
@@ -138,8 +138,7 @@ pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Re
             }
             Ok(olds)
         })
-        .await
-        .map_err(internal)?;
+        .await?;
     let olds = match applied {
         Ok(olds) => olds,
         Err(current) => return Ok(with_etag(StatusCode::PRECONDITION_FAILED, &current)),
@@ -160,7 +159,7 @@ pub async fn preview(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
     // The limits the PATCH would give: its values as overrides, on a copy of the state.
     let mut state = app.moderation.snapshot();
     state.limit_overrides.extend(changes);
-    let preview = app.limiter.preview(&state.effective_limits(&app.config.limits));
+    let preview = app.limiter.preview(&state.effective_limits(&app.config.limits)).await;
     let per_quota = |counts: [u64; 3], any: u64| {
         let mut out: serde_json::Map<String, Value> =
             Preview::QUOTAS.iter().zip(counts).map(|(quota, n)| (quota.as_str().to_string(), json!(n))).collect();
@@ -190,7 +189,7 @@ pub async fn reset(
     };
     for key in keys {
         let old = current(&app, key);
-        let removed = app.moderation.update(&app.store, |s| s.limit_overrides.remove(&key)).await.map_err(internal)?;
+        let removed = app.moderation.update(&app.store, |s| s.limit_overrides.remove(&key)).await?;
         apply(&app);
         if removed.is_some() {
             audit(&app, &who, "limits.reset", &key.to_string(), old, current(&app, key)).await?;
@@ -219,7 +218,7 @@ pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: S
     };
     let principal = crate::limiter::Principal::Pubkey(pk);
     let old = app.limiter.tier(&principal);
-    app.moderation.update(&app.store, |s| s.agent_overrides.insert(pk, agent)).await.map_err(internal)?;
+    app.moderation.update(&app.store, |s| s.agent_overrides.insert(pk, agent)).await?;
     apply(&app);
     let new = app.limiter.tier(&principal);
     audit(&app, &who, "tier.set", &pk.to_hex(), json!(old), json!(new)).await?;

@@ -111,13 +111,13 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         "banpubkey" => {
             let (pk, why) = (pubkey(0)?, reason(params));
             let old =
-                m.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(internal(e)))?;
+                m.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(e.into()))?;
             update("banpubkey", pk.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
         "unbanpubkey" => {
             let pk = pubkey(0)?;
-            let old = m.update(store, |s| s.banned_pubkeys.remove(&pk)).await.map_err(|e| failed(internal(e)))?;
+            let old = m.update(store, |s| s.banned_pubkeys.remove(&pk)).await.map_err(|e| failed(e.into()))?;
             update("unbanpubkey", pk.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }
@@ -138,7 +138,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         }
         "unallowpubkey" => {
             let pk = pubkey(0)?;
-            let old = m.update(store, |s| s.allowed_pubkeys.remove(&pk)).await.map_err(|e| failed(internal(e)))?;
+            let old = m.update(store, |s| s.allowed_pubkeys.remove(&pk)).await.map_err(|e| failed(e.into()))?;
             update("unallowpubkey", pk.to_hex(), json!(old), Value::Null).await?;
             if old.is_some() {
                 crate::membership::changed(app, pk, false).await;
@@ -151,14 +151,14 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         "banevent" => {
             let (id, why) = (event_id(0)?, reason(params));
             let old =
-                m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(internal(e)))?;
+                m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(e.into()))?;
             store.remove(id).await.map_err(|e| failed(internal(e)))?;
             update("banevent", id.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
         "allowevent" => {
             let id = event_id(0)?;
-            let old = m.update(store, |s| s.banned_events.remove(&id)).await.map_err(|e| failed(internal(e)))?;
+            let old = m.update(store, |s| s.banned_events.remove(&id)).await.map_err(|e| failed(e.into()))?;
             update("allowevent", id.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }
@@ -197,13 +197,13 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         "blockip" => {
             let (addr, why) = (ip(0)?, reason(params));
             let old =
-                m.update(store, |s| s.blocked_ips.insert(addr, why.clone())).await.map_err(|e| failed(internal(e)))?;
+                m.update(store, |s| s.blocked_ips.insert(addr, why.clone())).await.map_err(|e| failed(e.into()))?;
             update("blockip", addr.to_string(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
         "unblockip" => {
             let addr = ip(0)?;
-            let old = m.update(store, |s| s.blocked_ips.remove(&addr)).await.map_err(|e| failed(internal(e)))?;
+            let old = m.update(store, |s| s.blocked_ips.remove(&addr)).await.map_err(|e| failed(e.into()))?;
             update("unblockip", addr.to_string(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }

@@ -33,16 +33,19 @@ pub async fn pubkey(app: Arc<AppState>, _: RequestCtx, _: Admin, pubkey: String)
     let pk = PubKey::parse(&pubkey)
         .ok_or_else(|| ApiError::BadRequest("pubkey must be 64 hex characters or an npub".into()))?;
     let principal = Principal::Pubkey(pk);
-    ok_json(&report(&app, &principal, app.limiter.usage(&principal)).await?)
+    ok_json(&report(&app, &principal, app.limiter.usage(&principal).await).await?)
 }
 
 /// `GET /admin/v1/usage/ip/{addr}`
 pub async fn ip(app: Arc<AppState>, _: RequestCtx, _: Admin, addr: String) -> Result<Response, ApiError> {
     let ip = addr.parse().map_err(|_| ApiError::BadRequest(format!("`{addr}` is not an IP address")))?;
     let principal = Principal::Ip(ip);
-    let mut value = report(&app, &principal, app.limiter.usage(&principal)).await?;
+    let mut value = report(&app, &principal, app.limiter.usage(&principal).await).await?;
     // The IP ceiling over every key from this address (`null` when the address is exempt).
-    let ceiling = app.limiter.ceiling_of(ip).map(|c| json!(app.limiter.usage(&c)));
+    let ceiling = match app.limiter.ceiling_of(ip) {
+        Some(c) => Some(json!(app.limiter.usage(&c).await)),
+        None => None,
+    };
     if let Some(obj) = value.as_object_mut() {
         obj.insert("ip_ceiling".into(), ceiling.unwrap_or(Value::Null));
     }
@@ -60,11 +63,11 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
     // IP ceilings carry every key of their address and are reported with it (usage/ip).
     let mut scored: Vec<(u64, Principal, Usage)> = app
         .limiter
-        .principals()
+        .usages()
+        .await
         .into_iter()
-        .filter(|p| !matches!(p, Principal::Ceiling(..)))
-        .map(|p| {
-            let usage = app.limiter.usage(&p);
+        .filter(|(p, _)| !matches!(p, Principal::Ceiling(..)))
+        .map(|(p, usage)| {
             let score = if sort == "refusals" {
                 usage.refusals.values().sum()
             } else {

@@ -85,6 +85,9 @@ impl Config {
         let merged = config::Config::builder().add_source(files.clone()).add_source(environment).build()?;
         let mut config: Config = merged.try_deserialize()?;
         config.validate()?;
+        if config.node.name.is_empty() {
+            config.node.name = super::host_name();
+        }
         // Where each tier quota came from: `env` when a variable set it, `config` when the file
         // set it to something other than the default, else `default`.
         let from_files: LimitsConfig = files.try_deserialize::<Config>()?.limits;
@@ -111,7 +114,8 @@ impl Config {
         if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
-        let positive: [(&str, u64); 25] = [
+        let positive: [(&str, u64); 26] = [
+            ("limits.redis_timeout_ms", self.limits.redis_timeout_ms),
             ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
             ("server.max_outbound_bytes", self.server.max_outbound_bytes as u64),
             ("server.slow_consumer_ms", self.server.slow_consumer_ms),
@@ -155,6 +159,11 @@ impl Config {
         }
         if self.storage.search_memory_mb < 15 {
             return Err(invalid("storage.search_memory_mb", "must be at least 15 (the search index's floor)"));
+        }
+        if self.limits.backend == super::LimiterBackend::Redis
+            && let Some(problem) = super::redis_url_problem(&self.limits.redis_url)
+        {
+            return Err(invalid("limits.redis_url", problem));
         }
         if self.limitation.default_limit > self.limitation.max_limit {
             return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));

@@ -12,12 +12,14 @@
 //! clamps); **limits** (`[limits]`) are the admission limiter's quotas (rates per tier, handler
 //! permits), which no NIP describes.
 
+mod cluster;
 mod de;
 mod load;
 pub mod quota;
 mod sections;
 mod sync;
 
+pub use cluster::{LimiterBackend, NodeConfig, RedisUnavailable, host_name, redis_url_problem};
 pub use load::ConfigError;
 pub use quota::{LimitKey, QuotaKey, Source, Tier, TierLimits};
 pub use sections::*;

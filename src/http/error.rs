@@ -53,6 +53,27 @@ pub enum ApiError {
     Internal,
 }
 
+impl From<crate::limiter::Denied> for ApiError {
+    fn from(denied: crate::limiter::Denied) -> ApiError {
+        match denied {
+            crate::limiter::Denied::Limited(limited) => ApiError::RateLimited(limited),
+            crate::limiter::Denied::Unavailable => ApiError::Unavailable(crate::limiter::Denied::UNAVAILABLE.into()),
+        }
+    }
+}
+
+impl From<crate::moderation::ModerationError> for ApiError {
+    /// A change the nodes' shared state could not take is 503 (Redis unreachable) or 409 (another
+    /// node's change came first); a store failure is a server fault.
+    fn from(e: crate::moderation::ModerationError) -> ApiError {
+        match e {
+            crate::moderation::ModerationError::Store(e) => internal(e),
+            crate::moderation::ModerationError::Conflict => ApiError::Conflict(e.to_string()),
+            crate::moderation::ModerationError::Shared(_) => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
 /// `Retry-After` of a 503 [`ApiError::Unavailable`].
 const UNAVAILABLE_RETRY_SECS: u64 = 5;
 

@@ -8,13 +8,18 @@
 //! each transport maps to its wire through the protocol's refusal vocabulary.
 //!
 //! State is bounded: a table (`table.rs`) of at most `limits.max_tracked_principals` entries with
-//! sampled LRU eviction and an idle time, so floods of fresh keys or IPs cannot grow memory. A
-//! second backend (Redis) would replace that table behind the same calls.
+//! sampled LRU eviction and an idle time, so floods of fresh keys or IPs cannot grow memory.
+//! With `limits.backend = "redis"` the quota buckets are the shared Redis's (`shared.rs`), billed
+//! by every node behind the same calls; the table then bills only while Redis is unavailable
+//! (`limits.redis_unavailable = "local"`). The handler permits are always this node's own: they
+//! bound this process's work.
 
 pub mod clock;
 mod gcra;
 mod permits;
 mod principal;
+mod reads;
+mod shared;
 mod state;
 mod table;
 mod totals;
@@ -35,10 +40,11 @@ use totals::Totals;
 pub use totals::{ADMISSION_BUCKETS_US, TotalsSnapshot};
 pub use usage::{LimitUsage, Usage};
 
-use crate::config::LimitsConfig;
+use crate::cluster::{Link, LinkStatus};
 pub use crate::config::Tier;
+use crate::config::{LimitsConfig, RedisUnavailable};
 use crate::protocol::Timestamp;
-pub use crate::protocol::refusal::{LimitType, RateLimited};
+pub use crate::protocol::refusal::{Denied, LimitType, RateLimited};
 use table::Table;
 
 /// Idle principals are forgotten after this many seconds (longer than any quota's refill window).
@@ -73,7 +79,12 @@ pub struct Limiter {
     clock: Arc<dyn Clock>,
     permits: Permits,
     totals: Totals,
+    /// The shared buckets, with `limits.backend = "redis"`.
+    shared: Option<shared::Shared>,
 }
+
+/// What one admission bills: the principal's quota and, when it has one, its IP ceiling's.
+type Quotas = (Quota, Option<(Principal, Quota)>);
 
 impl Limiter {
     /// A limiter with `config` limits, timing by `clock`.
@@ -88,7 +99,20 @@ impl Limiter {
             policy: RwLock::new(Arc::new(Policy::of(config.clone()))),
             clock,
             totals: Totals::default(),
+            shared: None,
         }
+    }
+
+    /// A limiter whose buckets are in the Redis behind `link`, shared with every node that bills
+    /// there; its own table bills only while Redis is unavailable and
+    /// `limits.redis_unavailable = "local"`.
+    pub fn shared(config: &LimitsConfig, clock: Arc<dyn Clock>, link: Arc<Link>) -> Limiter {
+        Limiter { shared: Some(shared::Shared::new(link)), ..Limiter::new(config, clock) }
+    }
+
+    /// Whether the shared Redis is reachable; `None` with the memory backend.
+    pub fn shared_status(&self) -> Option<LinkStatus> {
+        self.shared.as_ref().map(|s| s.link.status())
     }
 
     fn policy(&self) -> Arc<Policy> {
@@ -128,23 +152,65 @@ impl Limiter {
     /// ceiling under it. Admitted only when both admit; a refusal's retry time is the longer of
     /// the two waits, and a refused request is billed to neither. `Unavailable` is not a quota:
     /// use [`Limiter::acquire_handler`].
-    pub fn admit(&self, billed: &Billed, limit_type: LimitType) -> Result<(), RateLimited> {
+    ///
+    /// With the Redis backend this is one round trip to Redis; while Redis is unavailable it is
+    /// this node's own table (`local`) or [`Denied::Unavailable`] (`refuse`).
+    pub async fn admit(&self, billed: &Billed, limit_type: LimitType) -> Result<(), Denied> {
         let started = Instant::now();
-        let result = self.admit_at(billed, limit_type, self.clock.now_ns());
+        let result = match &self.shared {
+            None => self.admit_at(billed, limit_type, self.clock.now_ns()).map_err(Denied::Limited),
+            Some(shared) => self.admit_shared(shared, billed, limit_type).await,
+        };
         let took = started.elapsed();
         metrics::histogram!("hearth_admission_seconds").record(took.as_secs_f64());
         self.totals.admitted_in(took);
         result
     }
 
-    /// [`Limiter::admit`] at an explicit time (nanoseconds on the limiter's clock).
+    /// The quotas `limit_type` bills for `billed` under `policy`; `None` when nothing is billed.
+    fn quotas(policy: &Policy, billed: &Billed, limit_type: LimitType) -> Option<Quotas> {
+        let quota = policy.quota(&billed.principal, limit_type).filter(|_| policy.config.enabled)?;
+        let ceiling = if QUOTAS.contains(&limit_type) { policy.ceiling(billed.ip) } else { None };
+        Some((quota, ceiling.and_then(|c| Some((c, policy.quota(&c, limit_type)?)))))
+    }
+
+    /// [`Limiter::admit`] in the shared buckets, or as `limits.redis_unavailable` says.
+    async fn admit_shared(
+        &self,
+        shared: &shared::Shared,
+        billed: &Billed,
+        limit_type: LimitType,
+    ) -> Result<(), Denied> {
+        let policy = self.policy();
+        let Some((quota, ceiling)) = Self::quotas(&policy, billed, limit_type) else { return Ok(()) };
+        // Kept as long as the memory table keeps a principal, or its longest refill window.
+        let window = ceiling.map_or(quota.window_ns(), |(_, c)| c.window_ns().max(quota.window_ns()));
+        let ttl = u64::from(IDLE_SECS).max(window.div_ceil(gcra::NANOS));
+        match shared.bill(&billed.principal, quota, ceiling, limit_type, ttl).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(wait)) => {
+                let refused = RateLimited { limit_type, retry_after: Duration::from_nanos(wait) };
+                self.count_refused(&refused);
+                Err(Denied::Limited(refused))
+            }
+            Err(_) => {
+                let mode = policy.config.redis_unavailable;
+                metrics::counter!("hearth_limiter_redis_fallbacks_total", "mode" => mode.as_str()).increment(1);
+                match mode {
+                    RedisUnavailable::Local => {
+                        self.admit_at(billed, limit_type, self.clock.now_ns()).map_err(Denied::Limited)
+                    }
+                    RedisUnavailable::Refuse => Err(Denied::Unavailable),
+                }
+            }
+        }
+    }
+
+    /// [`Limiter::admit`] in this node's own table at an explicit time (nanoseconds on the
+    /// limiter's clock).
     pub fn admit_at(&self, billed: &Billed, limit_type: LimitType, now_ns: u64) -> Result<(), RateLimited> {
         let policy = self.policy();
-        let Some(quota) = policy.quota(&billed.principal, limit_type).filter(|_| policy.config.enabled) else {
-            return Ok(());
-        };
-        let ceiling = if QUOTAS.contains(&limit_type) { policy.ceiling(billed.ip) } else { None };
-        let ceiling = ceiling.and_then(|c| Some((c, policy.quota(&c, limit_type)?)));
+        let Some((quota, ceiling)) = Self::quotas(&policy, billed, limit_type) else { return Ok(()) };
         // One wall-clock read for both entries' `last_seen`.
         let seen = Timestamp::now();
         let refused = match self.bill(&billed.principal, quota, limit_type, now_ns, seen) {
@@ -206,40 +272,6 @@ impl Limiter {
         });
     }
 
-    /// How many of the tracked principals would have their next request of each quota refused
-    /// now under `proposed` limits, and under the limits in force: each principal's buckets as
-    /// they stand, carried over to the proposed rates as a live change would carry them. Bills
-    /// and changes nothing.
-    pub fn preview(&self, proposed: &LimitsConfig) -> Preview {
-        let now_ns = self.clock.now_ns();
-        let (current, proposed) = (self.policy(), Policy::of(proposed.clone()));
-        let principals = self.principals();
-        let mut out = Preview { tracked: principals.len() as u64, ..Preview::default() };
-        for principal in &principals {
-            let cells = self.states.read(principal, secs(now_ns), |s| s.cells).unwrap_or_default();
-            let (mut now_any, mut then_any) = (false, false);
-            for (i, limit_type) in QUOTAS.into_iter().enumerate() {
-                let refused = |policy: &Policy| {
-                    policy
-                        .quota(principal, limit_type)
-                        .filter(|_| policy.config.enabled)
-                        .is_some_and(|quota| cell_wait(quota, cells.get(limit_type), now_ns) > 0)
-                };
-                if refused(&current) {
-                    out.refused_now[i] += 1;
-                    now_any = true;
-                }
-                if refused(&proposed) {
-                    out.would_refuse[i] += 1;
-                    then_any = true;
-                }
-            }
-            out.refused_now_any += u64::from(now_any);
-            out.would_refuse_any += u64::from(then_any);
-        }
-        out
-    }
-
     /// How long until `principal` could take a cell of `limit_type` (0 = now).
     fn wait(&self, principal: &Principal, quota: Quota, limit_type: LimitType, now_ns: u64) -> u64 {
         let cell = self.states.read(principal, secs(now_ns), |s| s.cells.get(limit_type));
@@ -259,16 +291,6 @@ impl Limiter {
 
     fn count(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
         self.states.update(principal, secs(now_ns), State::fresh, |s| s.refusals.count(limit_type));
-    }
-
-    /// The refusal `limit_type` would give `principal` now, without billing anything.
-    pub fn peek(&self, principal: &Principal, limit_type: LimitType) -> Option<RateLimited> {
-        let policy = self.policy();
-        let quota = policy.quota(principal, limit_type).filter(|_| policy.config.enabled)?;
-        match self.wait(principal, quota, limit_type, self.clock.now_ns()) {
-            0 => None,
-            wait => Some(RateLimited { limit_type, retry_after: Duration::from_nanos(wait) }),
-        }
     }
 
     /// Takes one of the handler permits, waiting at most `handler_wait_ms`: within the global
@@ -292,30 +314,14 @@ impl Limiter {
         self.policy().ceiling(ip)
     }
 
-    /// Principals with state, for the admin API's busiest list.
-    pub fn principals(&self) -> Vec<Principal> {
-        self.states.keys(self.now_secs())
-    }
-
     /// The running totals of refusals and admission times.
     pub fn totals(&self) -> TotalsSnapshot {
         self.totals.read()
     }
 
-    /// How many principals have state.
+    /// How many principals this node's own table holds.
     pub fn tracked(&self) -> u64 {
-        self.principals().len() as u64
-    }
-}
-
-impl Limiter {
-    /// What the limiter knows of `principal`: exactly the state it decides with (a principal
-    /// it holds no state for has a full bucket everywhere and was never seen).
-    pub fn usage(&self, principal: &Principal) -> Usage {
-        let snapshot = self
-            .states
-            .read(principal, self.now_secs(), |s| (s.cells, s.refusals, Some(s.first_seen.0), Some(s.last_seen.0)));
-        usage::report(principal, &self.policy(), snapshot, self.clock.now_ns())
+        self.states.keys(self.now_secs()).len() as u64
     }
 }
 

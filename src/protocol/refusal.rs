@@ -111,6 +111,47 @@ impl fmt::Display for RateLimited {
 
 impl std::error::Error for RateLimited {}
 
+/// Why the limiter did not admit a request: a quota (with its exact retry time), or its shared
+/// store unreachable under `limits.redis_unavailable = "refuse"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// A quota or the handler bound refused it.
+    Limited(RateLimited),
+    /// The shared quota store (Redis) could not be reached, and the relay refuses rather than
+    /// bill by one node alone.
+    Unavailable,
+}
+
+impl Denied {
+    /// The text after `error: ` of [`Denied::Unavailable`].
+    pub const UNAVAILABLE: &str = "the relay's shared quota store is unavailable; try again shortly";
+}
+
+impl From<RateLimited> for Denied {
+    fn from(limited: RateLimited) -> Denied {
+        Denied::Limited(limited)
+    }
+}
+
+impl fmt::Display for Denied {
+    /// The full message: `rate-limited: …` or `error: …`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Denied::Limited(limited) => limited.fmt(f),
+            Denied::Unavailable => write!(f, "{}: {}", Prefix::Error.as_str(), Denied::UNAVAILABLE),
+        }
+    }
+}
+
+impl From<Denied> for Refusal {
+    fn from(denied: Denied) -> Refusal {
+        match denied {
+            Denied::Limited(limited) => Refusal::RateLimited(limited),
+            Denied::Unavailable => Refusal::new(Prefix::Error, Denied::UNAVAILABLE),
+        }
+    }
+}
+
 /// Why a frame or call was refused, shown as `"<prefix>: <text>"`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {

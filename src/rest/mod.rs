@@ -47,22 +47,22 @@ async fn caller(app: &AppState, ctx: &RequestCtx) -> (Tier, Result<Caller, ApiEr
     if let Err(e) = client_ip::check_blocked(app, Some(ip_addr)) {
         return (ip_tier, Err(e));
     }
-    let refused = |e: ApiError| match app.limiter.admit(&ip, LimitType::ApiCalls) {
+    let refused = async |e: ApiError| match app.limiter.admit(&ip, LimitType::ApiCalls).await {
         Ok(()) => e,
-        Err(limited) => limited.into(),
+        Err(denied) => denied.into(),
     };
     let authed = match ctx.nip98(app).await {
         Ok(authed) => authed,
-        Err(e) => return (ip_tier, Err(refused(ApiError::Unauthorized(e)))),
+        Err(e) => return (ip_tier, Err(refused(ApiError::Unauthorized(e)).await)),
     };
     if authed.is_none() && app.config.auth.required {
-        return (ip_tier, Err(refused(ApiError::Unauthorized(AuthError::Required))));
+        return (ip_tier, Err(refused(ApiError::Unauthorized(AuthError::Required)).await));
     }
     let billed = authed.map_or(ip, |pk| Billed::new(Principal::Pubkey(pk), ip_addr));
     let tier = app.limiter.tier(&billed.principal);
-    match app.limiter.admit(&billed, LimitType::ApiCalls) {
+    match app.limiter.admit(&billed, LimitType::ApiCalls).await {
         Ok(()) => (tier, Ok(Caller { authed, billed })),
-        Err(limited) => (tier, Err(limited.into())),
+        Err(denied) => (tier, Err(denied.into())),
     }
 }
 

@@ -188,7 +188,7 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
                         if let Some(log) = tap.log {
                             log.inbound(reg.id, text.as_str());
                         }
-                        handle::frame(app, &mut session, reg.id, text.as_str(), relay_match.as_ref())
+                        handle::frame(app, &mut session, reg.id, text.as_str(), relay_match.as_ref()).await
                     }
                     Message::Binary(_) => {
                         Action::Reply(RelayMessage::Notice("invalid: binary frames are not supported; send text".into()))

@@ -16,7 +16,7 @@ use super::session::Session;
 use crate::app::AppState;
 use crate::fanout::ConnId;
 use crate::ingest::{self, Publisher};
-use crate::limiter::{Billed, LimitType, RateLimited};
+use crate::limiter::{Billed, Denied, LimitType};
 use crate::membership;
 use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::refusal::{Prefix, Refusal};
@@ -90,7 +90,7 @@ fn closed(sub_id: String, error: &QueryError) -> RelayMessage {
 }
 
 /// Handles one text frame.
-pub(super) fn frame(
+pub(super) async fn frame(
     app: &Arc<AppState>,
     session: &mut Session,
     conn: ConnId,
@@ -101,7 +101,7 @@ pub(super) fn frame(
     let billed = session.billed();
     if text.len() > lim.max_message_length {
         // Oversized and unparseable frames are billed like any frame, so they are never free.
-        let message = match app.limiter.admit(&billed, LimitType::WsEvents) {
+        let message = match app.limiter.admit(&billed, LimitType::WsEvents).await {
             Ok(()) => format!("invalid: message is {} bytes, the limit is {}", text.len(), lim.max_message_length),
             Err(limited) => limited.to_string(),
         };
@@ -111,7 +111,7 @@ pub(super) fn frame(
         Ok(msg) => msg,
         Err(e) => {
             tracing::debug!(error = %e, "unparseable frame");
-            return Action::Reply(match app.limiter.admit(&billed, LimitType::WsEvents) {
+            return Action::Reply(match app.limiter.admit(&billed, LimitType::WsEvents).await {
                 Ok(()) => e.reply(),
                 Err(limited) => e.correlation().refuse(limited.to_string()),
             });
@@ -123,8 +123,8 @@ pub(super) fn frame(
     // the frame acts for. All on arrival, before any costly work.
     let admitted = match &msg {
         ClientMessage::Close(_) | ClientMessage::NegClose(_) => Ok(()),
-        ClientMessage::Auth(_) => app.limiter.admit(&Billed::ip(session.client_ip), LimitType::WsEvents),
-        _ => app.limiter.admit(&billed, LimitType::WsEvents),
+        ClientMessage::Auth(_) => app.limiter.admit(&Billed::ip(session.client_ip), LimitType::WsEvents).await,
+        _ => app.limiter.admit(&billed, LimitType::WsEvents).await,
     };
     let needs_auth = app.config.auth.required && session.authed.is_none();
     match msg {
@@ -312,13 +312,13 @@ fn refused_neg(sub_id: &str, refused: &Refusal, challenge: &str) -> Action {
 /// The checks a REQ and a COUNT share, in order: admission, authentication, limits (which also
 /// default and clamp each filter's `limit`). `Err` is the CLOSED that answers the frame.
 fn check_request(
-    admitted: Result<(), RateLimited>,
+    admitted: Result<(), Denied>,
     needs_auth: bool,
     (lim, search): (&crate::config::Limitation, query::SearchRules),
     sub_id: &str,
     filters: &mut [Filter],
 ) -> Result<(), RelayMessage> {
-    admitted.map_err(|limited| closed(sub_id.to_string(), &limited.into()))?;
+    admitted.map_err(|denied| RelayMessage::Closed { sub_id: sub_id.to_string(), message: denied.to_string() })?;
     if needs_auth {
         return Err(RelayMessage::Closed { sub_id: sub_id.to_string(), message: AUTH_REQUIRED.into() });
     }

@@ -139,7 +139,7 @@ async fn messages_quota_is_shared_between_websocket_and_rest() {
     // Ephemeral events skip messages over REST too.
     let eph = sign(&keys(5), now(), 20002, &[], "ephemeral");
     assert_eq!(body(api.post("/api/v1/events", &json!(eph), None).await).await.0, 200);
-    let usage = relay.limiter.usage(&Principal::Ip(LOCALHOST));
+    let usage = relay.limiter.usage(&Principal::Ip(LOCALHOST)).await;
     assert_eq!(usage.limits["messages"].used, 2);
     assert_eq!(usage.limits["api_calls"].used, 3);
 }
@@ -247,7 +247,7 @@ async fn each_nip98_failure_is_a_401_with_its_reason() {
             .send()
     };
     assert_eq!(body(send(header.clone()).await.unwrap()).await, (StatusCode::OK, json!({"count": 0})));
-    let usage = relay.limiter.usage(&Principal::Pubkey(k.public_key()));
+    let usage = relay.limiter.usage(&Principal::Pubkey(k.public_key())).await;
     assert_eq!(usage.limits["api_calls"].used, 1);
     assert_eq!(body(send(header).await.unwrap()).await, (StatusCode::UNAUTHORIZED, json!({"error": "auth: replayed"})));
 }

@@ -123,7 +123,7 @@ async fn rest_publish_through_the_gate(tier: Tier, keys: Keys) {
     stored.sort();
     stored.dedup();
     assert_eq!(stored.len(), 72);
-    let usage = relay.limiter.usage(&Principal::Pubkey(pk));
+    let usage = relay.limiter.usage(&Principal::Pubkey(pk)).await;
     assert_eq!(usage.tier, tier);
     let refused = usage.refusals["messages"];
     assert!((5..=12).contains(&refused), "{refused} refusals: the run should have waited for the gate 5-12 times");
@@ -154,7 +154,7 @@ async fn rest_calls_are_paced_at_api_calls_and_reads_wait_for_the_gate_too() {
         tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &["--rest"], &drafts(66)));
     assert_eq!(code, 0, "{lines:?}");
     assert!(lines.iter().all(|l| l["accepted"] == true), "{lines:?}");
-    let usage = relay.limiter.usage(&Principal::Pubkey(pk));
+    let usage = relay.limiter.usage(&Principal::Pubkey(pk)).await;
     assert_eq!(usage.refusals["api_calls"], 0);
     // A new process starts with a full burst of its own but the relay's bucket is nearly empty:
     // a read may meet a 429, waits for the gate, and is asked once more.
@@ -167,7 +167,7 @@ async fn rest_calls_are_paced_at_api_calls_and_reads_wait_for_the_gate_too() {
     assert_eq!(ids.len(), 66);
     let (code, count) = tokio::task::block_in_place(|| cli_read_rest(&relay, "count", &keys.secret_hex(), &filter));
     assert_eq!((code, count), (0, vec![json!({"count": 66})]));
-    let refused = relay.limiter.usage(&Principal::Pubkey(pk)).refusals["api_calls"];
+    let refused = relay.limiter.usage(&Principal::Pubkey(pk)).await.refusals["api_calls"];
     assert!(refused <= 2, "at most one 429 for each read, got {refused}");
 }
 
@@ -209,7 +209,7 @@ async fn a_burst_of_100_reqs_at_start_up_is_paced_and_every_one_gets_eose() {
         let update = tokio::time::timeout(std::time::Duration::from_secs(60), rx.recv()).await.unwrap().unwrap();
         assert_eq!(update, hearth::client::Update::Eose(sub));
     }
-    let usage = relay.limiter.usage(&hearth::limiter::Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1])));
+    let usage = relay.limiter.usage(&hearth::limiter::Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))).await;
     assert_eq!(usage.refusals["ws_events"], 0, "pacing should have kept every REQ within budget");
 }
 
@@ -246,7 +246,7 @@ async fn a_terminal_shows_sent_accepted_refused_and_the_gate_it_waits_for() {
     assert!(out.status.success(), "{out:?}");
     let screen = String::from_utf8_lossy(&out.stdout);
     assert!(screen.contains("waiting for the gate 1s"), "{screen}");
-    let refused = relay.limiter.usage(&Principal::Pubkey(keys.public_key())).refusals["messages"];
+    let refused = relay.limiter.usage(&Principal::Pubkey(keys.public_key())).await.refusals["messages"];
     assert!(refused >= 1);
     let last = format!("published 70/70: sent {}, accepted 70, refused 0, rate-limited {refused}", 70 + refused);
     assert!(screen.contains(&last), "{last:?} not in {screen}");
@@ -264,8 +264,8 @@ async fn a_cli_with_a_key_is_billed_to_the_key_from_its_first_frame() {
     let (code, lines) = tokio::task::block_in_place(|| cli_publish(&relay, &keys.secret_hex(), &[], &drafts(3)));
     assert_eq!(code, 0, "{lines:?}");
     // The EVENTs waited for the AUTH handshake: the key paid for them, the address for none.
-    let by_key = relay.limiter.usage(&Principal::Pubkey(keys.public_key()));
+    let by_key = relay.limiter.usage(&Principal::Pubkey(keys.public_key())).await;
     assert!(by_key.limits["messages"].used >= 2, "{by_key:?}");
-    let by_ip = relay.limiter.usage(&Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1])));
+    let by_ip = relay.limiter.usage(&Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))).await;
     assert_eq!(by_ip.limits["messages"].used, 0, "{by_ip:?}");
 }

@@ -111,7 +111,7 @@ async fn ephemeral_events_bill_ws_events_but_not_messages() {
         let e = sign(&keys(3), now(), 20001, &[], &format!("typing {i}"));
         assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), true, ""]));
     }
-    let usage = relay.limiter.usage(&Principal::Ip(LOCALHOST));
+    let usage = relay.limiter.usage(&Principal::Ip(LOCALHOST)).await;
     assert_eq!(usage.limits["messages"].used, 0);
     assert_eq!(usage.limits["ws_events"].used, 5);
     for i in 0..2 {
@@ -221,7 +221,7 @@ async fn one_pubkey_on_two_connections_shares_a_budget_two_pubkeys_on_one_ip_do_
     assert_eq!(counts_admitted(&mut a1, 3).await, [true, true, true]);
     assert_eq!(counts_admitted(&mut a2, 2).await, [true, false]);
     assert_eq!(counts_admitted(&mut b, 4).await, [true, true, true, true]);
-    let usage = relay.limiter.usage(&Principal::Pubkey(alice.public_key()));
+    let usage = relay.limiter.usage(&Principal::Pubkey(alice.public_key())).await;
     assert_eq!(usage.limits["ws_events"].used, 4);
     assert_eq!(usage.refusals["ws_events"], 1);
 }
@@ -361,5 +361,5 @@ async fn a_disabled_limiter_refuses_no_quota() {
         let e = sign(&keys(3), now(), 1, &[], &format!("note {i}"));
         assert_ok(&c.publish(&e).await, &e.id.to_hex(), true, "");
     }
-    assert_eq!(relay.limiter.usage(&Principal::Ip(LOCALHOST)).refusals.values().sum::<u64>(), 0);
+    assert_eq!(relay.limiter.usage(&Principal::Ip(LOCALHOST)).await.refusals.values().sum::<u64>(), 0);
 }
