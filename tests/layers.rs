@@ -49,6 +49,8 @@ const FLOORS: &[&[&str]] = &[
     &["fanout", "moderation", "audit"],
     &["limiter", "metrics"],
     &["config"],
+    // The Redis several nodes share: the limiter's buckets and moderation's document ride on it.
+    &["cluster"],
     // NIP-77's initiator side, over the client library's socket.
     &["sync::reconcile"],
     // The client library: over the protocol only.

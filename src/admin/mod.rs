@@ -314,6 +314,12 @@ async fn relay(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, 
         "name": info.name,
         "description": info.description,
         "icon": info.icon,
+        "node": app.config.node.name,
+        "limiter": {
+            "backend": app.config.limits.backend,
+            "redis_unavailable": app.config.limits.redis_unavailable,
+            "redis": app.limiter.shared_status(),
+        },
     }))
 }
 

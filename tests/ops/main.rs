@@ -11,6 +11,7 @@ mod admission;
 mod bench_smoke;
 mod binary;
 mod client;
+mod cluster;
 mod datadir;
 mod dev;
 mod durability;
