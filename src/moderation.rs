@@ -5,7 +5,7 @@
 //! as one JSON document in the store's settings (so it survives a restart). It does not decide
 //! who may change it: that is the admin module's.
 //!
-//! With the Redis backend the document is also the nodes' shared one (`cluster::doc`): a change
+//! With the Redis backend the document is also the nodes' shared one (`cluster::document`): a change
 //! is written there first, by compare-and-set on its version, and only then applied here; every
 //! node [`Moderation::refresh`]es from it (the relay asks four times a second), so a ban, a tier
 //! or a limit set on one node holds on all within a second. A Redis that lost the document (a
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::LinkError;
-use crate::cluster::doc::SharedDoc;
+use crate::cluster::document::SharedDoc;
 use crate::config::{AccessMode, Config, LimitKey, LimitsConfig};
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, PubKey};

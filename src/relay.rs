@@ -16,7 +16,7 @@ use warp::Filter;
 use crate::app::AppState;
 use crate::app::ReplayCache;
 use crate::cluster::Link;
-use crate::cluster::doc::SharedDoc;
+use crate::cluster::document::SharedDoc;
 use crate::config::{Config, LimiterBackend};
 use crate::fanout::Fanout;
 use crate::frames::FrameLog;

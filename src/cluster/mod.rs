@@ -6,9 +6,9 @@
 //! timeout per frame) until [`Link::watch`]'s probe reaches it again. Going down is logged at
 //! once and then once a minute while it lasts; `hearth_redis_up` is 1 or 0. What is kept in
 //! Redis is its users': the limiter's buckets (`limiter::shared`) and the shared documents
-//! ([`doc`]). It imports nothing of hearth.
+//! ([`document`]). It imports nothing of hearth.
 
-pub mod doc;
+pub mod document;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -86,7 +86,7 @@ impl Config {
         let mut config: Config = merged.try_deserialize()?;
         config.validate()?;
         if config.node.name.is_empty() {
-            config.node.name = super::host_name();
+            config.node.name = super::cluster::host_name();
         }
         // Where each tier quota came from: `env` when a variable set it, `config` when the file
         // set it to something other than the default, else `default`.
@@ -160,8 +160,8 @@ impl Config {
         if self.storage.search_memory_mb < 15 {
             return Err(invalid("storage.search_memory_mb", "must be at least 15 (the search index's floor)"));
         }
-        if self.limits.backend == super::LimiterBackend::Redis
-            && let Some(problem) = super::redis_url_problem(&self.limits.redis_url)
+        if self.limits.backend == super::cluster::LimiterBackend::Redis
+            && let Some(problem) = super::cluster::redis_url_problem(&self.limits.redis_url)
         {
             return Err(invalid("limits.redis_url", problem));
         }

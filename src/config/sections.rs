@@ -40,7 +40,7 @@ pub struct Config {
     /// `[sync]`: NIP-77 negentropy sessions and the peers kept in step.
     pub sync: super::sync::SyncConfig,
     /// `[node]`: this process among the nodes of one relay.
-    pub node: super::NodeConfig,
+    pub node: super::cluster::NodeConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,
@@ -325,13 +325,13 @@ pub struct LimitsConfig {
     /// The longest NIP-50 `search` text, in characters; a longer one is `CLOSED "invalid: …"`.
     pub max_search_chars: usize,
     /// Where the quota buckets live: this process, or a Redis several nodes share. Start-up only.
-    pub backend: super::LimiterBackend,
+    pub backend: super::cluster::LimiterBackend,
     /// The shared Redis (`redis://host:port/db`, `unix:///path`), for `backend = "redis"`.
     pub redis_url: String,
     /// How long one call to Redis may take before it counts as unavailable.
     pub redis_timeout_ms: u64,
     /// What admissions do while Redis is unavailable.
-    pub redis_unavailable: super::RedisUnavailable,
+    pub redis_unavailable: super::cluster::RedisUnavailable,
     /// Prefix of every key hearth keeps in Redis (two relays can share one Redis).
     pub redis_prefix: String,
 }
@@ -376,10 +376,10 @@ impl Default for LimitsConfig {
             handler_permits_per_principal: 8,
             handler_wait_ms: 500,
             max_search_chars: 256,
-            backend: super::LimiterBackend::Memory,
+            backend: super::cluster::LimiterBackend::Memory,
             redis_url: String::new(),
             redis_timeout_ms: 50,
-            redis_unavailable: super::RedisUnavailable::Local,
+            redis_unavailable: super::cluster::RedisUnavailable::Local,
             redis_prefix: "hearth:".into(),
         }
     }
