@@ -15,11 +15,15 @@ const KEYS = ['ws_events_per_sec', 'ws_burst_window_secs', 'messages_per_min', '
 const LIMIT_TYPES = ['ws_events', 'messages', 'api_calls', 'admin_auth', 'unavailable'];
 
 let timer = null;
+let nodeTimer = null;
 
 // ---------- sign-in ----------
 
 function showSignIn(message) {
   stopPolling();
+  if (nodeTimer) clearInterval(nodeTimer);
+  nodeTimer = null;
+  showBanner(null);
   token.clear();
   $('signed-in').hidden = true;
   $('sign-out').hidden = true;
@@ -54,6 +58,36 @@ function enter() {
   $('sign-out').hidden = false;
   if (!location.hash) history.replaceState(null, '', '#overview');
   route();
+  loadNode();
+  if (!nodeTimer) nodeTimer = setInterval(() => { if (token.get()) loadNode(); }, REFRESH_MS);
+}
+
+// ---------- the node and its shared Redis (on every view) ----------
+
+/** The banner while this node cannot reach the Redis the nodes share; hidden otherwise. */
+function showBanner(relay) {
+  const banner = $('cluster-banner');
+  const redis = relay?.limiter?.redis;
+  if (!redis || redis.up) {
+    banner.hidden = true;
+    banner.textContent = '';
+    return;
+  }
+  const does = relay.limiter.redis_unavailable === 'refuse'
+    ? 'refuses every billed request (limits.redis_unavailable = "refuse")'
+    : 'bills quotas by its own limiter alone, so each node allows a whole quota (limits.redis_unavailable = "local")';
+  const since = new Date(redis.since * 1000).toLocaleTimeString();
+  banner.textContent = `The shared Redis is unavailable since ${since}: node ${relay.node} ${does}. ${redis.reason ?? ''}`.trim();
+  banner.hidden = false;
+}
+
+async function loadNode() {
+  try {
+    showBanner(await get('/admin/v1/relay'));
+  } catch (e) {
+    if (e instanceof Unauthorized) showSignIn(e.message);
+    else showBanner(null);
+  }
 }
 
 /** Runs `work`; a 401 sends the page back to sign-in, anything else is shown in `where`. */
@@ -110,6 +144,8 @@ async function loadOverview() {
     figures($('overview-figures'), [
       ['Uptime', duration(relay.uptime_secs)],
       ['Version', relay.version],
+      ['Node', relay.node],
+      ['Quota backend', relay.limiter.redis ? `redis (${relay.limiter.redis.up ? 'up' : 'unavailable'})` : relay.limiter.backend],
       ['Connections', last.connections ?? 0],
       ['Subscriptions', last.subscriptions ?? 0],
       ['Events stored', store.events],

@@ -3,7 +3,9 @@
 // members and invites,
 // the audit log, a 401 mid-session, keyboard use, accessibility (axe) and layout at each size.
 import { spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, expect } from '@playwright/test';
 import AxeBuilder from '@axe-core/playwright';
@@ -352,6 +354,49 @@ test('a 401 mid-session stops polling and asks to sign in again', async ({ page 
   page.on('request', (r) => { if (r.url().includes('/admin/v1/')) requests += 1; });
   await page.waitForTimeout(6_000);
   expect(requests).toBe(0);
+});
+
+test('a node that cannot reach its shared Redis says so in a banner on every view', async ({ page }, info) => {
+  // A node of a cluster whose Redis is not there (nothing listens on the port).
+  const port = await new Promise((ok) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => { const p = probe.address().port; probe.close(() => ok(p)); });
+  });
+  const data = mkdtempSync(join(tmpdir(), 'hearth-admin-ui-redis-'));
+  const child = spawn(process.env.HEARTH_BIN, [], {
+    env: {
+      ...process.env, HEARTH_SERVER__BIND: '127.0.0.1:0', HEARTH_STORAGE__DATA_DIR: data, HEARTH_ADMIN__TOKEN: TOKEN(),
+      HEARTH_LIMITS__BACKEND: 'redis', HEARTH_LIMITS__REDIS_URL: `redis://127.0.0.1:${port}/0`, HEARTH_NODE__NAME: 'node-b',
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  try {
+    let log = '';
+    const addr = await new Promise((ok, fail) => {
+      child.stderr.on('data', (chunk) => {
+        log += chunk;
+        const found = /listening on (\d+\.\d+\.\d+\.\d+:\d+)/.exec(log);
+        if (found) ok(found[1]);
+      });
+      child.on('exit', (code) => fail(new Error(`the relay exited (${code}):\n${log}`)));
+    });
+    await page.goto(`http://${addr}/admin/`);
+    await page.getByLabel('Admin token').fill(TOKEN());
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    const banner = page.getByRole('alert').filter({ hasText: 'The shared Redis is unavailable' });
+    await expect(banner).toContainText('node node-b bills quotas by its own limiter alone');
+    await expect(banner).toContainText('limits.redis_unavailable = "local"');
+    const figures = page.locator('#overview-figures');
+    await expect(figures.locator('.figure', { hasText: 'Quota backend' }).locator('dd')).toHaveText('redis (unavailable)');
+    await expect(figures.locator('.figure', { hasText: 'Node' }).locator('dd')).toHaveText('node-b');
+    await view(page, 'Limits');
+    await expect(banner).toBeVisible();
+    await accessible(page, 'the Redis banner');
+    await page.screenshot({ path: join(SHOTS, `${info.project.name}-redis-banner.png`), fullPage: true });
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((ok) => child.once('exit', ok));
+    rmSync(data, { recursive: true, force: true });
+  }
 });
 
 test('keyboard alone: sign in, reach a view, look up a principal', async ({ page }) => {
