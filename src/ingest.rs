@@ -204,10 +204,12 @@ pub(crate) async fn settle(
         }
     }
     if let Some((billed, permit)) = bill {
+        // The permit bounds CPU work, which is done: it is not held over the admission (a round
+        // trip with the Redis backend), so a principal's eight permits stay busy verifying.
+        drop(permit);
         if let Err(limited) = app.limiter.admit(billed, LimitType::Messages).await {
             return Settled::Refused(limited.into());
         }
-        drop(permit);
     }
     // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
     let verified = std::sync::Arc::new(verified);

@@ -135,6 +135,15 @@ enum Cmd {
         #[arg(long, default_value = "search-events.jsonl")]
         file: PathBuf,
     },
+    /// The Redis limiter backend beside the memory one: admission p50/p99 in-process, the
+    /// admissions per second one Redis sustains, and the 4 × 256 ingest of --file (generated with
+    /// --events events when it does not exist) with each backend. Starts its own redis-server.
+    Cluster {
+        #[arg(long, default_value_t = 200_000)]
+        events: usize,
+        #[arg(long, default_value = "cluster-events.jsonl")]
+        file: PathBuf,
+    },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
     /// clients publish notes, profile versions and deletions (a third of the kills a moment
     /// after a SIGTERM, into the stop); after each restart checks that
@@ -176,6 +185,7 @@ async fn main() -> ExitCode {
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Sync { events, file } => drive::sync(events, &file).await,
         Cmd::Search { events, file } => drive::search(events, &file).await,
+        Cmd::Cluster { events, file } => drive::cluster(events, &file).await,
         Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,

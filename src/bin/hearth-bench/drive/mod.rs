@@ -7,6 +7,7 @@
 //! NIP-77 round between two stores, `search` NIP-50's index beside the store.
 
 mod bounds;
+mod cluster;
 mod crash;
 mod generate;
 mod harness;
@@ -22,6 +23,7 @@ use generate::*;
 use harness::*;
 
 pub(crate) use bounds::{bound, limiter};
+pub(crate) use cluster::cluster;
 pub(crate) use crash::crash;
 pub(crate) use generate::{gen_file, gen_file_with};
 pub(crate) use scale::{compact_under_ingest, scale};
