@@ -100,6 +100,10 @@ fn node_at(url: &str, name: &str, env: &[(&str, &str)]) -> Node {
     let mut all =
         vec![("HEARTH_LIMITS__BACKEND", "redis"), ("HEARTH_LIMITS__REDIS_URL", url), ("HEARTH_NODE__NAME", name)];
     all.push(("HEARTH_ADMIN__TOKEN", "t"));
+    // A loaded CI machine can take longer than the default 50 ms for one call, which would send
+    // an admission to the node's own limiter and spoil an exact count; a killed Redis still
+    // fails at once (the connection is refused).
+    all.push(("HEARTH_LIMITS__REDIS_TIMEOUT_MS", "2000"));
     all.extend_from_slice(env);
     let (running, addr) = start_with(dir.path(), &all);
     Node { _running: running, addr, _dir: dir }
