@@ -23,6 +23,12 @@ use tokio_util::sync::CancellationToken;
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// While Redis stays down, it is logged again after this long.
 const LOG_EVERY: Duration = Duration::from_secs(60);
+/// A report's calls may take this many times `limits.redis_timeout_ms`.
+const READ_TIMEOUT_FACTOR: u32 = 40;
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Why a call to Redis did not answer.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -129,12 +135,31 @@ impl Link {
         self.attempt(call).await
     }
 
+    /// [`Link::call`] for a report that reads many keys (the admin API's lists): it may take
+    /// [`READ_TIMEOUT_FACTOR`] times the timeout (at least a second), and running out of time
+    /// fails only this call; Redis is marked down only when the call itself fails.
+    pub async fn call_report<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, LinkError> {
+        if !self.is_up() {
+            return self.call(call).await;
+        }
+        let timeout = (self.timeout * READ_TIMEOUT_FACTOR).max(Duration::from_secs(1));
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                let error = LinkError::Redis(e.to_string());
+                self.mark_down(&error);
+                Err(error)
+            }
+            Err(_) => Err(LinkError::Timeout(millis(timeout))),
+        }
+    }
+
     /// Runs `call` within the timeout whether or not Redis is known to be up (the probe).
     async fn attempt<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, LinkError> {
         let error = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(e)) => LinkError::Redis(e.to_string()),
-            Err(_) => LinkError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)),
+            Err(_) => LinkError::Timeout(millis(self.timeout)),
         };
         self.mark_down(&error);
         Err(error)

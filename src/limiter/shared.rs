@@ -156,7 +156,7 @@ impl Shared {
         let mut conn = self.link.connection();
         let (time, hashes): ((u64, u64), Vec<HashMap<String, String>>) = self
             .link
-            .call(async move {
+            .call_report(async move {
                 let values: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
                 let mut values = values.into_iter();
                 let time = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil))?;
@@ -175,7 +175,7 @@ impl Shared {
         let mut conn = self.link.connection();
         let keys: Vec<String> = self
             .link
-            .call(async move {
+            .call_report(async move {
                 let mut keys = Vec::new();
                 let mut cursor = 0u64;
                 loop {
