@@ -5,11 +5,11 @@
 //! as one JSON document in the store's settings (so it survives a restart). It does not decide
 //! who may change it: that is the admin module's.
 //!
-//! With the Redis backend the document is also the nodes' shared one (`cluster::document`): a change
-//! is written there first, by compare-and-set on its version, and only then applied here; every
-//! node [`Moderation::refresh`]es from it (the relay asks four times a second), so a ban, a tier
-//! or a limit set on one node holds on all within a second. A Redis that lost the document (a
-//! restart without persistence) is given this node's copy back.
+//! With the Redis backend the document is also the nodes' shared one (`cluster::document`): a
+//! change is written there first, by compare-and-set on its version, and only then applied here;
+//! every node [`Moderation::refresh`]es from it (the relay asks four times a second), so a ban, a
+//! tier or a limit set on one node holds on all within a second. A Redis that lost the document
+//! (a restart without persistence) is given this node's copy back.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
