@@ -136,7 +136,7 @@ impl Link {
     }
 
     /// [`Link::call`] for a report that reads many keys (the admin API's lists): it may take
-    /// [`READ_TIMEOUT_FACTOR`] times the timeout (at least a second), and running out of time
+    /// 40 times the timeout (at least a second), and running out of time
     /// fails only this call; Redis is marked down only when the call itself fails.
     pub async fn call_report<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, LinkError> {
         if !self.is_up() {
