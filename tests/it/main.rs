@@ -18,6 +18,7 @@ mod membership;
 mod nip01;
 mod private;
 mod rest;
+mod search;
 mod sync;
 mod testing;
 mod vectors;
