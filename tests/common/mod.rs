@@ -281,6 +281,11 @@ pub fn sign(keys: &Keys, at: u64, kind: u16, tags: &[&[&str]], content: &str) ->
     keys.sign(Timestamp(at), Kind(kind), tags, content)
 }
 
+/// The ids of events as a relay sent them (EVENT frames' events, a REST answer's `events`).
+pub fn ids(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+}
+
 /// Asserts an OK frame for `id` with the given acceptance and message prefix.
 pub fn assert_ok(frame: &Value, id: &str, accepted: bool, prefix: &str) {
     assert_eq!(frame[0], "OK", "{frame}");

@@ -27,10 +27,6 @@ fn wrap(wrapper: &Keys, recipient: &Keys, at: u64, content: &str) -> Event {
     sign(wrapper, at, 1059, &[&["p", &to(recipient)]], content)
 }
 
-fn ids(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
-}
-
 /// Stores `events` over a connection authenticated as their author each.
 async fn store(relay: &TestRelay, events: &[(&Keys, &Event)]) {
     for (author, event) in events {

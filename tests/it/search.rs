@@ -21,10 +21,6 @@ async fn until_found(c: &mut Client, word: &str, want: usize) {
     }
 }
 
-fn ids(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
-}
-
 #[tokio::test]
 async fn a_search_finds_private_messages_only_for_their_parties_on_every_read_path() {
     let relay = TestRelay::start(|c| {
