@@ -1,9 +1,9 @@
 //! Shared application state: built once in [`crate::run`], handed to every transport.
 //!
-//! Owns nothing but handles: the configuration, the store, the fan-out registry, and the
-//! shutdown token and task tracker that every long-lived task obeys. None of what it holds
-//! imports it back; the one thing it defines itself is the set of NIP-98 auth ids seen
-//! ([`ReplayCache`]), which the HTTP side asks.
+//! Owns nothing but handles: the configuration, the store, the fan-out registry, the
+//! subscriptions' places, and the shutdown token and task tracker that every long-lived task
+//! obeys. None of what it holds imports it back; the one thing it defines itself is the set of
+//! NIP-98 auth ids seen ([`ReplayCache`]), which the HTTP side asks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,7 @@ use crate::limiter::Limiter;
 use crate::moderation::Moderation;
 use crate::protocol::nip98;
 use crate::protocol::{EventId, Keys, PrivateKinds};
+use crate::slots::Slots;
 use crate::store::Store;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
@@ -27,6 +28,8 @@ pub struct AppState {
     pub store: Store,
     /// Live subscriptions.
     pub fanout: Arc<Fanout>,
+    /// The places open subscriptions hold, per address and relay-wide.
+    pub slots: Arc<Slots>,
     /// The kinds served only to their parties (`auth.private_kinds`), as every read path asks.
     pub private: PrivateKinds,
     /// The relay's own key (NIP-11 `self`; it signs the relay's NIP-43 events).

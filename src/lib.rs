@@ -51,6 +51,7 @@ pub(crate) mod relay;
 pub(crate) mod rest;
 pub mod search;
 pub(crate) mod server;
+pub(crate) mod slots;
 pub(crate) mod stats;
 pub mod store;
 pub mod sync;

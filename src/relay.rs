@@ -23,6 +23,7 @@ use crate::frames::FrameLog;
 use crate::limiter::{Clock, Limiter, SystemClock};
 use crate::moderation::Moderation;
 use crate::protocol::Timestamp;
+use crate::slots::Slots;
 use crate::store::{Store, StoreError};
 use crate::{admin, http, listener, metrics, server, stats, store};
 
@@ -93,6 +94,7 @@ impl Relay {
             moderation,
             link,
             nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
+            slots: Arc::new(Slots::new(config.server.max_subscriptions_per_ip, config.server.max_subscriptions_total)),
             config,
             store,
             fanout: Arc::new(Fanout::new(private.clone())),

@@ -127,29 +127,36 @@ fn p99(counts: &[u64]) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn last(at: Instant, stored: u64, refused: [u64; 5], admissions: [u64; 12]) -> Last {
+    fn last(at: Instant, stored: u64, refused: [u64; LimitType::ALL.len()], admissions: [u64; 12]) -> Last {
         Last { taken: at, stored, totals: TotalsSnapshot { refused, admissions } }
     }
 
     #[test]
     fn a_sample_is_the_rates_since_the_one_before_and_the_first_has_none() {
         let t0 = Instant::now();
-        let first = sample_between(None, &last(t0, 40, [3, 0, 0, 0, 0], [0; 12]), 100, 2, 5);
+        let first = sample_between(None, &last(t0, 40, [3, 0, 0, 0, 0, 0], [0; 12]), 100, 2, 5);
         assert_eq!((first.events_stored_per_sec, first.admission_p99_us), (0.0, None));
         assert_eq!(first.refusals_per_sec["ws_events"], 0.0);
-        let before = last(t0, 40, [3, 0, 1, 0, 0], [0; 12]);
+        let before = last(t0, 40, [3, 0, 0, 1, 0, 0], [0; 12]);
         let mut admissions = [0; 12];
         admissions[2] = 990; // ≤ 5 µs
         admissions[6] = 10; // ≤ 100 µs
-        let now = last(t0 + Duration::from_secs(5), 90, [13, 5, 1, 0, 0], admissions);
+        let now = last(t0 + Duration::from_secs(5), 90, [13, 4, 5, 1, 0, 0], admissions);
         let s = sample_between(Some(&before), &now, 105, 3, 7);
         assert_eq!((s.at, s.connections, s.subscriptions), (105, 3, 7));
         assert_eq!(s.events_stored_per_sec, 10.0);
         assert_eq!((s.refusals_per_sec["ws_events"], s.refusals_per_sec["messages"]), (2.0, 1.0));
+        assert_eq!(s.refusals_per_sec["ws_reqs"], 0.8);
         assert_eq!(s.refusals_per_sec["api_calls"], 0.0);
         assert_eq!(s.admission_p99_us, Some(5), "990 of 1,000 at ≤ 5 µs: the 99th is there");
         admissions[6] = 11;
-        let s = sample_between(Some(&before), &last(t0 + Duration::from_secs(5), 90, [0; 5], admissions), 105, 0, 0);
+        let s = sample_between(
+            Some(&before),
+            &last(t0 + Duration::from_secs(5), 90, [0; LimitType::ALL.len()], admissions),
+            105,
+            0,
+            0,
+        );
         assert_eq!(s.admission_p99_us, Some(100));
     }
 

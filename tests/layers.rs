@@ -46,7 +46,7 @@ const FLOORS: &[&[&str]] = &[
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],
-    &["fanout", "moderation", "audit"],
+    &["fanout", "moderation", "audit", "slots"],
     &["limiter", "metrics"],
     &["config"],
     // The Redis several nodes share: the limiter's buckets and moderation's document ride on it.

@@ -160,7 +160,7 @@ pub async fn preview(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
     let mut state = app.moderation.snapshot();
     state.limit_overrides.extend(changes);
     let preview = app.limiter.preview(&state.effective_limits(&app.config.limits)).await;
-    let per_quota = |counts: [u64; 3], any: u64| {
+    let per_quota = |counts: [u64; Preview::QUOTAS.len()], any: u64| {
         let mut out: serde_json::Map<String, Value> =
             Preview::QUOTAS.iter().zip(counts).map(|(quota, n)| (quota.as_str().to_string(), json!(n))).collect();
         out.insert("any".into(), json!(any));

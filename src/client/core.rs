@@ -1,5 +1,10 @@
-//! The client's protocol state machine, with no I/O and time passed in: the rate-limit gate, the
+//! The client's protocol state machine, with no I/O and time passed in: the rate-limit gates, the
 //! one-resend rule, pacing, NIP-42 answers and correlation of replies.
+//!
+//! Writes (EVENT) and reads (REQ, COUNT) wait in queues of their own. When the relay bills them
+//! to separate budgets (hearth's `ws_events` and `ws_reqs`, [`Core::set_read_pace`]) each has its
+//! own gate and pace, so a refused REQ never holds back the user's next message; otherwise one
+//! lane paces both in the order they were asked for.
 //!
 //! Owns every decision the client makes about a relay's answers. The async session
 //! ([`super::session`]) only moves frames between this core and a socket, so every rule is tested
@@ -10,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::{ClientMessage, Event, EventId, Filter, Keys, Timestamp};
 
+mod lane;
 mod vocabulary;
+
+use lane::Lane;
 
 pub use vocabulary::{Pace, Progress, PublishError, Reply, Target, Transport, Update, retry_hint};
 
@@ -29,16 +37,22 @@ struct Publish {
     resent: bool,
 }
 
+/// The queue (and, when the relay bills them apart, the lane) of writes and of reads.
+const WRITES: usize = 0;
+const READS: usize = 1;
+
 /// The client's state for one relay connection.
 pub struct Core {
     keys: Option<Keys>,
     relay_url: String,
     publish_timeout: Duration,
-    gate_until: Option<Instant>,
-    pace: Option<Pace>,
-    tokens: f64,
-    refilled_at: Option<Instant>,
-    queue: VecDeque<Frame>,
+    /// The writes' lane, and the reads' when `split`.
+    lanes: [Lane; 2],
+    /// Reads are billed apart from writes: they use `lanes[READS]`.
+    split: bool,
+    /// Writes and reads waiting, each with the order it was asked in.
+    queues: [VecDeque<(u64, Frame)>; 2],
+    asked: u64,
     /// AUTH and CLOSE frames: never billed, never gated.
     urgent: VecDeque<ClientMessage>,
     publishes: HashMap<EventId, Publish>,
@@ -60,11 +74,10 @@ impl Core {
             keys,
             relay_url: relay_url.to_string(),
             publish_timeout,
-            gate_until: None,
-            tokens: pace.map_or(0.0, |p| p.burst),
-            pace,
-            refilled_at: None,
-            queue: VecDeque::new(),
+            lanes: [Lane::new(pace), Lane::new(None)],
+            split: false,
+            queues: [VecDeque::new(), VecDeque::new()],
+            asked: 0,
             urgent: VecDeque::new(),
             publishes: HashMap::new(),
             reqs: HashMap::new(),
@@ -77,22 +90,33 @@ impl Core {
         }
     }
 
-    /// Sets the outbound pace (e.g. from the relay's NIP-11 document).
+    /// Sets the outbound pace (e.g. from the relay's NIP-11 document): of writes, and of reads
+    /// unless they have their own ([`Core::set_read_pace`]).
     pub fn set_pace(&mut self, pace: Pace) {
-        self.tokens = self.tokens.min(pace.burst);
-        self.pace = Some(pace);
+        self.lanes[WRITES].set_pace(pace);
+    }
+
+    /// Reads (REQ, COUNT) are billed to a budget of their own, paced at `pace`, with a gate of
+    /// their own: the relay advertised one (hearth's `ws_reqs`).
+    pub fn set_read_pace(&mut self, pace: Pace) {
+        self.lanes[READS] = Lane::new(Some(pace));
+        self.split = true;
     }
 
     /// Paces at another tier's `pace` once the relay named it: its burst, less what has been sent
     /// already, since the relay billed those calls to that tier's bucket from the start.
     pub fn set_tier_pace(&mut self, pace: Pace) {
-        self.tokens = (pace.burst - self.progress.sent as f64).max(0.0);
-        self.pace = Some(pace);
+        self.lanes[WRITES].set_pace_after(pace, self.progress.sent);
     }
 
-    /// When the gate opens, if it is armed.
+    /// The lane the requests of `queue` are paced and gated in.
+    fn lane(&self, queue: usize) -> usize {
+        if self.split { queue } else { WRITES }
+    }
+
+    /// When the last armed gate opens, if one is armed.
     pub fn gate(&self) -> Option<Instant> {
-        self.gate_until
+        self.lanes.iter().filter_map(Lane::gate).max()
     }
 
     /// Holds queued requests until the relay's NIP-42 challenge has been answered and the relay
@@ -108,34 +132,51 @@ impl Core {
 
     /// What the client has done so far.
     pub fn progress(&self) -> Progress {
-        Progress { gate_until: self.gate_until, ..self.progress }
+        Progress { gate_until: self.gate(), ..self.progress }
     }
 
-    fn arm(&mut self, now: Instant, wait: Duration) {
-        if self.gate_until.is_none_or(|g| g <= now) {
+    /// Arms the gate of the lane `queue` is paced in, or of every lane (`None`: a refusal not
+    /// tied to one budget, like a busy relay or a NOTICE).
+    fn arm(&mut self, now: Instant, wait: Duration, queue: Option<usize>) {
+        let mut opened = false;
+        for lane in 0..self.lanes.len() {
+            if queue.is_none_or(|q| self.lane(q) == lane) {
+                opened |= self.lanes[lane].arm(now, wait);
+            }
+        }
+        if opened {
             self.progress.gate_waits += 1;
         }
-        let until = now + wait;
-        self.gate_until = Some(self.gate_until.map_or(until, |g| g.max(until)));
+    }
+
+    /// Queues `frame` at the back of its queue (or, resent, at the front).
+    fn enqueue(&mut self, frame: Frame, front: bool) {
+        let queue = if matches!(frame, Frame::Event(_)) { WRITES } else { READS };
+        if front {
+            self.queues[queue].push_front((0, frame));
+        } else {
+            self.asked += 1;
+            self.queues[queue].push_back((self.asked, frame));
+        }
     }
 
     /// Queues an event for publishing.
     pub fn publish(&mut self, event: Event) {
         let id = event.id;
         self.publishes.insert(id, Publish { event, deadline: None, resent: false });
-        self.queue.push_back(Frame::Event(id));
+        self.enqueue(Frame::Event(id), false);
     }
 
     /// Queues a subscription.
     pub fn req(&mut self, sub_id: &str, filters: Vec<Filter>) {
         self.reqs.insert(sub_id.to_string(), filters);
-        self.queue.push_back(Frame::Req(sub_id.to_string()));
+        self.enqueue(Frame::Req(sub_id.to_string()), false);
     }
 
     /// Queues a COUNT.
     pub fn count(&mut self, sub_id: &str, filters: Vec<Filter>) {
         self.counts.insert(sub_id.to_string(), filters);
-        self.queue.push_back(Frame::Count(sub_id.to_string()));
+        self.enqueue(Frame::Count(sub_id.to_string()), false);
     }
 
     /// Closes a subscription.
@@ -176,7 +217,7 @@ impl Core {
             Reply::Ok { id, .. } if self.auth_sent == Some(id) => self.auth_answered(),
             Reply::Limited { target: Target::Event(id), wait, .. } if self.auth_sent == Some(id) => {
                 self.auth_answered();
-                self.arm(now, wait);
+                self.arm(now, wait, None);
             }
             Reply::Ok { id, accepted: true, message } => {
                 if self.publishes.remove(&id).is_some() {
@@ -187,7 +228,13 @@ impl Core {
             Reply::Ok { id, accepted: false, message } => self.fail(id, PublishError::Refused(message)),
             Reply::Limited { target, message, wait } => {
                 self.progress.limited += 1;
-                self.arm(now, wait);
+                // A busy relay refuses whatever comes next; a quota, only what bills it.
+                let queue = match &target {
+                    _ if message.contains("(unavailable)") => None,
+                    Target::Event(_) => Some(WRITES),
+                    Target::Sub(_) => Some(READS),
+                };
+                self.arm(now, wait, queue);
                 match target {
                     Target::Event(id) => {
                         let Some(publish) = self.publishes.get_mut(&id) else { return };
@@ -195,7 +242,7 @@ impl Core {
                         // gate clears before the deadline.
                         if !publish.resent && publish.deadline.is_none_or(|d| now + wait < d) {
                             publish.resent = true;
-                            self.queue.push_front(Frame::Event(id));
+                            self.enqueue(Frame::Event(id), true);
                         } else {
                             self.fail(id, PublishError::Refused(message));
                         }
@@ -204,7 +251,7 @@ impl Core {
                         let pending = self.reqs.contains_key(&sub) || self.counts.contains_key(&sub);
                         if pending && self.resent_subs.insert(sub.clone()) {
                             let frame = if self.reqs.contains_key(&sub) { Frame::Req(sub) } else { Frame::Count(sub) };
-                            self.queue.push_front(frame);
+                            self.enqueue(frame, true);
                         } else {
                             self.close_sub(sub, message);
                         }
@@ -215,7 +262,7 @@ impl Core {
             Reply::Notice(message) => {
                 // Uncorrelated: it may be about any frame, so it arms the gate and resends nothing.
                 if let Some(wait) = retry_hint(&message) {
-                    self.arm(now, wait);
+                    self.arm(now, wait, None);
                 }
                 self.updates.push_back(Update::Notice(message));
             }
@@ -246,8 +293,8 @@ impl Core {
         for id in expired {
             self.fail(id, PublishError::Timeout);
         }
-        if self.gate_until.is_some_and(|g| g <= now) {
-            self.gate_until = None;
+        for lane in &mut self.lanes {
+            lane.tick(now);
         }
         if self.auth_hold.is_some_and(|h| h <= now) {
             self.auth_hold = None;
@@ -260,51 +307,53 @@ impl Core {
         for id in ids {
             self.fail(id, PublishError::Disconnected(reason.to_string()));
         }
-        self.queue.clear();
+        self.queues.iter_mut().for_each(VecDeque::clear);
     }
 
-    fn take_token(&mut self, now: Instant) -> bool {
-        let Some(pace) = self.pace else { return true };
-        let elapsed = self.refilled_at.map_or(0.0, |at| now.saturating_duration_since(at).as_secs_f64());
-        self.tokens = (self.tokens + elapsed * pace.per_sec).min(pace.burst);
-        self.refilled_at = Some(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
+    /// The frame `frame` stands for, if it still waits (not answered, failed or closed).
+    fn message(&self, frame: &Frame) -> Option<ClientMessage> {
+        match frame {
+            Frame::Event(id) => self.publishes.get(id).map(|p| ClientMessage::Event(Box::new(p.event.clone()))),
+            Frame::Req(sub) => {
+                self.reqs.get(sub).map(|f| ClientMessage::Req { sub_id: sub.clone(), filters: f.clone() })
+            }
+            Frame::Count(sub) => {
+                self.counts.get(sub).map(|f| ClientMessage::Count { sub_id: sub.clone(), filters: f.clone() })
+            }
         }
     }
 
-    /// The next request to send now, if the gate and the pace allow one. AUTH and CLOSE go first
+    /// The next request to send now, if its lane's gate and pace allow one: of the writes and
+    /// the reads waiting, the one asked for first whose lane lets it go. AUTH and CLOSE go first
     /// and are never paced or gated.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<ClientMessage> {
         if let Some(frame) = self.urgent.pop_front() {
             return Some(frame);
         }
         self.on_tick(now);
-        if self.gate_until.is_some() || self.auth_hold.is_some() {
+        if self.auth_hold.is_some() {
             return None;
         }
-        loop {
-            let message = match self.queue.front()? {
-                Frame::Event(id) => self.publishes.get(id).map(|p| ClientMessage::Event(Box::new(p.event.clone()))),
-                Frame::Req(sub) => {
-                    self.reqs.get(sub).map(|f| ClientMessage::Req { sub_id: sub.clone(), filters: f.clone() })
+        // Heads that no longer stand for a request are dropped.
+        for queue in [WRITES, READS] {
+            while let Some((_, frame)) = self.queues[queue].front() {
+                if self.message(frame).is_some() {
+                    break;
                 }
-                Frame::Count(sub) => {
-                    self.counts.get(sub).map(|f| ClientMessage::Count { sub_id: sub.clone(), filters: f.clone() })
-                }
-            };
-            let Some(message) = message else {
-                // Answered, failed or closed while it waited.
-                self.queue.pop_front();
-                continue;
-            };
-            if !self.take_token(now) {
-                return None;
+                self.queues[queue].pop_front();
             }
-            if let Some(Frame::Event(id)) = self.queue.pop_front()
+        }
+        let mut heads: Vec<(u64, usize)> =
+            [WRITES, READS].into_iter().filter_map(|q| self.queues[q].front().map(|(asked, _)| (*asked, q))).collect();
+        heads.sort_unstable();
+        for (_, queue) in heads {
+            let lane = self.lane(queue);
+            if !self.lanes[lane].take(now) {
+                continue;
+            }
+            let (_, frame) = self.queues[queue].pop_front()?;
+            let message = self.message(&frame)?;
+            if let Frame::Event(id) = frame
                 && let Some(publish) = self.publishes.get_mut(&id)
             {
                 publish.deadline.get_or_insert(now + self.publish_timeout);
@@ -312,18 +361,18 @@ impl Core {
             self.progress.sent += 1;
             return Some(message);
         }
+        None
     }
 
-    /// When the core next needs attention without a frame arriving (gate, pace, deadline).
+    /// When the core next needs attention without a frame arriving (gates, pace, deadline).
     pub fn next_wakeup(&self, now: Instant) -> Option<Instant> {
         let deadline = self.publishes.values().filter_map(|p| p.deadline).min();
-        let pace = match (self.pace, self.queue.is_empty()) {
-            (Some(p), false) if self.tokens < 1.0 => {
-                Some(now + Duration::from_secs_f64((1.0 - self.tokens) / p.per_sec))
-            }
-            _ => None,
-        };
-        [self.gate_until, self.auth_hold, deadline, pace].into_iter().flatten().min()
+        let writes_wait = !self.queues[WRITES].is_empty() || (!self.split && !self.queues[READS].is_empty());
+        let mut lanes = vec![self.lanes[WRITES].wakeup(now, writes_wait)];
+        if self.split {
+            lanes.push(self.lanes[READS].wakeup(now, !self.queues[READS].is_empty()));
+        }
+        lanes.into_iter().chain([self.auth_hold, deadline]).flatten().min()
     }
 
     /// The next update for callers.
@@ -333,7 +382,7 @@ impl Core {
 
     /// True when nothing is queued or awaiting an answer.
     pub fn idle(&self) -> bool {
-        self.queue.is_empty() && self.publishes.is_empty() && self.urgent.is_empty()
+        self.queues.iter().all(VecDeque::is_empty) && self.publishes.is_empty() && self.urgent.is_empty()
     }
 }
 

@@ -34,19 +34,25 @@ const AUTH_HOLD: Duration = Duration::from_secs(2);
 impl Session {
     /// Connects to `relay_url`; `keys` answer NIP-42 challenges.
     pub async fn connect(relay_url: &str, keys: Option<Keys>, options: Options) -> Result<Session, String> {
-        let pace = match options.pace {
-            Some(p) => Some(p),
-            None => nip11(&reqwest::Client::new(), &http_base(relay_url))
-                .await
-                .ok()
-                .flatten()
-                .and_then(|doc| Pace::advertised(&doc, Tier::Human, Transport::WebSocket)),
+        // A fixed pace is for every frame; the relay's own document may bill reads apart.
+        let (pace, read_pace) = match options.pace {
+            Some(p) => (Some(p), None),
+            None => match nip11(&reqwest::Client::new(), &http_base(relay_url)).await.ok().flatten() {
+                Some(doc) => (
+                    Pace::advertised(&doc, Tier::Human, Transport::WebSocket),
+                    Pace::advertised(&doc, Tier::Human, Transport::WebSocketReads),
+                ),
+                None => (None, None),
+            },
         };
         let (ws, _) = tokio_tungstenite::connect_async_with_config(relay_url, Some(socket_config()), true)
             .await
             .map_err(|e| format!("cannot connect to {relay_url}: {e}"))?;
         let with_keys = keys.is_some();
         let mut core = Core::new(relay_url, keys, options.publish_timeout, pace);
+        if let Some(read_pace) = read_pace {
+            core.set_read_pace(read_pace);
+        }
         if with_keys {
             core.hold_for_auth(Instant::now() + AUTH_HOLD);
         }

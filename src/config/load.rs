@@ -114,7 +114,7 @@ impl Config {
         if !(url.is_empty() || url.starts_with("ws://") || url.starts_with("wss://")) {
             return Err(invalid("server.public_url", "must start with ws:// or wss://"));
         }
-        let positive: [(&str, u64); 26] = [
+        let positive: [(&str, u64); 28] = [
             ("limits.redis_timeout_ms", self.limits.redis_timeout_ms),
             ("server.max_outbound_queue", self.server.max_outbound_queue as u64),
             ("server.max_outbound_bytes", self.server.max_outbound_bytes as u64),
@@ -125,6 +125,8 @@ impl Config {
             ("server.ping_interval_secs", self.server.ping_interval_secs),
             ("server.max_connections", self.server.max_connections as u64),
             ("server.max_connections_per_ip", self.server.max_connections_per_ip as u64),
+            ("server.max_subscriptions_per_ip", self.server.max_subscriptions_per_ip as u64),
+            ("server.max_subscriptions_total", self.server.max_subscriptions_total as u64),
             ("storage.cache_capacity_mb", self.storage.cache_capacity_mb),
             ("storage.expiration_sweep_secs", self.storage.expiration_sweep_secs),
             ("storage.index_memory_events", self.storage.index_memory_events),
@@ -317,6 +319,9 @@ mod tests {
         let c = Config::load(None, &env(&[("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "7")])).unwrap();
         assert_eq!(c.sources[&key(Tier::Agent, QuotaKey::MessagesPerMin)], Source::Env);
         assert_eq!(c.sources[&key(Tier::Human, QuotaKey::MessagesPerMin)], Source::Default);
+        let c = Config::load(None, &env(&[("HEARTH_LIMITS__HUMAN__WS_REQS_PER_SEC", "25")])).unwrap();
+        assert_eq!((c.limits.human.ws_reqs_per_sec, c.limits.human.ws_reqs_burst_window_secs), (25, 10));
+        assert_eq!(c.sources[&key(Tier::Human, QuotaKey::WsReqsPerSec)], Source::Env);
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("r.toml");
         std::fs::write(&file, "[limits.human]\nws_events_per_sec = 3\nmessages_per_min = 120\n").unwrap();
@@ -334,6 +339,14 @@ mod tests {
             ("HEARTH_SERVER__BINDD", "x", "bindd"),
             ("HEARTH_LIMITATION__MAX_LIMIT", "-3", "max_limit"),
             ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "0", "limits.human.ws_events_per_sec"),
+            ("HEARTH_LIMITS__IP__WS_REQS_PER_SEC", "0", "limits.ip.ws_reqs_per_sec"),
+            (
+                "HEARTH_LIMITS__AGENT__WS_REQS_BURST_WINDOW_SECS",
+                "3601",
+                "`limits.agent.ws_reqs_burst_window_secs` must be at most 3600",
+            ),
+            ("HEARTH_SERVER__MAX_SUBSCRIPTIONS_PER_IP", "0", "server.max_subscriptions_per_ip"),
+            ("HEARTH_SERVER__MAX_SUBSCRIPTIONS_TOTAL", "0", "server.max_subscriptions_total"),
             ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "-1", "messages_per_min"),
             ("HEARTH_LIMITS__HANDLER_PERMITS", "0", "limits.handler_permits"),
             ("HEARTH_AUTH__MEMBERS", "nope", "auth.members"),

@@ -18,6 +18,10 @@ pub enum QuotaKey {
     WsEventsPerSec,
     /// `ws_burst_window_secs`
     WsBurstWindowSecs,
+    /// `ws_reqs_per_sec`
+    WsReqsPerSec,
+    /// `ws_reqs_burst_window_secs`
+    WsReqsBurstWindowSecs,
     /// `messages_per_min`
     MessagesPerMin,
     /// `api_calls_per_min`
@@ -26,14 +30,22 @@ pub enum QuotaKey {
 
 impl QuotaKey {
     /// Every key, in report order.
-    pub const ALL: [QuotaKey; 4] =
-        [QuotaKey::WsEventsPerSec, QuotaKey::WsBurstWindowSecs, QuotaKey::MessagesPerMin, QuotaKey::ApiCallsPerMin];
+    pub const ALL: [QuotaKey; 6] = [
+        QuotaKey::WsEventsPerSec,
+        QuotaKey::WsBurstWindowSecs,
+        QuotaKey::WsReqsPerSec,
+        QuotaKey::WsReqsBurstWindowSecs,
+        QuotaKey::MessagesPerMin,
+        QuotaKey::ApiCallsPerMin,
+    ];
 
     /// The key as written in `relay.toml`.
     pub fn as_str(self) -> &'static str {
         match self {
             QuotaKey::WsEventsPerSec => "ws_events_per_sec",
             QuotaKey::WsBurstWindowSecs => "ws_burst_window_secs",
+            QuotaKey::WsReqsPerSec => "ws_reqs_per_sec",
+            QuotaKey::WsReqsBurstWindowSecs => "ws_reqs_burst_window_secs",
             QuotaKey::MessagesPerMin => "messages_per_min",
             QuotaKey::ApiCallsPerMin => "api_calls_per_min",
         }
@@ -49,8 +61,8 @@ impl QuotaKey {
     /// was taken once, and advertised).
     pub fn max(self) -> u64 {
         match self {
-            QuotaKey::WsEventsPerSec => 10_000_000,
-            QuotaKey::WsBurstWindowSecs => 3_600,
+            QuotaKey::WsEventsPerSec | QuotaKey::WsReqsPerSec => 10_000_000,
+            QuotaKey::WsBurstWindowSecs | QuotaKey::WsReqsBurstWindowSecs => 3_600,
             QuotaKey::MessagesPerMin | QuotaKey::ApiCallsPerMin => 1_000_000_000,
         }
     }
@@ -60,10 +72,14 @@ impl QuotaKey {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TierLimits {
-    /// Sustained WebSocket EVENT/REQ/COUNT frames per second.
+    /// Sustained WebSocket frames that write (EVENT, NEG-MSG) per second.
     pub ws_events_per_sec: u64,
-    /// Burst of WebSocket frames = `ws_events_per_sec × ws_burst_window_secs`.
+    /// Burst of those frames = `ws_events_per_sec × ws_burst_window_secs`.
     pub ws_burst_window_secs: u64,
+    /// Sustained WebSocket frames that read (REQ, COUNT, NEG-OPEN) per second.
+    pub ws_reqs_per_sec: u64,
+    /// Burst of those frames = `ws_reqs_per_sec × ws_reqs_burst_window_secs`.
+    pub ws_reqs_burst_window_secs: u64,
     /// Durable events per minute (burst of that many, refilling over a minute).
     pub messages_per_min: u64,
     /// REST calls per minute (burst of that many, refilling over a minute).
@@ -76,6 +92,8 @@ impl TierLimits {
         match key {
             QuotaKey::WsEventsPerSec => self.ws_events_per_sec,
             QuotaKey::WsBurstWindowSecs => self.ws_burst_window_secs,
+            QuotaKey::WsReqsPerSec => self.ws_reqs_per_sec,
+            QuotaKey::WsReqsBurstWindowSecs => self.ws_reqs_burst_window_secs,
             QuotaKey::MessagesPerMin => self.messages_per_min,
             QuotaKey::ApiCallsPerMin => self.api_calls_per_min,
         }
@@ -86,6 +104,8 @@ impl TierLimits {
         match key {
             QuotaKey::WsEventsPerSec => self.ws_events_per_sec = value,
             QuotaKey::WsBurstWindowSecs => self.ws_burst_window_secs = value,
+            QuotaKey::WsReqsPerSec => self.ws_reqs_per_sec = value,
+            QuotaKey::WsReqsBurstWindowSecs => self.ws_reqs_burst_window_secs = value,
             QuotaKey::MessagesPerMin => self.messages_per_min = value,
             QuotaKey::ApiCallsPerMin => self.api_calls_per_min = value,
         }
@@ -94,7 +114,14 @@ impl TierLimits {
 
 impl Default for TierLimits {
     fn default() -> Self {
-        TierLimits { ws_events_per_sec: 10, ws_burst_window_secs: 5, messages_per_min: 120, api_calls_per_min: 60 }
+        TierLimits {
+            ws_events_per_sec: 10,
+            ws_burst_window_secs: 5,
+            ws_reqs_per_sec: 10,
+            ws_reqs_burst_window_secs: 10,
+            messages_per_min: 120,
+            api_calls_per_min: 60,
+        }
     }
 }
 
@@ -105,6 +132,8 @@ impl TierLimits {
         TierLimits {
             ws_events_per_sec: 4 * human.ws_events_per_sec,
             ws_burst_window_secs: human.ws_burst_window_secs,
+            ws_reqs_per_sec: 4 * human.ws_reqs_per_sec,
+            ws_reqs_burst_window_secs: human.ws_reqs_burst_window_secs,
             messages_per_min: 4 * human.messages_per_min,
             api_calls_per_min: 4 * human.api_calls_per_min,
         }
@@ -178,10 +207,12 @@ mod tests {
     #[test]
     fn limit_keys_round_trip_through_their_names() {
         let names: Vec<String> = LimitKey::all().map(|k| k.to_string()).collect();
-        assert_eq!(names.len(), 12);
+        assert_eq!(names.len(), 18);
         assert_eq!(names[0], "human.ws_events_per_sec");
-        assert_eq!(names[7], "agent.api_calls_per_min");
-        assert_eq!(names[8], "ip.ws_events_per_sec");
+        assert_eq!(names[2], "human.ws_reqs_per_sec");
+        assert_eq!(names[3], "human.ws_reqs_burst_window_secs");
+        assert_eq!(names[11], "agent.api_calls_per_min");
+        assert_eq!(names[12], "ip.ws_events_per_sec");
         for name in &names {
             assert_eq!(&name.parse::<LimitKey>().unwrap().to_string(), name);
         }
@@ -196,6 +227,6 @@ mod tests {
             t.set(key, 100 + i as u64);
         }
         let got: Vec<u64> = QuotaKey::ALL.iter().map(|k| t.get(*k)).collect();
-        assert_eq!(got, [100, 101, 102, 103]);
+        assert_eq!(got, [100, 101, 102, 103, 104, 105]);
     }
 }

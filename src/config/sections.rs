@@ -131,6 +131,10 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Open connections from one peer address at most (trusted proxies count only in the total).
     pub max_connections_per_ip: usize,
+    /// Open subscriptions from one client address (its IP ceiling's network) at most.
+    pub max_subscriptions_per_ip: usize,
+    /// Open subscriptions on the whole relay at most.
+    pub max_subscriptions_total: usize,
 }
 
 impl Default for ServerConfig {
@@ -147,6 +151,8 @@ impl Default for ServerConfig {
             ping_interval_secs: 30,
             max_connections: 10_000,
             max_connections_per_ip: 256,
+            max_subscriptions_per_ip: 2_000,
+            max_subscriptions_total: 200_000,
         }
     }
 }
@@ -250,7 +256,7 @@ impl Default for Limitation {
     fn default() -> Self {
         Limitation {
             max_message_length: 131_072,
-            max_subscriptions: 20,
+            max_subscriptions: 200,
             max_filters: 10,
             max_limit: 500,
             default_limit: 100,

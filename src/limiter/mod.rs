@@ -50,7 +50,7 @@ use table::Table;
 /// Idle principals are forgotten after this many seconds (longer than any quota's refill window).
 const IDLE_SECS: u32 = 3600;
 
-/// What [`Limiter::preview`] finds: per quota (in the order ws_events, messages, api_calls),
+/// What [`Limiter::preview`] finds: per quota (in the order of [`Preview::QUOTAS`]),
 /// how many tracked principals are refused their next request now and would be under the
 /// proposed limits, and how many are refused any of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,9 +58,9 @@ pub struct Preview {
     /// Principals with state.
     pub tracked: u64,
     /// Refused now under the limits in force, per quota.
-    pub refused_now: [u64; 3],
+    pub refused_now: [u64; QUOTAS.len()],
     /// Refused now under the proposed limits, per quota.
-    pub would_refuse: [u64; 3],
+    pub would_refuse: [u64; QUOTAS.len()],
     /// Refused at least one quota under the limits in force.
     pub refused_now_any: u64,
     /// Refused at least one quota under the proposed limits.
@@ -69,7 +69,7 @@ pub struct Preview {
 
 impl Preview {
     /// The quotas, in the order of [`Preview::refused_now`] and [`Preview::would_refuse`].
-    pub const QUOTAS: [LimitType; 3] = QUOTAS;
+    pub const QUOTAS: [LimitType; QUOTAS.len()] = QUOTAS;
 }
 
 /// The admission limiter.

@@ -7,8 +7,8 @@
 //! disagree still bill one bucket. Times in Redis are microseconds (exact in Lua's doubles);
 //! every key has a TTL of the idle time (or the longest refill window), so an idle principal
 //! costs nothing. Each principal is one hash `<prefix>p:<principal>`: per quota its `tat` and
-//! the interval it was computed under (`w.t`/`w.i` ws_events, `m.` messages, `a.` api_calls,
-//! `x.` admin_auth), refusals per limit type (`r.<name>`), first and last seen (`f`, `l`).
+//! the interval it was computed under (`w.t`/`w.i` ws_events, `q.` ws_reqs, `m.` messages,
+//! `a.` api_calls, `x.` admin_auth), refusals per limit type (`r.<name>`), first and last seen (`f`, `l`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -95,6 +95,7 @@ pub(super) struct Shared {
 fn field(limit_type: LimitType) -> &'static str {
     match limit_type {
         LimitType::WsEvents => "w",
+        LimitType::WsReqs => "q",
         LimitType::Messages => "m",
         LimitType::ApiCalls => "a",
         LimitType::AdminAuth | LimitType::Unavailable => "x",

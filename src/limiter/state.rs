@@ -17,12 +17,14 @@ use crate::protocol::{PubKey, Timestamp};
 pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 /// The limit types backed by a per-principal quota, in report order; also the ones the IP
 /// ceiling bills.
-pub(super) const QUOTAS: [LimitType; 3] = [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls];
+pub(super) const QUOTAS: [LimitType; 4] =
+    [LimitType::WsEvents, LimitType::WsReqs, LimitType::Messages, LimitType::ApiCalls];
 
 /// One tier's quotas as GCRA parameters.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct TierQuotas {
     pub(super) ws_events: Quota,
+    pub(super) ws_reqs: Quota,
     pub(super) messages: Quota,
     pub(super) api_calls: Quota,
 }
@@ -31,6 +33,7 @@ impl TierQuotas {
     pub(super) fn of(t: &TierLimits) -> TierQuotas {
         TierQuotas {
             ws_events: Quota::new(t.ws_events_per_sec, 1, t.ws_events_per_sec.saturating_mul(t.ws_burst_window_secs)),
+            ws_reqs: Quota::new(t.ws_reqs_per_sec, 1, t.ws_reqs_per_sec.saturating_mul(t.ws_reqs_burst_window_secs)),
             messages: Quota::new(t.messages_per_min, 60, t.messages_per_min),
             api_calls: Quota::new(t.api_calls_per_min, 60, t.api_calls_per_min),
         }
@@ -86,6 +89,7 @@ impl Policy {
         };
         match limit_type {
             LimitType::WsEvents => Some(tier.ws_events),
+            LimitType::WsReqs => Some(tier.ws_reqs),
             LimitType::Messages => Some(tier.messages),
             LimitType::ApiCalls => Some(tier.api_calls),
             LimitType::AdminAuth => Some(Quota::new(ADMIN_AUTH_FAILURES_PER_MIN, 60, ADMIN_AUTH_FAILURES_PER_MIN)),
@@ -106,6 +110,7 @@ pub(super) struct Cell {
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Cells {
     pub(super) ws_events: Cell,
+    pub(super) ws_reqs: Cell,
     pub(super) messages: Cell,
     pub(super) api_calls: Cell,
     pub(super) admin_auth: Cell,
@@ -116,6 +121,7 @@ impl Cells {
     pub(super) fn of(&mut self, limit_type: LimitType) -> Option<&mut Cell> {
         match limit_type {
             LimitType::WsEvents => Some(&mut self.ws_events),
+            LimitType::WsReqs => Some(&mut self.ws_reqs),
             LimitType::Messages => Some(&mut self.messages),
             LimitType::ApiCalls => Some(&mut self.api_calls),
             LimitType::AdminAuth => Some(&mut self.admin_auth),
@@ -132,6 +138,7 @@ impl Cells {
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Refusals {
     pub(super) ws_events: u32,
+    pub(super) ws_reqs: u32,
     pub(super) messages: u32,
     pub(super) api_calls: u32,
     pub(super) admin_auth: u32,
@@ -142,6 +149,7 @@ impl Refusals {
     pub(super) fn of(&mut self, limit_type: LimitType) -> &mut u32 {
         match limit_type {
             LimitType::WsEvents => &mut self.ws_events,
+            LimitType::WsReqs => &mut self.ws_reqs,
             LimitType::Messages => &mut self.messages,
             LimitType::ApiCalls => &mut self.api_calls,
             LimitType::AdminAuth => &mut self.admin_auth,

@@ -29,7 +29,47 @@ fn ip(n: u32) -> Billed {
 #[test]
 fn limit_type_names_are_stable() {
     let names: Vec<_> = LimitType::ALL.iter().map(|l| l.as_str()).collect();
-    assert_eq!(names, ["ws_events", "messages", "api_calls", "admin_auth", "unavailable"]);
+    assert_eq!(names, ["ws_events", "ws_reqs", "messages", "api_calls", "admin_auth", "unavailable"]);
+}
+
+#[test]
+fn default_ws_reqs_burst_is_100_then_10_per_second_and_leaves_ws_events_alone() {
+    let (l, clock) = limiter(LimitsConfig::default());
+    let p = ip(3);
+    for _ in 0..100 {
+        admit(&l, &p, LimitType::WsReqs).unwrap();
+    }
+    let refused = admit(&l, &p, LimitType::WsReqs).unwrap_err();
+    assert_eq!((refused.limit_type, refused.retry_after), (LimitType::WsReqs, Duration::from_millis(100)));
+    // Reads spent to the last frame: writes still have their whole burst, and the other way round.
+    for _ in 0..50 {
+        admit(&l, &p, LimitType::WsEvents).unwrap();
+    }
+    assert_eq!(admit(&l, &p, LimitType::WsEvents).unwrap_err().limit_type, LimitType::WsEvents);
+    clock.advance(Duration::from_secs(1));
+    for _ in 0..10 {
+        admit(&l, &p, LimitType::WsReqs).unwrap();
+    }
+    assert!(admit(&l, &p, LimitType::WsReqs).is_err());
+    let usage = block(l.usage(&p.principal));
+    assert_eq!((usage.limits["ws_reqs"].limit, usage.limits["ws_reqs"].window_secs), (100, 10));
+    assert_eq!((usage.refusals["ws_reqs"], usage.refusals["ws_events"]), (2, 1));
+}
+
+#[test]
+fn the_ip_ceiling_bills_reads_and_writes_apart() {
+    let mut config = LimitsConfig::default();
+    config.ip.ws_reqs_per_sec = 1;
+    config.ip.ws_reqs_burst_window_secs = 3;
+    let (l, _clock) = limiter(config);
+    let from = IpAddr::from([10, 0, 0, 9]);
+    for n in 0..3 {
+        admit(&l, &Billed::new(key(n), from), LimitType::WsReqs).unwrap();
+    }
+    // A fresh key from the same address: its own budget is full, the address's reads are spent.
+    let refused = admit(&l, &Billed::new(key(9), from), LimitType::WsReqs).unwrap_err();
+    assert_eq!((refused.limit_type, refused.retry_secs()), (LimitType::WsReqs, 1));
+    admit(&l, &Billed::new(key(9), from), LimitType::WsEvents).unwrap();
 }
 
 #[test]

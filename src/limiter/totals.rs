@@ -14,7 +14,7 @@ pub const ADMISSION_BUCKETS_US: [u64; 12] = [1, 2, 5, 10, 20, 50, 100, 200, 500,
 /// bucket, for the admin API's samples (rates are their differences).
 #[derive(Default)]
 pub(super) struct Totals {
-    pub(super) refused: [AtomicU64; 5],
+    pub(super) refused: [AtomicU64; LimitType::ALL.len()],
     pub(super) admissions: [AtomicU64; ADMISSION_BUCKETS_US.len()],
 }
 
@@ -22,7 +22,7 @@ pub(super) struct Totals {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TotalsSnapshot {
     /// Refusals so far, per limit type in the order of [`LimitType::ALL`].
-    pub refused: [u64; 5],
+    pub refused: [u64; LimitType::ALL.len()],
     /// Admissions so far, per bucket of [`ADMISSION_BUCKETS_US`].
     pub admissions: [u64; ADMISSION_BUCKETS_US.len()],
 }

@@ -35,7 +35,7 @@ pub struct Usage {
     pub principal: String,
     /// Its tier.
     pub tier: Tier,
-    /// Per quota: `ws_events`, `messages`, `api_calls`.
+    /// Per quota: `ws_events`, `ws_reqs`, `messages`, `api_calls`.
     pub limits: BTreeMap<&'static str, LimitUsage>,
     /// Refusals per limit type since start (or since the state was last forgotten).
     pub refusals: BTreeMap<&'static str, u64>,

@@ -45,8 +45,12 @@ impl Prefix {
 /// What is billed. The names are stable: they appear in messages, metrics and the admin API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LimitType {
-    /// EVENT, REQ and COUNT frames on a WebSocket, on arrival.
+    /// Frames on a WebSocket that write (EVENT, NEG-MSG, and any frame that cannot be read), on
+    /// arrival.
     WsEvents,
+    /// Frames on a WebSocket that read (REQ, COUNT, NEG-OPEN), on arrival: a budget of their own,
+    /// so a client's subscriptions never delay its writes, nor its writes its subscriptions.
+    WsReqs,
     /// Durable (non-ephemeral) events, after verification and the duplicate check.
     Messages,
     /// REST calls.
@@ -59,13 +63,20 @@ pub enum LimitType {
 
 impl LimitType {
     /// Every limit type, in report order.
-    pub const ALL: [LimitType; 5] =
-        [LimitType::WsEvents, LimitType::Messages, LimitType::ApiCalls, LimitType::AdminAuth, LimitType::Unavailable];
+    pub const ALL: [LimitType; 6] = [
+        LimitType::WsEvents,
+        LimitType::WsReqs,
+        LimitType::Messages,
+        LimitType::ApiCalls,
+        LimitType::AdminAuth,
+        LimitType::Unavailable,
+    ];
 
     /// The stable name.
     pub fn as_str(self) -> &'static str {
         match self {
             LimitType::WsEvents => "ws_events",
+            LimitType::WsReqs => "ws_reqs",
             LimitType::Messages => "messages",
             LimitType::ApiCalls => "api_calls",
             LimitType::AdminAuth => "admin_auth",

@@ -1,9 +1,10 @@
 //! One handler per client verb: EVENT, REQ, COUNT, CLOSE, AUTH, and NIP-77's NEG-OPEN,
 //! NEG-MSG, NEG-CLOSE (whose sessions are `neg`'s).
 //!
-//! Owns what one text frame asks of the connection: it bills the frame's arrival (`ws_events`),
-//! answers what can be answered at once, and hands slow work (a publish awaiting its durable OK,
-//! a query, a signature check) back to the loop in `conn` as a future. Publishing goes through
+//! Owns what one text frame asks of the connection: it bills the frame's arrival (`ws_reqs` for
+//! a read, `ws_events` for the rest), answers what can be answered at once, and hands slow work
+//! (a publish awaiting its durable OK, a query, a signature check) back to the loop in `conn` as
+//! a future. Publishing goes through
 //! [`crate::ingest`], reads through [`crate::query`]; every refusal is tied to the frame it
 //! refuses (`OK` for EVENT/AUTH, `CLOSED` for REQ/COUNT, `NOTICE` only when nothing can be read).
 
@@ -120,10 +121,15 @@ pub(super) async fn frame(
     metrics::counter!("hearth_frames_total").increment(1);
     // CLOSE is never billed or refused: a client can always close. AUTH bills the IP (and its
     // ceiling), whatever key it names, so fresh keys are not free; everything else bills the key
-    // the frame acts for. All on arrival, before any costly work.
+    // the frame acts for: reads (REQ, COUNT, NEG-OPEN) on `ws_reqs`, the rest on `ws_events`, so
+    // a client's subscriptions never hold up its writes nor its writes its subscriptions. All on
+    // arrival, before any costly work.
     let admitted = match &msg {
         ClientMessage::Close(_) | ClientMessage::NegClose(_) => Ok(()),
         ClientMessage::Auth(_) => app.limiter.admit(&Billed::ip(session.client_ip), LimitType::WsEvents).await,
+        ClientMessage::Req { .. } | ClientMessage::Count { .. } | ClientMessage::NegOpen { .. } => {
+            app.limiter.admit(&billed, LimitType::WsReqs).await
+        }
         _ => app.limiter.admit(&billed, LimitType::WsEvents).await,
     };
     let needs_auth = app.config.auth.required && session.authed.is_none();
@@ -162,11 +168,10 @@ pub(super) async fn frame(
             if let Some(refused) = read_refusal(app, session, &filters) {
                 return refused_closing(sub_id, refused, &session.challenge);
             }
-            let generation = match session.open(&sub_id, lim.max_subscriptions) {
+            let address = app.limiter.ceiling_of(session.client_ip);
+            let generation = match session.open(&sub_id, lim.max_subscriptions, || app.slots.take(address)) {
                 Ok(g) => g,
-                Err(reason) => {
-                    return Action::Reply(RelayMessage::Closed { sub_id, message: format!("error: {reason}") });
-                }
+                Err(message) => return Action::Reply(RelayMessage::Closed { sub_id, message }),
             };
             let viewer = app.private.viewer(session.authed);
             Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters, viewer)))

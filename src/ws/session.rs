@@ -3,7 +3,8 @@
 //! Owns which subscription ids are open on one connection (with a generation, so a query that
 //! finishes after its subscription was closed or replaced is dropped), which live events each
 //! subscription is sent (each event once, whether its query or its live feed found it), the
-//! NIP-42 challenge and the authenticated pubkey.
+//! NIP-42 challenge and the authenticated pubkey. Each open subscription holds its place among
+//! the relay's ([`Slot`]), given back when it is closed or the session dropped.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -12,6 +13,7 @@ use super::neg::Negs;
 use crate::fanout::Live;
 use crate::limiter::{Billed, Principal};
 use crate::protocol::{EventJson, PubKey, RelayMessage};
+use crate::slots::{Slot, SlotError};
 use crate::store::Mark;
 
 /// An open subscription.
@@ -19,6 +21,8 @@ use crate::store::Mark;
 struct Sub {
     generation: u64,
     scan: Scan,
+    /// Its place among the relay's open subscriptions, given back when it is dropped.
+    _slot: Slot,
 }
 
 /// Where a subscription's query is. Its live feed starts before the query looks (so no event
@@ -67,13 +71,24 @@ impl Session {
         Billed::new(self.principal(), self.client_ip)
     }
 
-    /// Opens (or replaces) `sub_id`; refuses a new id beyond `max_subscriptions`.
-    pub fn open(&mut self, sub_id: &str, max_subscriptions: usize) -> Result<u64, String> {
-        if !self.subs.contains_key(sub_id) && self.subs.len() >= max_subscriptions {
-            return Err(format!("too many subscriptions: at most {max_subscriptions} per connection"));
-        }
+    /// Opens (or replaces, in the place it holds) `sub_id`; a new id needs room on this
+    /// connection (`max_subscriptions`) and a place from `slot`. `Err` is the refusal's whole
+    /// message.
+    pub fn open(
+        &mut self,
+        sub_id: &str,
+        max_subscriptions: usize,
+        slot: impl FnOnce() -> Result<Slot, SlotError>,
+    ) -> Result<u64, String> {
+        let slot = match self.subs.remove(sub_id) {
+            Some(replaced) => replaced._slot,
+            None if self.subs.len() >= max_subscriptions => {
+                return Err(format!("error: too many subscriptions: at most {max_subscriptions} per connection"));
+            }
+            None => slot().map_err(|e| format!("blocked: {e}"))?,
+        };
         self.next_generation += 1;
-        let sub = Sub { generation: self.next_generation, scan: Scan::Running(HashSet::new()) };
+        let sub = Sub { generation: self.next_generation, scan: Scan::Running(HashSet::new()), _slot: slot };
         self.subs.insert(sub_id.to_string(), sub);
         Ok(self.next_generation)
     }
@@ -132,6 +147,13 @@ impl Session {
 mod tests {
     use super::*;
     use crate::protocol::{Keys, Kind, Timestamp};
+    use crate::slots::Slots;
+    use std::sync::Arc;
+
+    /// A place from a relay with room for everything.
+    fn room() -> Result<Slot, SlotError> {
+        Arc::new(Slots::new(1000, 1000)).take(None)
+    }
 
     fn event_frame(sub_id: &str, n: u8) -> RelayMessage {
         let event = Keys::from_bytes([n; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
@@ -161,7 +183,7 @@ mod tests {
     async fn a_subscription_gets_each_event_once_whether_its_query_or_its_live_feed_found_it() {
         let (first, second, third) = marks().await;
         let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
-        let g = s.open("a", 10).unwrap();
+        let g = s.open("a", 10, room).unwrap();
         let (e1, e2, e3) = (event_frame("a", 1), event_frame("a", 2), event_frame("a", 3));
         // While the query runs, live events go out, and its answer leaves them out.
         assert!(s.admits(&live(&e1, g, Some(first))));
@@ -178,8 +200,8 @@ mod tests {
     async fn a_closed_or_replaced_subscription_gets_no_more_live_events() {
         let (first, ..) = marks().await;
         let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
-        let old = s.open("a", 10).unwrap();
-        let new = s.open("a", 10).unwrap();
+        let old = s.open("a", 10, room).unwrap();
+        let new = s.open("a", 10, room).unwrap();
         let e = event_frame("a", 1);
         assert!(!s.admits(&live(&e, old, Some(first))));
         assert_eq!(s.answered("a", old, first, vec![RelayMessage::Eose("a".into())]), None);
@@ -191,13 +213,33 @@ mod tests {
     #[test]
     fn replacing_a_sub_does_not_count_twice_and_bumps_generation() {
         let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
-        let g1 = s.open("a", 1).unwrap();
-        let g2 = s.open("a", 1).unwrap();
+        let g1 = s.open("a", 1, room).unwrap();
+        let g2 = s.open("a", 1, room).unwrap();
         assert_ne!(g1, g2);
         assert!(!s.is_current("a", g1));
         assert!(s.is_current("a", g2));
-        assert!(s.open("b", 1).is_err());
+        assert!(s.open("b", 1, room).is_err());
         assert!(s.close("a"));
-        assert!(s.open("b", 1).is_ok());
+        assert!(s.open("b", 1, room).is_ok());
+    }
+
+    #[test]
+    fn a_new_id_takes_a_place_a_replaced_one_keeps_its_own_and_a_closed_one_gives_it_back() {
+        let slots = Arc::new(Slots::new(2, 100));
+        let take = || slots.take(Some(Principal::Ip(IpAddr::from([127, 0, 0, 1]))));
+        let mut s = Session::new(IpAddr::from([127, 0, 0, 1]), "c".into());
+        s.open("a", 10, take).unwrap();
+        s.open("a", 10, take).unwrap();
+        s.open("b", 10, take).unwrap();
+        assert_eq!(slots.open(), 2);
+        assert_eq!(
+            s.open("c", 10, take).unwrap_err(),
+            "blocked: too many subscriptions open from your address: at most 2; close some first"
+        );
+        assert_eq!(s.open("c", 1, take).unwrap_err(), "error: too many subscriptions: at most 1 per connection");
+        s.close("a");
+        assert_eq!(slots.open(), 1);
+        drop(s);
+        assert_eq!(slots.open(), 0);
     }
 }

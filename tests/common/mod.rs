@@ -300,6 +300,8 @@ pub fn generous(c: &mut Config) {
     for tier in [&mut c.limits.human, &mut c.limits.agent, &mut c.limits.ip] {
         tier.ws_events_per_sec = 1_000_000;
         tier.ws_burst_window_secs = 10;
+        tier.ws_reqs_per_sec = 1_000_000;
+        tier.ws_reqs_burst_window_secs = 10;
         tier.messages_per_min = 100_000_000;
         tier.api_calls_per_min = 100_000_000;
     }

@@ -128,6 +128,7 @@ async fn limits_tuned_live_apply_to_open_connections_and_survive_restart() {
     let (status, limits) = api.token(Method::GET, "/admin/v1/limits", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 10, "source": "default"}));
+    assert_eq!(limits["human"]["ws_reqs_per_sec"], json!({"value": 10, "source": "default"}));
     assert_eq!(limits["agent"]["messages_per_min"]["value"], 77);
     let mut c = relay.connect().await;
     c.send(json!(["COUNT", "before", {}])).await;
@@ -136,19 +137,19 @@ async fn limits_tuned_live_apply_to_open_connections_and_survive_restart() {
         .token(
             Method::PATCH,
             "/admin/v1/limits",
-            Some(json!({"human": {"ws_events_per_sec": 1, "ws_burst_window_secs": 1}})),
+            Some(json!({"human": {"ws_reqs_per_sec": 1, "ws_reqs_burst_window_secs": 1}})),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 1, "source": "admin"}));
+    assert_eq!(limits["human"]["ws_reqs_per_sec"], json!({"value": 1, "source": "admin"}));
     // The next frame of the already open connection is judged by the new value.
     c.send(json!(["COUNT", "after", {}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "after", "rate-limited: quota exceeded (ws_events); retry in 1s"]));
+    assert_eq!(c.recv().await, json!(["CLOSED", "after", "rate-limited: quota exceeded (ws_reqs); retry in 1s"]));
     // Clients see the new per-tier value at once.
     let info = relay.nip11().await;
-    assert_eq!(info["hearth_limits"]["human"]["ws_events_per_sec"], 1);
+    assert_eq!(info["hearth_limits"]["human"]["ws_reqs_per_sec"], 1);
     // Tuned up: the refusals stop.
-    api.token(Method::PATCH, "/admin/v1/limits", Some(json!({"human": {"ws_events_per_sec": 1000}}))).await;
+    api.token(Method::PATCH, "/admin/v1/limits", Some(json!({"human": {"ws_reqs_per_sec": 1000}}))).await;
     c.send(json!(["COUNT", "up", {}])).await;
     assert_eq!(c.recv().await[0], "COUNT");
     drop(c);
@@ -157,17 +158,17 @@ async fn limits_tuned_live_apply_to_open_connections_and_survive_restart() {
     let relay = TestRelay::start_in(dir, with_admin).await;
     let api = AdminApi::new(&relay);
     let (_, limits) = api.token(Method::GET, "/admin/v1/limits", None).await;
-    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 1000, "source": "admin"}));
-    assert_eq!(limits["human"]["ws_burst_window_secs"], json!({"value": 1, "source": "admin"}));
+    assert_eq!(limits["human"]["ws_reqs_per_sec"], json!({"value": 1000, "source": "admin"}));
+    assert_eq!(limits["human"]["ws_reqs_burst_window_secs"], json!({"value": 1, "source": "admin"}));
     let mut c = relay.connect().await;
     c.send(json!(["COUNT", "a", {}])).await;
     assert_eq!(c.recv().await[0], "COUNT");
     // Back to the configured values.
-    let (_, limits) = api.token(Method::DELETE, "/admin/v1/limits/overrides/human/ws_events_per_sec", None).await;
-    assert_eq!(limits["human"]["ws_events_per_sec"], json!({"value": 10, "source": "default"}));
-    assert_eq!(limits["human"]["ws_burst_window_secs"]["source"], "admin");
+    let (_, limits) = api.token(Method::DELETE, "/admin/v1/limits/overrides/human/ws_reqs_per_sec", None).await;
+    assert_eq!(limits["human"]["ws_reqs_per_sec"], json!({"value": 10, "source": "default"}));
+    assert_eq!(limits["human"]["ws_reqs_burst_window_secs"]["source"], "admin");
     let (_, limits) = api.token(Method::DELETE, "/admin/v1/limits/overrides", None).await;
-    assert_eq!(limits["human"]["ws_burst_window_secs"], json!({"value": 5, "source": "default"}));
+    assert_eq!(limits["human"]["ws_reqs_burst_window_secs"], json!({"value": 10, "source": "default"}));
 }
 
 #[tokio::test]
@@ -274,13 +275,13 @@ async fn a_limits_patch_from_a_stale_etag_is_412_with_the_current_document_and_c
 async fn a_limits_preview_counts_who_the_proposed_values_would_refuse_now_and_changes_nothing() {
     let relay = TestRelay::start(|c| {
         with_admin(c);
-        c.limits.human.ws_events_per_sec = 2;
-        c.limits.human.ws_burst_window_secs = 5;
+        c.limits.human.ws_reqs_per_sec = 2;
+        c.limits.human.ws_reqs_burst_window_secs = 5;
     })
     .await;
     let api = AdminApi::new(&relay);
     // Three principals (three IPs, the limiter's clock standing still): one has used 4 of its
-    // 10 ws_events, one 8, one none yet (its AUTH challenge is all it has had).
+    // 10 ws_reqs, one 8, one none yet (its AUTH challenge is all it has had).
     let mut busy = Vec::new();
     for (host, frames) in [(11u8, 4), (12, 8)] {
         let mut c = Client::connect_from(&relay.ws_url(), std::net::Ipv4Addr::new(127, 0, 0, host).into()).await;
@@ -296,13 +297,14 @@ async fn a_limits_preview_counts_who_the_proposed_values_would_refuse_now_and_ch
     assert_eq!(status, StatusCode::OK);
     let tracked = body["tracked"].as_u64().unwrap();
     assert!(tracked >= 2, "{body}");
-    let zero = json!({"ws_events": 0, "messages": 0, "api_calls": 0, "any": 0});
+    let zero = json!({"ws_events": 0, "ws_reqs": 0, "messages": 0, "api_calls": 0, "any": 0});
     assert_eq!((&body["would_refuse"], &body["refused_now"]), (&zero, &zero), "{body}");
     // A burst of 6 (2/s × 3 s) refuses the one that used 8; of 2 (1/s × 2 s), both.
-    let (_, body) = preview(json!({"human": {"ws_burst_window_secs": 3}})).await;
-    assert_eq!(body["would_refuse"], json!({"ws_events": 1, "messages": 0, "api_calls": 0, "any": 1}), "{body}");
-    let (_, body) = preview(json!({"human": {"ws_events_per_sec": 1, "ws_burst_window_secs": 2}})).await;
-    assert_eq!(body["would_refuse"], json!({"ws_events": 2, "messages": 0, "api_calls": 0, "any": 2}), "{body}");
+    let (_, body) = preview(json!({"human": {"ws_reqs_burst_window_secs": 3}})).await;
+    let refusing = |n: u64| json!({"ws_events": 0, "ws_reqs": n, "messages": 0, "api_calls": 0, "any": n});
+    assert_eq!(body["would_refuse"], refusing(1), "{body}");
+    let (_, body) = preview(json!({"human": {"ws_reqs_per_sec": 1, "ws_reqs_burst_window_secs": 2}})).await;
+    assert_eq!(body["would_refuse"], refusing(2), "{body}");
     assert_eq!(body["refused_now"], zero);
     // Validated as a PATCH is; nothing changed, nothing audited, and the clients are not billed.
     assert_eq!(
@@ -324,7 +326,7 @@ async fn stats_sample_connections_subscriptions_stored_events_and_refusals_every
     let relay = TestRelay::start_real_clock(|c| {
         with_admin(c);
         c.limits.human.ws_events_per_sec = 1;
-        c.limits.human.ws_burst_window_secs = 4;
+        c.limits.human.ws_burst_window_secs = 3;
         c.limits.human.messages_per_min = 1000;
     })
     .await;
@@ -336,7 +338,8 @@ async fn stats_sample_connections_subscriptions_stored_events_and_refusals_every
     let first = &body["samples"][0];
     assert_eq!((&first["connections"], &first["subscriptions"]), (&json!(0), &json!(0)), "{body}");
     assert_eq!((&first["events_stored_per_sec"], &first["admission_p99_us"]), (&json!(0.0), &Value::Null));
-    // Two connections, one subscription, 3 events stored, 2 ws_events refused (a burst of 4).
+    // Two connections, one subscription, 3 events stored, 2 ws_events refused (a burst of 3;
+    // the REQ bills ws_reqs).
     let mut a = relay.connect().await;
     let mut b = relay.connect().await;
     b.req("live", vec![json!({"kinds": [7]})]).await;
@@ -406,7 +409,11 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
     assert_eq!(usage["tier"], "human");
     assert_eq!(
         usage["limits"]["ws_events"],
-        json!({"used": 6, "limit": 50, "remaining": 44, "window_secs": 5, "retry_in_secs": 0})
+        json!({"used": 2, "limit": 50, "remaining": 48, "window_secs": 5, "retry_in_secs": 0})
+    );
+    assert_eq!(
+        usage["limits"]["ws_reqs"],
+        json!({"used": 4, "limit": 100, "remaining": 96, "window_secs": 10, "retry_in_secs": 0})
     );
     assert_eq!(
         usage["limits"]["messages"],
@@ -451,8 +458,8 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
 async fn tier_changes_apply_live_and_are_audited() {
     let relay = TestRelay::start(|c| {
         with_admin(c);
-        c.limits.agent.ws_events_per_sec = 1;
-        c.limits.agent.ws_burst_window_secs = 1;
+        c.limits.agent.ws_reqs_per_sec = 1;
+        c.limits.agent.ws_reqs_burst_window_secs = 1;
     })
     .await;
     let api = AdminApi::new(&relay);

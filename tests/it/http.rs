@@ -33,7 +33,14 @@ async fn nip11_document_reflects_the_config_with_cors() {
     assert_eq!(doc["limitation"]["auth_required"], false);
     assert_eq!(
         doc["hearth_limits"]["human"],
-        json!({"ws_events_per_sec": 10, "ws_burst_window_secs": 5, "messages_per_min": 120, "api_calls_per_min": 60})
+        json!({
+            "ws_events_per_sec": 10,
+            "ws_burst_window_secs": 5,
+            "ws_reqs_per_sec": 10,
+            "ws_reqs_burst_window_secs": 10,
+            "messages_per_min": 120,
+            "api_calls_per_min": 60
+        })
     );
 }
 

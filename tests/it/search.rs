@@ -85,21 +85,21 @@ async fn a_search_finds_private_messages_only_for_their_parties_on_every_read_pa
 async fn every_search_bills_the_limiter_like_a_req_and_is_refused_on_its_own_frame() {
     let relay = TestRelay::start(|c| {
         generous(c);
-        c.limits.human.ws_events_per_sec = 2;
-        c.limits.human.ws_burst_window_secs = 1;
+        c.limits.human.ws_reqs_per_sec = 2;
+        c.limits.human.ws_reqs_burst_window_secs = 1;
         c.limits.human.api_calls_per_min = 2;
     })
     .await;
     let mut c = relay.connect().await;
-    // Two frames a second: the third search of the second is refused, tied to its subscription.
+    // Two reads a second: the third search of the second is refused, tied to its subscription.
     for sub in ["a", "b"] {
         c.send(json!(["REQ", sub, {"search": "anything"}])).await;
         assert_eq!(c.recv().await, json!(["EOSE", sub]));
     }
     c.send(json!(["REQ", "c", {"search": "anything"}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "c", "rate-limited: quota exceeded (ws_events); retry in 1s"]));
+    assert_eq!(c.recv().await, json!(["CLOSED", "c", "rate-limited: quota exceeded (ws_reqs); retry in 1s"]));
     c.send(json!(["COUNT", "d", {"search": "anything"}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "d", "rate-limited: quota exceeded (ws_events); retry in 1s"]));
+    assert_eq!(c.recv().await, json!(["CLOSED", "d", "rate-limited: quota exceeded (ws_reqs); retry in 1s"]));
 
     // REST: two calls a minute, the third a 429 naming the api_calls quota.
     let body = json!({"filters": [{"search": "anything"}]});

@@ -158,10 +158,12 @@ async fn bad_neg_frames_get_a_neg_err_tied_to_their_id() {
 }
 
 #[tokio::test]
-async fn neg_frames_bill_ws_events_and_members_only_asks_for_auth() {
+async fn neg_open_bills_ws_reqs_neg_msg_ws_events_and_members_only_asks_for_auth() {
     let relay = TestRelay::start(|c| {
+        c.limits.human.ws_reqs_per_sec = 1;
+        c.limits.human.ws_reqs_burst_window_secs = 2;
         c.limits.human.ws_events_per_sec = 1;
-        c.limits.human.ws_burst_window_secs = 2;
+        c.limits.human.ws_burst_window_secs = 1;
     })
     .await;
     let mut c = relay.connect().await;
@@ -169,12 +171,14 @@ async fn neg_frames_bill_ws_events_and_members_only_asks_for_auth() {
         c.send(json!(["NEG-OPEN", sub, {}, empty_open()])).await;
         assert_eq!(c.recv().await[0], "NEG-MSG");
     }
+    // A NEG-OPEN is a read: the reads' budget is spent, the writes' is not.
     c.send(json!(["NEG-OPEN", "c", {}, empty_open()])).await;
-    let limited = c.recv().await;
-    assert_neg_err(&limited, "c", "rate-limited: ");
-    assert!(limited[2].as_str().unwrap().ends_with("; retry in 1s"), "{limited}");
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "c", "rate-limited: quota exceeded (ws_reqs); retry in 1s"]));
+    let e = sign(&keys(4), now(), 1, &[], "a write");
+    assert_eq!(c.publish(&e).await[2], true);
+    // A NEG-MSG bills the writes' budget, now spent.
     c.send(json!(["NEG-MSG", "a", "61"])).await;
-    assert_neg_err(&c.recv().await, "a", "rate-limited: ");
+    assert_eq!(c.recv().await, json!(["NEG-ERR", "a", "rate-limited: quota exceeded (ws_events); retry in 1s"]));
     // A NEG-ERR ends its session: once the gate clears, "a" is gone.
     relay.clock.advance(Duration::from_secs(2));
     c.send(json!(["NEG-MSG", "a", "61"])).await;

@@ -183,29 +183,36 @@ async fn metrics_count_exactly_what_one_relay_process_did() {
     let env = [
         ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "1"),
         ("HEARTH_LIMITS__HUMAN__WS_BURST_WINDOW_SECS", "1"),
+        ("HEARTH_LIMITS__HUMAN__WS_REQS_PER_SEC", "1"),
+        ("HEARTH_LIMITS__HUMAN__WS_REQS_BURST_WINDOW_SECS", "1"),
         ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000"),
     ];
     let (mut child, addr) = start_with(dir.path(), &env);
     let metrics = || async {
         let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
         let stored = sample(&text, "hearth_events_stored_total", &[]);
-        let refused =
-            sample(&text, "hearth_admission_rejections_total", &[r#"reason="quota""#, r#"limit_type="ws_events""#]);
+        let refused = |limit_type: &str| {
+            let label = format!("limit_type=\"{limit_type}\"");
+            sample(&text, "hearth_admission_rejections_total", &[r#"reason="quota""#, &label])
+        };
         let latency = sample(&text, "hearth_admission_seconds_count", &[]);
-        (stored, refused, latency)
+        (stored, (refused("ws_events"), refused("ws_reqs")), latency)
     };
     let before = metrics().await;
     let mut c = Client::connect(&format!("ws://{addr}/")).await;
     let e = sign(&keys(9), now(), 1, &[], "counted once");
     assert_eq!(c.publish(&e).await, json!(["OK", e.id.to_hex(), true, ""]));
+    // Reads have their own budget (set by its HEARTH_… form): the first COUNT is admitted after
+    // the EVENT spent the writes', the second is refused on ws_reqs.
     c.send(json!(["COUNT", "q", {}])).await;
-    let closed = c.recv().await;
-    assert_eq!((&closed[0], &closed[1]), (&json!("CLOSED"), &json!("q")), "{closed}");
+    assert_eq!(c.recv().await, json!(["COUNT", "q", {"count": 1}]));
+    c.send(json!(["COUNT", "r", {}])).await;
+    assert_eq!(c.recv().await, json!(["CLOSED", "r", "rate-limited: quota exceeded (ws_reqs); retry in 1s"]));
     let after = metrics().await;
     assert_eq!(after.0 - before.0, 1.0, "stored");
-    assert_eq!(after.1 - before.1, 1.0, "ws_events refusals");
-    // The EVENT bills ws_events and messages, the COUNT ws_events.
-    assert_eq!(after.2 - before.2, 3.0, "admissions timed");
+    assert_eq!((after.1.0 - before.1.0, after.1.1 - before.1.1), (0.0, 1.0), "ws_events and ws_reqs refusals");
+    // The EVENT bills ws_events and messages, each COUNT ws_reqs.
+    assert_eq!(after.2 - before.2, 4.0, "admissions timed");
     // Its resident memory, as the kernel counts it for the process.
     let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
     let resident = sample(&text, "process_resident_memory_bytes", &[]);

@@ -210,7 +210,35 @@ async fn a_burst_of_100_reqs_at_start_up_is_paced_and_every_one_gets_eose() {
         assert_eq!(update, hearth::client::Update::Eose(sub));
     }
     let usage = relay.limiter.usage(&hearth::limiter::Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))).await;
-    assert_eq!(usage.refusals["ws_events"], 0, "pacing should have kept every REQ within budget");
+    assert_eq!(usage.refusals["ws_reqs"], 0, "pacing should have kept every REQ within budget");
+    assert_eq!(usage.refusals["ws_events"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_paces_reads_at_the_advertised_ws_reqs_and_writes_at_their_own() {
+    // Reads: a burst of 3 then 1 a second; writes: plenty. Paced at ws_events, the reads would
+    // go out at once and the fourth be refused.
+    let relay = TestRelay::start_real_clock(|c| {
+        c.limits.human.ws_reqs_per_sec = 1;
+        c.limits.human.ws_reqs_burst_window_secs = 3;
+    })
+    .await;
+    let session = Session::connect(&relay.ws_url(), None, Options::default()).await.unwrap();
+    let mut subs = Vec::new();
+    for i in 0..4 {
+        let f: Filter = serde_json::from_value(json!({"kinds": [9], "#h": [format!("g{i}")]})).unwrap();
+        subs.push(session.subscribe(vec![f]).await.unwrap());
+    }
+    let e = sign(&keys(41), now(), 1, &[], "written while the reads wait");
+    assert_eq!(session.publish(e).await, Ok(String::new()));
+    for (sub, mut rx) in subs {
+        let update = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.unwrap().unwrap();
+        assert_eq!(update, hearth::client::Update::Eose(sub));
+    }
+    let progress = session.progress();
+    assert_eq!((progress.sent, progress.limited, progress.refused), (5, 0, 0), "{progress:?}");
+    let usage = relay.limiter.usage(&Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))).await;
+    assert_eq!((usage.refusals["ws_reqs"], usage.refusals["ws_events"]), (0, 0));
 }
 
 #[tokio::test]

@@ -15,6 +15,10 @@ fn ws_refusal(secs: u64) -> String {
     format!("rate-limited: quota exceeded (ws_events); retry in {secs}s")
 }
 
+fn reqs_refusal(secs: u64) -> String {
+    format!("rate-limited: quota exceeded (ws_reqs); retry in {secs}s")
+}
+
 #[tokio::test]
 async fn ten_reqs_and_an_event_within_budget_are_judged_normally() {
     let relay = TestRelay::start(|_| {}).await;
@@ -48,13 +52,14 @@ async fn ten_reqs_and_an_event_within_budget_are_judged_normally() {
 }
 
 #[tokio::test]
-async fn sixty_reqs_and_an_event_get_correlated_refusals_and_no_notice() {
-    let relay = TestRelay::start(|c| c.limitation.max_subscriptions = 100).await;
+async fn sixty_reqs_past_their_budget_and_an_event_get_correlated_answers_and_no_notice() {
+    // Reads of 5 a second over 10 s: a burst of 50.
+    let relay = TestRelay::start(|c| c.limits.human.ws_reqs_per_sec = 5).await;
     let mut c = relay.connect().await;
     for i in 0..60 {
-        c.send(json!(["REQ", format!("r{i}"), {"kinds": [1]}])).await;
+        c.send(json!(["REQ", format!("r{i}"), {"kinds": [7]}])).await;
     }
-    let e = sign(&keys(2), now(), 1, &[], "over budget");
+    let e = sign(&keys(2), now(), 1, &[], "on its own budget");
     c.send(json!(["EVENT", e])).await;
     let mut frames = Vec::new();
     for _ in 0..61 {
@@ -65,15 +70,15 @@ async fn sixty_reqs_and_an_event_get_correlated_refusals_and_no_notice() {
         assert!(frames.contains(&json!(["EOSE", format!("r{i}")])), "r{i} was not served");
     }
     for i in 50..60 {
-        assert!(frames.contains(&json!(["CLOSED", format!("r{i}"), ws_refusal(1)])), "r{i}: {frames:?}");
+        assert!(frames.contains(&json!(["CLOSED", format!("r{i}"), reqs_refusal(1)])), "r{i}: {frames:?}");
     }
-    assert!(frames.contains(&json!(["OK", e.id.to_hex(), false, ws_refusal(1)])));
+    assert!(frames.contains(&json!(["OK", e.id.to_hex(), true, ""])));
     assert!(frames.iter().all(|f| f[0] != "NOTICE"));
-    // The refused EVENT was not processed at all, and refused REQs created no subscription.
+    // Refused REQs created no subscription.
     relay.clock.advance(Duration::from_secs(60));
     let mut other = relay.connect().await;
-    assert!(other.req("check", vec![json!({})]).await.is_empty());
-    let live = sign(&keys(2), now(), 1, &[], "live");
+    assert_eq!(other.req("check", vec![json!({})]).await.len(), 1);
+    let live = sign(&keys(2), now(), 7, &[], "live");
     other.publish(&live).await;
     let mut subs = Vec::new();
     for _ in 0..50 {
@@ -158,12 +163,12 @@ async fn a_limit_changed_at_runtime_applies_to_the_next_frame_of_an_open_connect
     c.send(json!(["COUNT", "a", {}])).await;
     assert_eq!(c.recv().await, json!(["COUNT", "a", {"count": 0}]));
     let mut tight = LimitsConfig::default();
-    tight.human.ws_events_per_sec = 1;
-    tight.human.ws_burst_window_secs = 1;
+    tight.human.ws_reqs_per_sec = 1;
+    tight.human.ws_reqs_burst_window_secs = 1;
     relay.limiter.set_limits(tight.clone());
     c.send(json!(["COUNT", "b", {}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "b", ws_refusal(1)]));
-    tight.human.ws_events_per_sec = 1000;
+    assert_eq!(c.recv().await, json!(["CLOSED", "b", reqs_refusal(1)]));
+    tight.human.ws_reqs_per_sec = 1000;
     relay.limiter.set_limits(tight);
     c.send(json!(["COUNT", "c", {}])).await;
     assert_eq!(c.recv().await, json!(["COUNT", "c", {"count": 0}]));
@@ -174,14 +179,18 @@ async fn close_succeeds_while_over_quota_and_auth_waits_for_the_ips_quota() {
     let relay = TestRelay::start(|c| {
         c.limits.human.ws_events_per_sec = 1;
         c.limits.human.ws_burst_window_secs = 1;
+        c.limits.human.ws_reqs_per_sec = 1;
+        c.limits.human.ws_reqs_burst_window_secs = 1;
     })
     .await;
     let mut c = relay.connect().await;
     assert!(c.req("s", vec![json!({"kinds": [1]})]).await.is_empty());
     c.send(json!(["COUNT", "over", {}])).await;
-    assert_eq!(c.recv().await, json!(["CLOSED", "over", ws_refusal(1)]));
+    assert_eq!(c.recv().await, json!(["CLOSED", "over", reqs_refusal(1)]));
     c.send(json!(["CLOSE", "s"])).await;
-    // AUTH bills the IP, which is over its quota: a fresh key is no way around it.
+    let e = sign(&keys(6), now(), 1, &[], "spends the writes");
+    assert_eq!(c.publish(&e).await[2], true);
+    // AUTH bills the IP's writes, which are over their quota: a fresh key is no way around it.
     let k = keys(5);
     let ok = c.auth(&k, &relay.ws_url()).await;
     assert_eq!((&ok[2], &ok[3]), (&json!(false), &json!(ws_refusal(1))), "{ok}");
@@ -207,8 +216,8 @@ async fn counts_admitted(c: &mut Client, n: usize) -> Vec<bool> {
 #[tokio::test]
 async fn one_pubkey_on_two_connections_shares_a_budget_two_pubkeys_on_one_ip_do_not() {
     let relay = TestRelay::start(|c| {
-        c.limits.human.ws_events_per_sec = 1;
-        c.limits.human.ws_burst_window_secs = 4;
+        c.limits.human.ws_reqs_per_sec = 1;
+        c.limits.human.ws_reqs_burst_window_secs = 4;
     })
     .await;
     let (alice, bob) = (keys(7), keys(8));
@@ -222,16 +231,16 @@ async fn one_pubkey_on_two_connections_shares_a_budget_two_pubkeys_on_one_ip_do_
     assert_eq!(counts_admitted(&mut a2, 2).await, [true, false]);
     assert_eq!(counts_admitted(&mut b, 4).await, [true, true, true, true]);
     let usage = relay.limiter.usage(&Principal::Pubkey(alice.public_key())).await;
-    assert_eq!(usage.limits["ws_events"].used, 4);
-    assert_eq!(usage.refusals["ws_events"], 1);
+    assert_eq!(usage.limits["ws_reqs"].used, 4);
+    assert_eq!(usage.refusals["ws_reqs"], 1);
 }
 
 #[tokio::test]
 async fn agents_have_their_own_tier() {
     let agent = keys(9);
     let relay = TestRelay::start(|c| {
-        c.limits.agent.ws_events_per_sec = 1;
-        c.limits.agent.ws_burst_window_secs = 2;
+        c.limits.agent.ws_reqs_per_sec = 1;
+        c.limits.agent.ws_reqs_burst_window_secs = 2;
         c.limits.agent_pubkeys = vec![agent.public_key()];
     })
     .await;

@@ -19,4 +19,5 @@ mod fuzz_corpus;
 mod limiter;
 mod search;
 mod sockets;
+mod switch;
 mod sync;

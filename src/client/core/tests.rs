@@ -299,4 +299,75 @@ fn the_advertised_pace_is_the_tiers_under_the_ip_ceiling() {
     assert_eq!(pace(Tier::Agent, Transport::WebSocket), Some((36.0, 199.0)));
     // A relay that advertises no limits (or has its limiter off) is not paced.
     assert_eq!(Pace::advertised(&json!({"name": "x"}), Tier::Human, Transport::Rest).map(|p| p.burst), None);
+    // Nor are reads apart from writes on a relay that bills them with the writes.
+    assert_eq!(pace(Tier::Human, Transport::WebSocketReads), None);
+    let mut doc = doc;
+    doc["hearth_limits"]["human"]["ws_reqs_per_sec"] = json!(10);
+    doc["hearth_limits"]["human"]["ws_reqs_burst_window_secs"] = json!(10);
+    doc["hearth_limits"]["ip"]["ws_reqs_per_sec"] = json!(40);
+    doc["hearth_limits"]["ip"]["ws_reqs_burst_window_secs"] = json!(10);
+    assert_eq!(
+        Pace::advertised(&doc, Tier::Human, Transport::WebSocketReads).map(|p| (p.per_sec, p.burst)),
+        Some((9.0, 99.0))
+    );
+}
+
+/// A core whose writes are paced at `writes` and whose reads have a lane of their own at `reads`.
+fn split(writes: Pace, reads: Pace) -> Core {
+    let mut c = Core::new("ws://relay/", None, Duration::from_secs(60), Some(writes));
+    c.set_read_pace(reads);
+    c
+}
+
+#[test]
+fn with_reads_billed_apart_a_refused_req_never_holds_back_the_next_event() {
+    let t0 = Instant::now();
+    let mut c = split(Pace { per_sec: 9.0, burst: 49.0 }, Pace { per_sec: 9.0, burst: 99.0 });
+    let f: Filter = serde_json::from_str("{}").unwrap();
+    c.req("a", vec![f.clone()]);
+    assert!(tx(&mut c, t0).unwrap().starts_with("[\"REQ\",\"a\""));
+    c.on_frame(&json!(["CLOSED", "a", "rate-limited: quota exceeded (ws_reqs); retry in 2s"]).to_string(), t0);
+    c.req("b", vec![f]);
+    let e = event(20);
+    c.publish(e.clone());
+    // The reads wait for their gate; the event, asked for after them, goes at once.
+    assert!(is_event_frame(&tx(&mut c, t0), &e));
+    assert_eq!(tx(&mut c, t0), None);
+    assert_eq!(c.next_wakeup(t0), Some(t0 + Duration::from_secs(2)));
+    let t2 = t0 + Duration::from_secs(2);
+    assert!(tx(&mut c, t2).unwrap().starts_with("[\"REQ\",\"a\""));
+    assert!(tx(&mut c, t2).unwrap().starts_with("[\"REQ\",\"b\""));
+    // And a refused event holds back no read.
+    c.on_frame(&ok(&e, false, "rate-limited: quota exceeded (ws_events); retry in 1s"), t2);
+    c.count("n", vec![serde_json::from_str("{}").unwrap()]);
+    assert!(tx(&mut c, t2).unwrap().starts_with("[\"COUNT\",\"n\""));
+    assert_eq!(tx(&mut c, t2), None);
+    assert!(is_event_frame(&tx(&mut c, t2 + Duration::from_secs(1)), &e));
+}
+
+#[test]
+fn with_reads_billed_apart_each_lane_keeps_its_own_pace_and_a_busy_relay_holds_both() {
+    let t0 = Instant::now();
+    let mut c = split(Pace { per_sec: 10.0, burst: 1.0 }, Pace { per_sec: 10.0, burst: 3.0 });
+    let f: Filter = serde_json::from_str("{}").unwrap();
+    for i in 0..4 {
+        c.req(&format!("s{i}"), vec![f.clone()]);
+    }
+    let (e1, e2) = (event(21), event(22));
+    c.publish(e1.clone());
+    c.publish(e2.clone());
+    let sent: Vec<String> = std::iter::from_fn(|| tx(&mut c, t0)).collect();
+    // Three reads of their burst, one write of its own.
+    assert_eq!(sent.len(), 4, "{sent:?}");
+    assert_eq!(sent.iter().filter(|f| f.starts_with("[\"REQ\"")).count(), 3);
+    assert!(sent.iter().any(|f| f.contains(&e1.id.to_hex())));
+    let t1 = t0 + Duration::from_millis(100);
+    c.on_frame(&ok(&e1, false, "rate-limited: relay busy (unavailable); retry in 1s"), t1);
+    assert_eq!(tx(&mut c, t1), None, "a busy relay holds back reads and writes alike");
+    let t2 = t0 + Duration::from_millis(1100);
+    // One write (the resend, first) and the last read: each lane's own token after the gate.
+    let sent: Vec<String> = std::iter::from_fn(|| tx(&mut c, t2)).collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(is_event_frame(&Some(sent[0].clone()), &e1), "the resend goes first: {sent:?}");
+    assert!(sent[1].starts_with("[\"REQ\",\"s3\""), "{sent:?}");
 }

@@ -65,8 +65,12 @@ const PACE_MARGIN: f64 = 0.9;
 /// Which quota a transport's requests are billed to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
-    /// EVENT/REQ/COUNT frames: `ws_events`, `ws_events_per_sec` with a burst window.
+    /// EVENT frames: `ws_events`, `ws_events_per_sec` with a burst window (every frame, on a
+    /// relay that advertises no `ws_reqs`).
     WebSocket,
+    /// REQ and COUNT frames: `ws_reqs`, `ws_reqs_per_sec` with a burst window; `None` from
+    /// [`Pace::advertised`] when the relay bills them with the writes.
+    WebSocketReads,
     /// REST calls: `api_calls`, `api_calls_per_min` with a burst of as many.
     Rest,
 }
@@ -83,6 +87,10 @@ impl Pace {
                 Transport::WebSocket => {
                     let per_sec = t["ws_events_per_sec"].as_f64()?;
                     Some((per_sec, per_sec * t["ws_burst_window_secs"].as_f64().unwrap_or(1.0)))
+                }
+                Transport::WebSocketReads => {
+                    let per_sec = t["ws_reqs_per_sec"].as_f64()?;
+                    Some((per_sec, per_sec * t["ws_reqs_burst_window_secs"].as_f64().unwrap_or(1.0)))
                 }
                 Transport::Rest => {
                     let per_min = t["api_calls_per_min"].as_f64()?;
