@@ -436,7 +436,11 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
     assert_eq!(ip["ip_ceiling"]["tier"], "ip");
     assert_eq!(
         ip["ip_ceiling"]["limits"]["ws_events"],
-        json!({"used": 7, "limit": 200, "remaining": 193, "window_secs": 5, "retry_in_secs": 0})
+        json!({"used": 3, "limit": 200, "remaining": 197, "window_secs": 5, "retry_in_secs": 0})
+    );
+    assert_eq!(
+        ip["ip_ceiling"]["limits"]["ws_reqs"],
+        json!({"used": 4, "limit": 400, "remaining": 396, "window_secs": 10, "retry_in_secs": 0})
     );
     assert_eq!(ip["ip_ceiling"]["limits"]["messages"]["used"], 1);
     assert_eq!(ip["ip_ceiling"]["limits"]["api_calls"]["used"], 1);

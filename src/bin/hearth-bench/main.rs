@@ -4,6 +4,7 @@
 //! `gen` pre-signs events to a file (signing is never timed), `ingest`, `rtt`, `query` and
 //! `fanout` drive a relay at `--relay`, `bound` measures the physical limits in-process
 //! (validation rate, one fsync), `idle` holds thousands of idle sockets on a release relay,
+//! `subs` a chat client's subscriptions on each of a thousand,
 //! `scale` measures one store size (memory, start-up, queries), `sync` one NIP-77 round, `suite` starts the release
 //! `hearth` binary and runs everything,
 //! and `smoke` runs everything in seconds against an in-process relay (CI, so the bench never
@@ -97,6 +98,15 @@ enum Cmd {
         #[arg(long, default_value_t = 10_000)]
         conns: usize,
     },
+    /// Starts the release `hearth` beside this binary, holds N WebSockets with --subs
+    /// subscriptions each (a chat client's `#h` channels): memory per subscription, the RSS of
+    /// them all, a fresh client's latency beside them.
+    Subs {
+        #[arg(long, default_value_t = 1_000)]
+        conns: usize,
+        #[arg(long, default_value_t = 200)]
+        subs: usize,
+    },
     /// One store size, on the release `hearth`: ingest (rate beside one core's validation rate,
     /// peak RSS), start-up after a clean stop and after kill -9, the query mix and the RSS after
     /// it. Generates --file with --events events when it does not exist.
@@ -181,6 +191,7 @@ async fn main() -> ExitCode {
         Cmd::Bound { file, dir } => drive::bound(&file, &dir).map(|r| vec![r]),
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
         Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
+        Cmd::Subs { conns, subs } => drive::subs(conns, subs).await.map(|r| vec![r]),
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Sync { events, file } => drive::sync(events, &file).await,

@@ -31,8 +31,11 @@ pub(super) fn scratch_dir(name: &str) -> Res<PathBuf> {
 }
 
 /// Quotas that never refuse, as `HEARTH_…` variables.
-pub(super) const GENEROUS: [(&str, &str); 12] = [
+pub(super) const GENEROUS: [(&str, &str); 16] = [
     ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "10000000"),
+    ("HEARTH_LIMITS__HUMAN__WS_REQS_PER_SEC", "10000000"),
+    ("HEARTH_LIMITS__AGENT__WS_REQS_PER_SEC", "10000000"),
+    ("HEARTH_LIMITS__IP__WS_REQS_PER_SEC", "10000000"),
     ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "1000000000"),
     ("HEARTH_LIMITS__HUMAN__API_CALLS_PER_MIN", "1000000000"),
     ("HEARTH_LIMITS__AGENT__WS_EVENTS_PER_SEC", "10000000"),
@@ -45,6 +48,7 @@ pub(super) const GENEROUS: [(&str, &str); 12] = [
     ("HEARTH_LIMITATION__MAX_SUBSCRIPTIONS", "20"),
     // The fan-out workload holds 500 subscriber sockets from one address.
     ("HEARTH_SERVER__MAX_CONNECTIONS_PER_IP", "10000"),
+    ("HEARTH_SERVER__MAX_SUBSCRIPTIONS_PER_IP", "1000000"),
 ];
 
 /// One kB figure of `/proc/<pid>/status` (0 where there is no such file, e.g. not on Linux).

@@ -28,7 +28,7 @@ pub(crate) use crash::crash;
 pub(crate) use generate::{gen_file, gen_file_with};
 pub(crate) use scale::{compact_under_ingest, scale};
 pub(crate) use search::search;
-pub(crate) use sockets::idle;
+pub(crate) use sockets::{idle, subs};
 pub(crate) use suites::{smoke, suite};
 pub(crate) use sync::sync;
 pub(crate) use workloads::{fanout, ingest, query, rtt};

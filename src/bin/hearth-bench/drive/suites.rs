@@ -90,6 +90,7 @@ pub(crate) async fn smoke() -> Res<Vec<Report>> {
     config.storage.data_dir = dir.join("data");
     for tier in [&mut config.limits.human, &mut config.limits.agent, &mut config.limits.ip] {
         tier.ws_events_per_sec = 10_000_000;
+        tier.ws_reqs_per_sec = 10_000_000;
         tier.messages_per_min = 1_000_000_000;
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
