@@ -52,6 +52,27 @@ async fn probe(addr: SocketAddr) -> Res<Duration> {
     Ok(took)
 }
 
+/// The socket address of a spawned relay.
+fn socket_of(relay: &Spawned) -> Res<SocketAddr> {
+    relay.relay.trim_start_matches("ws://").trim_end_matches('/').parse().map_err(|e| format!("relay address: {e}"))
+}
+
+/// Opens `conns` WebSockets, `OPENING` at a time, `per_address` from each source address
+/// `127.<net>.x.y` (loopback has a whole /8).
+async fn hold(addr: SocketAddr, conns: usize, per_address: usize, net: u8) -> Res<Vec<Ws>> {
+    let mut held = Vec::with_capacity(conns);
+    for chunk in (0..conns).collect::<Vec<_>>().chunks(OPENING) {
+        let opening = chunk.iter().map(|&i| {
+            let n = 2 + i / per_address;
+            open_from(addr, Ipv4Addr::new(127, net, (n / 250) as u8, (n % 250) as u8 + 1))
+        });
+        for ws in futures_util::future::join_all(opening).await {
+            held.push(ws?);
+        }
+    }
+    Ok(held)
+}
+
 async fn probes(addr: SocketAddr) -> Res<Vec<Duration>> {
     let mut took = Vec::with_capacity(PROBES);
     for _ in 0..PROBES {
@@ -69,26 +90,12 @@ pub(crate) async fn idle(conns: usize) -> Res<Report> {
     let cap = (conns + 1024).to_string();
     let relay = Spawned::start("idle", &[("HEARTH_SERVER__MAX_CONNECTIONS", &cap)])?;
     let outcome = async {
-        let addr: SocketAddr = relay
-            .relay
-            .trim_start_matches("ws://")
-            .trim_end_matches('/')
-            .parse()
-            .map_err(|e| format!("relay address: {e}"))?;
+        let addr = socket_of(&relay)?;
         // Warm: the first connections allocate what every later one reuses.
         let mut alone = probes(addr).await?;
         let base_kb = relay.rss_kb();
         let started = Instant::now();
-        let mut held = Vec::with_capacity(conns);
-        for chunk in (0..conns).collect::<Vec<_>>().chunks(OPENING) {
-            let opening = chunk.iter().map(|&i| {
-                let n = 2 + i / PER_ADDRESS;
-                open_from(addr, Ipv4Addr::new(127, 0, (n / 250) as u8, (n % 250) as u8 + 1))
-            });
-            for ws in futures_util::future::join_all(opening).await {
-                held.push(ws?);
-            }
-        }
+        let held = hold(addr, conns, PER_ADDRESS, 0).await?;
         let fill_secs = started.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let held_kb = relay.rss_kb();
@@ -161,24 +168,10 @@ pub(crate) async fn subs(conns: usize, subs: usize) -> Res<Report> {
     ];
     let relay = Spawned::start("subs", &env)?;
     let outcome = async {
-        let addr: SocketAddr = relay
-            .relay
-            .trim_start_matches("ws://")
-            .trim_end_matches('/')
-            .parse()
-            .map_err(|e| format!("relay address: {e}"))?;
+        let addr = socket_of(&relay)?;
         probes(addr).await?;
         let base_kb = relay.rss_kb();
-        let mut held = Vec::with_capacity(conns);
-        for chunk in (0..conns).collect::<Vec<_>>().chunks(OPENING) {
-            let opening = chunk.iter().map(|&i| {
-                let n = 2 + i / SUBS_PER_ADDRESS;
-                open_from(addr, Ipv4Addr::new(127, 1, (n / 250) as u8, (n % 250) as u8 + 1))
-            });
-            for ws in futures_util::future::join_all(opening).await {
-                held.push(ws?);
-            }
-        }
+        let mut held = hold(addr, conns, SUBS_PER_ADDRESS, 1).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let idle_kb = relay.rss_kb();
         let started = Instant::now();
