@@ -35,6 +35,7 @@ pub mod dev;
 pub(crate) mod fanout;
 pub(crate) mod frames;
 pub mod fuzz;
+pub mod groups;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub(crate) mod ingest;

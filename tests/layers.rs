@@ -43,6 +43,8 @@ const FLOORS: &[&[&str]] = &[
     &["ingest", "query"],
     // NIP-43: join and leave requests, invites, the relay's signed member list.
     &["membership"],
+    // NIP-29: the groups' state, folded from their events.
+    &["groups"],
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],

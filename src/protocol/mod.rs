@@ -1,4 +1,4 @@
-//! Pure NIP-01/42/45/50/98 protocol types: events, filters, wire messages, the refusal
+//! Pure NIP-01/29/42/45/50/98 protocol types: events, filters, wire messages, the refusal
 //! vocabulary and NIP-50's search language.
 //!
 //! Owns parsing bytes into typed values and serializing typed values back to bytes. Nothing in here
@@ -10,6 +10,7 @@ pub mod filter;
 pub mod keys;
 pub mod message;
 pub mod nip19;
+pub mod nip29;
 pub mod nip42;
 pub mod nip98;
 pub mod private;

@@ -1,0 +1,367 @@
+//! A group's state as the fold of its events, in their one canonical order.
+//!
+//! Owns [`Groups`]: every group's metadata, members and their roles, invite codes, join requests
+//! waiting for an admin and the ids its moderators deleted, derived from the group's stored
+//! events taken in `(created_at, id)` order, and nothing else. The same [`Groups::apply`] admits
+//! an event as it arrives and replays the store at start-up, so a restart, an import, a second
+//! node or a second store backend arrive at exactly the state the first one had. No clock, no
+//! I/O: what an action asks of the world (the relay's own answer to a join, events to remove)
+//! comes back as an [`Effect`] for the caller to carry out.
+//!
+//! Moderation events (9000–9020) must sort after the group's last change: one dated earlier
+//! would mean a different state on replay than the one it was judged against, so it is refused
+//! (the relay dates its own answers after what they answer). Who may do what:
+//!
+//! | action | who |
+//! |---|---|
+//! | 9007 create-group | anyone the caller lets create (`groups.create`); the creator is its `admin` |
+//! | 9000 put-user, 9002 edit-metadata, 9008 delete-group | `admin` |
+//! | 9001 remove-user | `admin`; `moderator` for a member with no role |
+//! | 9005 delete-event, 9009 create-invite | `admin`, `moderator` |
+//! | anything | the relay's own key |
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::protocol::nip29::{Action, Metadata, is_moderation};
+use crate::protocol::{Event, EventId, PubKey, Timestamp};
+
+/// The role that may do everything in its group.
+pub const ADMIN: &str = "admin";
+/// The role that may delete events, remove plain members and create invites.
+pub const MODERATOR: &str = "moderator";
+
+/// An invite code of a group (9009).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invite {
+    /// Joins it lets in at most (`["uses", "n"]`); `None`: any number.
+    pub uses: Option<u32>,
+    /// Joins it has let in.
+    pub used: u32,
+    /// When it stops being good (its NIP-40 `expiration`).
+    pub expires_at: Option<u64>,
+}
+
+/// One group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// Its id (the `h` of its events, the `d` of its state events).
+    pub id: String,
+    /// How it is shown, and its flags.
+    pub metadata: Metadata,
+    /// Members and their roles (none: a plain member).
+    pub members: BTreeMap<PubKey, Vec<String>>,
+    /// Invite codes.
+    pub invites: HashMap<String, Invite>,
+    /// Join requests waiting for an admin: who, and when they asked.
+    pub pending: BTreeMap<PubKey, Timestamp>,
+    /// Events its moderators deleted: never stored again.
+    pub deleted: BTreeSet<EventId>,
+    /// Its last change (a moderation event), in the canonical order.
+    pub last: (Timestamp, EventId),
+}
+
+impl Group {
+    /// True for a member.
+    pub fn is_member(&self, pubkey: &PubKey) -> bool {
+        self.members.contains_key(pubkey)
+    }
+
+    /// True when `pubkey` holds `role`.
+    pub fn has_role(&self, pubkey: &PubKey, role: &str) -> bool {
+        self.members.get(pubkey).is_some_and(|roles| roles.iter().any(|r| r == role))
+    }
+
+    /// True when `reader` may read the group's events (a private group: members only).
+    pub fn may_read(&self, reader: Option<&PubKey>) -> bool {
+        !self.metadata.private || reader.is_some_and(|r| self.is_member(r))
+    }
+
+    /// True when `reader` may see the group's metadata (a hidden group: members only).
+    pub fn may_see(&self, reader: Option<&PubKey>) -> bool {
+        !self.metadata.hidden || reader.is_some_and(|r| self.is_member(r))
+    }
+}
+
+/// Why a group event is refused, each with the words a client is told.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// `invalid:` the event does not say what it asks for.
+    #[error("{0}")]
+    Malformed(String),
+    /// `invalid:` no `h` tag.
+    #[error("an event to a group needs an `h` tag with the group's id")]
+    NoGroupTag,
+    /// `invalid:` the group has no such id.
+    #[error("there is no group `{0}` on this relay; create it first (kind 9007)")]
+    NoSuchGroup(String),
+    /// `duplicate:` a 9007 for a group that exists.
+    #[error("the group `{0}` exists already")]
+    Exists(String),
+    /// `restricted:` the sender's roles do not allow it.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// `invalid:` dated before the group's last change.
+    #[error(
+        "a change to a group must be dated after its last change (created_at {0}); sign it again with a later created_at"
+    )]
+    OutOfOrder(u64),
+    /// `invalid:` a parent that would make a cycle.
+    #[error("`{0}` cannot be this group's parent: that would make a cycle of groups")]
+    Cycle(String),
+    /// `duplicate:` a join from a member.
+    #[error("already a member of this group")]
+    AlreadyMember,
+    /// `restricted:` a leave from someone who is not a member.
+    #[error("not a member of this group")]
+    NotMember,
+    /// `restricted:` a join with a code that does not let anyone in; final.
+    #[error("this invite code is not valid for this group; the refusal is final")]
+    BadCode,
+    /// `restricted:` a message to a restricted group from someone who is not a member.
+    #[error("not a member of this group: only its members write to it; send a join request (kind 9021)")]
+    MembersOnly,
+    /// `invalid:` a kind the group does not take.
+    #[error("this group does not take kind {0} (see its supported_kinds)")]
+    Unsupported(u16),
+    /// `blocked:` an event the group's moderators deleted.
+    #[error("deleted by the group's moderators")]
+    Deleted,
+}
+
+/// What applying an event asks of the world (live only: a replay carries out nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// A message, or a request that changes nothing: nothing to do.
+    Nothing,
+    /// The group's state changed: its state events are signed anew (and its subgroups', whose
+    /// `parent` may now name it or no longer).
+    Changed,
+    /// The group's state changed and these of its events are to be removed from the store.
+    Removed(Vec<EventId>),
+    /// The group is gone: its state events, and every event of it, are to be removed.
+    GroupDeleted,
+    /// A join the relay lets in: it signs a 9000 for `pubkey` (naming the `code` used).
+    Admit {
+        /// Who.
+        pubkey: PubKey,
+        /// The invite code it used.
+        code: Option<String>,
+    },
+    /// A join of a closed group without a code: kept as a request for the group's admins.
+    Pending,
+    /// A leave: the relay signs a 9001 for `pubkey`.
+    Remove(PubKey),
+}
+
+/// Every group of the relay.
+#[derive(Clone, Debug)]
+pub struct Groups {
+    relay: PubKey,
+    groups: HashMap<String, Group>,
+}
+
+impl Groups {
+    /// No groups yet; `relay` is the relay's own key, which may do anything.
+    pub fn new(relay: PubKey) -> Groups {
+        Groups { relay, groups: HashMap::new() }
+    }
+
+    /// The group `id`.
+    pub fn get(&self, id: &str) -> Option<&Group> {
+        self.groups.get(id)
+    }
+
+    /// Every group.
+    pub fn iter(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values()
+    }
+
+    /// How many groups there are.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The state that stored `events` make: applied in their canonical order, `(created_at,
+    /// id)`, at `now`. An event that changes nothing when its turn comes (a join request from
+    /// someone its relay's answer, dated the same second, already made a member) is passed over,
+    /// on every node alike.
+    pub fn replay(relay: PubKey, mut events: Vec<Event>, now: u64) -> Groups {
+        events.sort_unstable_by_key(|e| (e.created_at, e.id));
+        let mut groups = Groups::new(relay);
+        for event in &events {
+            let _ = groups.apply(event, now);
+        }
+        groups
+    }
+
+    /// Whether `event`, a message to a group (not a moderation event nor a request), may be
+    /// stored: the group exists, takes its kind, was not told to forget it, and, restricted,
+    /// hears it from a member.
+    pub fn admits(&self, event: &Event) -> Result<(), GroupError> {
+        let id = crate::protocol::nip29::group_of(event).ok_or(GroupError::NoGroupTag)?;
+        let group = self.groups.get(id).ok_or_else(|| GroupError::NoSuchGroup(id.to_string()))?;
+        if group.deleted.contains(&event.id) {
+            return Err(GroupError::Deleted);
+        }
+        if !group.metadata.supports(event.kind) {
+            return Err(GroupError::Unsupported(event.kind.0));
+        }
+        if group.metadata.restricted && !group.is_member(&event.pubkey) && event.pubkey != self.relay {
+            return Err(GroupError::MembersOnly);
+        }
+        Ok(())
+    }
+
+    /// Applies `event` (addressed to a group by its `h` tag) at `now` (Unix seconds; invites
+    /// expire by it): the state changes as the event asks, or nothing changes and the refusal
+    /// says why. A message changes nothing; whether it may be stored is [`Groups::admits`]'.
+    pub fn apply(&mut self, event: &Event, now: u64) -> Result<Effect, GroupError> {
+        let id = crate::protocol::nip29::group_of(event).ok_or(GroupError::NoGroupTag)?.to_string();
+        let action = Action::of(event).map_err(GroupError::Malformed)?;
+        let at = (event.created_at, event.id);
+        if action == Action::CreateGroup {
+            if self.groups.contains_key(&id) {
+                return Err(GroupError::Exists(id));
+            }
+            let members = BTreeMap::from([(event.pubkey, vec![ADMIN.to_string()])]);
+            let group = Group {
+                id: id.clone(),
+                metadata: Metadata::default(),
+                members,
+                invites: HashMap::new(),
+                pending: BTreeMap::new(),
+                deleted: BTreeSet::new(),
+                last: at,
+            };
+            self.groups.insert(id, group);
+            return Ok(Effect::Changed);
+        }
+        let relay = self.relay;
+        let parents: HashMap<String, Option<String>> = match &action {
+            Action::EditMetadata(_) => {
+                self.groups.iter().map(|(k, g)| (k.clone(), g.metadata.parent.clone())).collect()
+            }
+            _ => HashMap::new(),
+        };
+        let group = self.groups.get_mut(&id).ok_or_else(|| GroupError::NoSuchGroup(id.clone()))?;
+        if is_moderation(event.kind) && at <= group.last {
+            return Err(GroupError::OutOfOrder(group.last.0.0));
+        }
+        let by = event.pubkey;
+        let may = |role_ok: bool| by == relay || role_ok;
+        let admin = group.has_role(&by, ADMIN);
+        let moderator = admin || group.has_role(&by, MODERATOR);
+        let refuse = |what: &str| Err(GroupError::NotAllowed(format!("only the group's {what}")));
+        let effect = match action {
+            Action::CreateGroup | Action::Message => return Ok(Effect::Nothing),
+            Action::PutUser { pubkey, roles, code } => {
+                if !may(admin) {
+                    return refuse("admins may add members or change their roles");
+                }
+                if let Some(invite) = code.as_ref().and_then(|c| group.invites.get_mut(c)) {
+                    invite.used = invite.used.saturating_add(1);
+                }
+                group.pending.remove(&pubkey);
+                group.members.insert(pubkey, roles);
+                Effect::Changed
+            }
+            Action::RemoveUser(pubkey) => {
+                let plain = group.members.get(&pubkey).is_none_or(Vec::is_empty);
+                if !may(admin || (moderator && plain)) {
+                    return refuse("admins may remove a member with a role; its moderators, plain members");
+                }
+                group.pending.remove(&pubkey);
+                group.members.remove(&pubkey);
+                Effect::Changed
+            }
+            Action::EditMetadata(metadata) => {
+                if !may(admin) {
+                    return refuse("admins may edit its metadata");
+                }
+                if let Some(parent) = &metadata.parent
+                    && makes_cycle(&parents, &id, parent)
+                {
+                    return Err(GroupError::Cycle(parent.clone()));
+                }
+                group.metadata = metadata;
+                Effect::Changed
+            }
+            Action::DeleteEvent(ids) => {
+                if !may(moderator) {
+                    return refuse("admins and moderators may delete its events");
+                }
+                group.deleted.extend(ids.iter().copied());
+                Effect::Removed(ids)
+            }
+            Action::DeleteGroup => {
+                if !may(admin) {
+                    return refuse("admins may delete it");
+                }
+                self.groups.remove(&id);
+                return Ok(Effect::GroupDeleted);
+            }
+            Action::CreateInvite(code) => {
+                if !may(moderator) {
+                    return refuse("admins and moderators may create invites");
+                }
+                let uses = event.tag_values("uses").next().and_then(|n| n.parse().ok());
+                group.invites.insert(code, Invite { uses, used: 0, expires_at: event.expiration().map(|t| t.0) });
+                Effect::Changed
+            }
+            Action::Join(code) => return join(group, by, event.created_at, code, now),
+            // A leave takes back a waiting request too (stored, so a replay takes it back).
+            Action::Leave => {
+                let withdrawn = group.pending.remove(&by).is_some();
+                return match (group.is_member(&by), withdrawn) {
+                    (true, _) => Ok(Effect::Remove(by)),
+                    (false, true) => Ok(Effect::Changed),
+                    (false, false) => Err(GroupError::NotMember),
+                };
+            }
+        };
+        group.last = at;
+        Ok(effect)
+    }
+}
+
+/// A join request from `by` at `asked`.
+fn join(group: &mut Group, by: PubKey, asked: Timestamp, code: Option<String>, now: u64) -> Result<Effect, GroupError> {
+    if group.is_member(&by) {
+        return Err(GroupError::AlreadyMember);
+    }
+    let good = |i: &Invite| i.uses.is_none_or(|n| i.used < n) && i.expires_at.is_none_or(|t| t > now);
+    match code {
+        Some(code) if group.invites.get(&code).is_some_and(good) => Ok(Effect::Admit { pubkey: by, code: Some(code) }),
+        Some(_) if group.metadata.closed => Err(GroupError::BadCode),
+        _ if !group.metadata.closed => Ok(Effect::Admit { pubkey: by, code: None }),
+        _ => {
+            group.pending.insert(by, asked);
+            Ok(Effect::Pending)
+        }
+    }
+}
+
+/// Whether making `parent` the parent of `id` would close a cycle, given every group's parent.
+fn makes_cycle(parents: &HashMap<String, Option<String>>, id: &str, parent: &str) -> bool {
+    let mut at = Some(parent.to_string());
+    let mut steps = 0;
+    while let Some(group) = at {
+        if group == id {
+            return true;
+        }
+        steps += 1;
+        if steps > parents.len() {
+            return false;
+        }
+        at = parents.get(&group).cloned().flatten();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests;
