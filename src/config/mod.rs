@@ -14,12 +14,14 @@
 
 mod cluster;
 mod de;
+mod groups;
 mod load;
 pub mod quota;
 mod sections;
 mod sync;
 
 pub use cluster::{LimiterBackend, NodeConfig, RedisUnavailable, host_name, redis_url_problem};
+pub use groups::{GroupCreators, GroupsConfig};
 pub use load::ConfigError;
 pub use quota::{LimitKey, QuotaKey, Source, Tier, TierLimits};
 pub use sections::*;

@@ -41,6 +41,8 @@ pub struct Config {
     pub sync: super::sync::SyncConfig,
     /// `[node]`: this process among the nodes of one relay.
     pub node: super::cluster::NodeConfig,
+    /// `[groups]`: NIP-29 relay-based groups.
+    pub groups: super::groups::GroupsConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,

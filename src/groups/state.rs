@@ -221,6 +221,17 @@ impl Groups {
     /// expire by it): the state changes as the event asks, or nothing changes and the refusal
     /// says why. A message changes nothing; whether it may be stored is [`Groups::admits`]'.
     pub fn apply(&mut self, event: &Event, now: u64) -> Result<Effect, GroupError> {
+        let (effect, update) = self.judge(event, now)?;
+        if let Some(update) = update {
+            self.commit(update);
+        }
+        Ok(effect)
+    }
+
+    /// [`Groups::apply`] without changing anything: the effect, and the change to
+    /// [`Groups::commit`] once the event is stored (so no reader sees a change the store may
+    /// not keep).
+    pub fn judge(&self, event: &Event, now: u64) -> Result<(Effect, Option<Update>), GroupError> {
         let id = crate::protocol::nip29::group_of(event).ok_or(GroupError::NoGroupTag)?.to_string();
         let action = Action::of(event).map_err(GroupError::Malformed)?;
         let at = (event.created_at, event.id);
@@ -238,8 +249,7 @@ impl Groups {
                 deleted: BTreeSet::new(),
                 last: at,
             };
-            self.groups.insert(id, group);
-            return Ok(Effect::Changed);
+            return Ok((Effect::Changed, Some(Update { id, group: Some(group) })));
         }
         let relay = self.relay;
         let parents: HashMap<String, Option<String>> = match &action {
@@ -248,7 +258,7 @@ impl Groups {
             }
             _ => HashMap::new(),
         };
-        let group = self.groups.get_mut(&id).ok_or_else(|| GroupError::NoSuchGroup(id.clone()))?;
+        let mut group = self.groups.get(&id).ok_or_else(|| GroupError::NoSuchGroup(id.clone()))?.clone();
         if is_moderation(event.kind) && at <= group.last {
             return Err(GroupError::OutOfOrder(group.last.0.0));
         }
@@ -258,7 +268,7 @@ impl Groups {
         let moderator = admin || group.has_role(&by, MODERATOR);
         let refuse = |what: &str| Err(GroupError::NotAllowed(format!("only the group's {what}")));
         let effect = match action {
-            Action::CreateGroup | Action::Message => return Ok(Effect::Nothing),
+            Action::CreateGroup | Action::Message => return Ok((Effect::Nothing, None)),
             Action::PutUser { pubkey, roles, code } => {
                 if !may(admin) {
                     return refuse("admins may add members or change their roles");
@@ -302,8 +312,7 @@ impl Groups {
                 if !may(admin) {
                     return refuse("admins may delete it");
                 }
-                self.groups.remove(&id);
-                return Ok(Effect::GroupDeleted);
+                return Ok((Effect::GroupDeleted, Some(Update { id, group: None })));
             }
             Action::CreateInvite(code) => {
                 if !may(moderator) {
@@ -313,20 +322,41 @@ impl Groups {
                 group.invites.insert(code, Invite { uses, used: 0, expires_at: event.expiration().map(|t| t.0) });
                 Effect::Changed
             }
-            Action::Join(code) => return join(group, by, event.created_at, code, now),
+            Action::Join(code) => {
+                let effect = join(&mut group, by, event.created_at, code, now)?;
+                let changed = (effect == Effect::Pending).then_some(Update { id, group: Some(group) });
+                return Ok((effect, changed));
+            }
             // A leave takes back a waiting request too (stored, so a replay takes it back).
             Action::Leave => {
                 let withdrawn = group.pending.remove(&by).is_some();
                 return match (group.is_member(&by), withdrawn) {
-                    (true, _) => Ok(Effect::Remove(by)),
-                    (false, true) => Ok(Effect::Changed),
+                    (true, _) => Ok((Effect::Remove(by), None)),
+                    (false, true) => Ok((Effect::Changed, Some(Update { id, group: Some(group) }))),
                     (false, false) => Err(GroupError::NotMember),
                 };
             }
         };
         group.last = at;
-        Ok(effect)
+        Ok((effect, Some(Update { id, group: Some(group) })))
     }
+
+    /// Makes a change [`Groups::judge`] made.
+    pub fn commit(&mut self, update: Update) {
+        match update.group {
+            Some(group) => self.groups.insert(update.id, group),
+            None => self.groups.remove(&update.id),
+        };
+    }
+}
+
+/// A group's entry anew, as [`Groups::judge`] made it: `None` when the group is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Update {
+    /// The group.
+    pub id: String,
+    /// Its state after the change.
+    pub group: Option<Group>,
 }
 
 /// A join request from `by` at `asked`.

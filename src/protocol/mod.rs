@@ -24,7 +24,7 @@ pub use event::{Event, EventId, EventJson, Kind, KindClass, PubKey, Sig, Timesta
 pub use filter::Filter;
 pub use keys::Keys;
 pub use message::{ClientMessage, Correlation, ParseError, RelayMessage};
-pub use private::{PrivateKinds, Viewer};
+pub use private::{GroupScreen, PrivateKinds, Viewer};
 pub use tier::Tier;
 pub use verify::{VerifiedEvent, VerifyError};
 

@@ -2,7 +2,9 @@
 //!
 //! Owns the rule of `auth.private_kinds`: an event of a private kind (by default 4, NIP-04
 //! direct messages, and 1059, NIP-59 gift wraps) is served only to a reader authenticated as its
-//! author or as a pubkey one of its `p` tags names; every other event to anyone. Pure, so that
+//! author or as a pubkey one of its `p` tags names; every other event to anyone. And the
+//! reader's [`GroupScreen`] (NIP-29): the events of the private groups it is not a member of
+//! (their `h` tag) and the state events of the hidden ones (their `d` tag) are not served to it. Pure, so that
 //! every read path (a REQ's stored answer and its live events, COUNT, REST, the frame log of
 //! `hearth dev`) asks the same [`Viewer`] and none of them can drift from the others.
 
@@ -48,7 +50,31 @@ impl PrivateKinds {
 
     /// What `reader` (the authenticated pubkey, if any) may read under these kinds.
     pub fn viewer(&self, reader: Option<PubKey>) -> Viewer {
-        Viewer { private: self.clone(), reader }
+        Viewer { private: self.clone(), reader, screen: None }
+    }
+}
+
+/// The groups (NIP-29) whose events one reader may not be served: the private groups it is not
+/// a member of (their events name them in `h`) and the hidden groups it is not a member of (their
+/// relay-signed state events, kinds 39000–39009, name them in `d`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupScreen {
+    /// Groups whose events are withheld.
+    pub unreadable: std::collections::HashSet<String>,
+    /// Groups whose state events are withheld.
+    pub unseen: std::collections::HashSet<String>,
+}
+
+impl GroupScreen {
+    /// True when it withholds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.unreadable.is_empty() && self.unseen.is_empty()
+    }
+
+    /// True when it withholds an event with `tags` of `kind`.
+    pub fn withholds(&self, kind: Kind, tags: &[Vec<String>]) -> bool {
+        tag_values(tags, "h").any(|h| self.unreadable.contains(h))
+            || ((39000..=39009).contains(&kind.0) && tag_values(tags, "d").any(|d| self.unseen.contains(d)))
     }
 }
 
@@ -58,6 +84,8 @@ impl PrivateKinds {
 pub struct Viewer {
     private: PrivateKinds,
     reader: Option<PubKey>,
+    /// The groups withheld from this reader; `None`: none.
+    screen: Option<Arc<GroupScreen>>,
 }
 
 impl Viewer {
@@ -72,14 +100,29 @@ impl Viewer {
         &self.private
     }
 
+    /// This viewer, held also to `screen` (the groups withheld from it), when it withholds any.
+    pub fn screened(self, screen: GroupScreen) -> Viewer {
+        Viewer { screen: (!screen.is_empty()).then(|| Arc::new(screen)), ..self }
+    }
+
+    /// True when some groups' events are withheld from this viewer: then whether it may read an
+    /// event depends on its tags whatever its kind, and no count or item set may be read from
+    /// the index's lists alone.
+    pub fn screens(&self) -> bool {
+        self.screen.is_some()
+    }
+
     /// True when whether this viewer may read an event of `kind` by `author` depends on its tags
-    /// (a private kind, by another author, and a reader who authenticated).
+    /// (a private kind, by another author, and a reader who authenticated; or groups withheld).
     pub fn needs_tags(&self, kind: Kind, author: &PubKey) -> bool {
-        self.private.contains(kind) && self.reader.is_some_and(|reader| reader != *author)
+        self.screens() || (self.private.contains(kind) && self.reader.is_some_and(|reader| reader != *author))
     }
 
     /// True when this viewer may be served an event of `kind` by `author` with `tags`.
     pub fn may_read(&self, kind: Kind, author: &PubKey, tags: &[Vec<String>]) -> bool {
+        if self.screen.as_ref().is_some_and(|screen| screen.withholds(kind, tags)) {
+            return false;
+        }
         if !self.private.contains(kind) {
             return true;
         }

@@ -50,7 +50,12 @@ impl Reader {
             return Ok(Some(Vec::new()));
         }
         let keys = match Plan::of(filter) {
-            Plan::Scan { keys, .. } if filter.limit.is_none() && lists_are_exact(filter, &keys) => keys,
+            // A viewer withheld some groups' events needs each event's tags: read them.
+            Plan::Scan { keys, .. }
+                if filter.limit.is_none() && lists_are_exact(filter, &keys) && !viewer.screens() =>
+            {
+                keys
+            }
             _ => return self.items_read(filter, now, viewer, max),
         };
         for attempt in 1..=ATTEMPTS {

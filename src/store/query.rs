@@ -147,11 +147,13 @@ impl Reader {
                 }
                 match Plan::of(filter) {
                     // A list counts events `viewer` may not read: only a filter that can match
-                    // none of those is counted from the lists alone.
+                    // none of those (no private kind, no group withheld) is counted from the
+                    // lists alone.
                     Plan::Scan { keys, .. }
                         if !filter.is_empty_set()
                             && lists_are_exact(filter, &keys)
-                            && !viewer.private().can_match(filter) =>
+                            && !viewer.private().can_match(filter)
+                            && !viewer.screens() =>
                     {
                         let expired = match &mut expired {
                             Some(expired) => expired,

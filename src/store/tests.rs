@@ -1310,3 +1310,65 @@ async fn a_snapshot_that_a_kill_cut_off_is_removed_and_the_store_opens() {
     let want: Vec<EventId> = events.iter().rev().map(|e| e.event().id).collect();
     assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
 }
+
+#[tokio::test]
+async fn a_screened_viewer_is_served_no_event_of_a_group_withheld_from_it_on_any_read() {
+    let store = Store::temporary().unwrap();
+    let k = keys(1);
+    let open = signed(&k, 1000, 9, &[&["h", "open"]]);
+    let secret = signed(&k, 1001, 9, &[&["h", "secret"]]);
+    let state = signed(&k, 1002, 39000, &[&["d", "hidden"], &["name", "H"]]);
+    let other_state = signed(&k, 1003, 39000, &[&["d", "open"]]);
+    for e in [&open, &secret, &state, &other_state] {
+        store.put(e.clone()).await.unwrap();
+    }
+    let screen = crate::protocol::GroupScreen {
+        unreadable: ["secret".to_string()].into(),
+        unseen: ["hidden".to_string()].into(),
+    };
+    let viewer = crate::protocol::PrivateKinds::default().viewer(None).screened(screen);
+    assert!(viewer.screens());
+    let at = Timestamp(2_000_000_000);
+    let f = |json: &str| -> Filter { serde_json::from_str(json).unwrap() };
+    // Filters counted and itemized from the index's lists alone, and ones that read records.
+    for (probe, want) in [
+        (r#"{"kinds":[9]}"#, vec![open.id]),
+        (r##"{"#h":["secret"]}"##, vec![]),
+        (r#"{"kinds":[39000]}"#, vec![other_state.id]),
+        (r#"{}"#, vec![other_state.id, open.id]),
+        (&format!(r#"{{"ids":["{}"]}}"#, secret.id), vec![]),
+    ] {
+        let filter = f(probe);
+        let (got, _) = store.query_as(std::slice::from_ref(&filter), at, &viewer).unwrap();
+        let got: Vec<EventId> = got
+            .iter()
+            .map(|e| {
+                EventId::from_hex(
+                    serde_json::from_str::<serde_json::Value>(e.as_str()).unwrap()["id"].as_str().unwrap(),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(got, want, "query {probe}");
+        assert_eq!(
+            store.count_as(std::slice::from_ref(&filter), at, &viewer).unwrap(),
+            want.len() as u64,
+            "count {probe}"
+        );
+        let items = store.items(&filter, at, &viewer, usize::MAX).unwrap().unwrap();
+        let mut want_items: Vec<EventId> = want.clone();
+        want_items.sort_by_key(|id| {
+            [&open, &secret, &state, &other_state].iter().find(|e| e.id == *id).map(|e| e.created_at)
+        });
+        assert_eq!(items.iter().map(|(_, id)| *id).collect::<Vec<_>>(), want_items, "items {probe}");
+    }
+    assert!(store.get_as(&secret.id, at, &viewer).unwrap().is_none());
+    assert!(store.get_as(&state.id, at, &viewer).unwrap().is_none());
+    assert!(store.get_as(&open.id, at, &viewer).unwrap().is_some());
+    // The operator, and a reader withheld nothing, see all four.
+    assert_eq!(store.count_as(&[f("{}")], at, &Viewer::everything()).unwrap(), 4);
+    let unscreened =
+        crate::protocol::PrivateKinds::default().viewer(None).screened(crate::protocol::GroupScreen::default());
+    assert!(!unscreened.screens());
+    assert_eq!(store.items(&f("{}"), at, &unscreened, usize::MAX).unwrap().unwrap().len(), 4);
+}
