@@ -30,6 +30,8 @@ pub struct AppState {
     pub fanout: Arc<Fanout>,
     /// The places open subscriptions hold, per address and relay-wide.
     pub slots: Arc<Slots>,
+    /// The NIP-29 groups, a cache of their stored events.
+    pub groups: Arc<crate::groups::Registry>,
     /// The kinds served only to their parties (`auth.private_kinds`), as every read path asks.
     pub private: PrivateKinds,
     /// The relay's own key (NIP-11 `self`; it signs the relay's NIP-43 events).

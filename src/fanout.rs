@@ -115,6 +115,8 @@ pub struct Fanout {
     subscriptions: AtomicU64,
     /// Events of these kinds go only to connections authenticated as one of their parties.
     private: PrivateKinds,
+    /// The events of a private group go only to its members (NIP-29).
+    groups: Option<Arc<crate::groups::Registry>>,
 }
 
 /// A connection's registration: dropping it unregisters the connection.
@@ -175,9 +177,10 @@ impl Drop for Registration {
 }
 
 impl Fanout {
-    /// A registry that delivers events of the `private` kinds only to their parties.
-    pub fn new(private: PrivateKinds) -> Fanout {
-        Fanout { private, ..Fanout::default() }
+    /// A registry that delivers events of the `private` kinds only to their parties, and those
+    /// of private `groups` only to their members.
+    pub fn new(private: PrivateKinds, groups: Arc<crate::groups::Registry>) -> Fanout {
+        Fanout { private, groups: Some(groups), ..Fanout::default() }
     }
 
     /// Registers a connection billed to `principal` with an outbound queue of `capacity` live
@@ -288,6 +291,8 @@ impl Fanout {
         let conns = self.read();
         let json: OnceCell<Option<EventJson>> = OnceCell::new();
         let private = self.private.contains(event.kind);
+        // Who may be sent an event of a group is its members, as the groups stand now.
+        let groups = self.groups.as_ref().filter(|g| g.concerns(event)).map(|g| g.read());
         for entry in conns.values() {
             if entry.slow.is_cancelled() {
                 continue;
@@ -295,6 +300,9 @@ impl Fanout {
             // A private event goes only to a connection authenticated as one of its parties,
             // whenever it authenticated (the connection's principal is its NIP-42 pubkey then).
             if private && !self.private.viewer(entry.reader()).may_read(event.kind, &event.pubkey, &event.tags) {
+                continue;
+            }
+            if groups.as_ref().is_some_and(|g| !g.may_deliver(event, entry.reader().as_ref())) {
                 continue;
             }
             for (sub_id, (generation, filters)) in &entry.subs {

@@ -34,17 +34,24 @@ pub struct FrameLog {
     /// Events of these kinds are shown without their content and tags (NIP-42 read
     /// restrictions: the log is one more reader).
     private: PrivateKinds,
+    /// Events of the private groups among these are shown without their content (NIP-29).
+    groups: Option<std::sync::Arc<crate::groups::Registry>>,
 }
 
 impl FrameLog {
     /// A log; `color` = ANSI colours (stderr is a terminal).
     pub fn new(color: bool) -> FrameLog {
-        FrameLog { color, private: PrivateKinds::default() }
+        FrameLog { color, private: PrivateKinds::default(), groups: None }
     }
 
-    /// This log, showing events of the `private` kinds without their content.
-    pub fn withholding(self, private: PrivateKinds) -> FrameLog {
-        FrameLog { private, ..self }
+    /// This log, showing events of the `private` kinds and of private `groups` without their
+    /// content.
+    pub fn withholding(self, private: PrivateKinds, groups: std::sync::Arc<crate::groups::Registry>) -> FrameLog {
+        FrameLog { private, groups: Some(groups), ..self }
+    }
+
+    fn line(&self, conn: ConnId, direction: Direction, text: &str) -> String {
+        render_line(conn, direction, text, &self.private, self.groups.as_deref())
     }
 
     /// A connection opened.
@@ -60,13 +67,13 @@ impl FrameLog {
 
     /// A text frame from the client, as it came.
     pub fn inbound(&self, conn: ConnId, text: &str) {
-        self.write(&line(conn, Direction::In, text, &self.private), Style::In);
+        self.write(&self.line(conn, Direction::In, text), Style::In);
     }
 
     /// A frame to the client.
     pub fn outbound(&self, conn: ConnId, message: &RelayMessage) {
         let Ok(text) = message.to_json() else { return };
-        let text = line(conn, Direction::Out, &text, &self.private);
+        let text = self.line(conn, Direction::Out, &text);
         match refusal(message) {
             Some(why) => self.write(&(text + &why), Style::Refused),
             None => self.write(&text, Style::Out),
@@ -115,12 +122,25 @@ enum Style {
 
 /// One frame's line: `c<conn> <- ` or `c<conn> -> `, then the frame, cut at [`MAX_LINE`]; an
 /// event of a `private` kind without its content.
-pub fn line(conn: ConnId, direction: Direction, text: &str, private: &PrivateKinds) -> String {
+#[cfg(test)]
+fn line(conn: ConnId, direction: Direction, text: &str, private: &PrivateKinds) -> String {
+    render_line(conn, direction, text, private, None)
+}
+
+/// One frame's line (see [`line`]), an event of a private group among `groups` without its
+/// content too.
+fn render_line(
+    conn: ConnId,
+    direction: Direction,
+    text: &str,
+    private: &PrivateKinds,
+    groups: Option<&crate::groups::Registry>,
+) -> String {
     let arrow = match direction {
         Direction::In => "<-",
         Direction::Out => "->",
     };
-    format!("c{conn} {arrow} {}", cut(&render(text, private), MAX_LINE))
+    format!("c{conn} {arrow} {}", cut(&render(text, private, groups), MAX_LINE))
 }
 
 /// The suffix that makes a refusal stand out: `  !! refused: rate-limited (messages)`.
@@ -145,7 +165,7 @@ fn refusal_of(text: &str) -> String {
 /// A frame as the log shows it: the verb, then each part; a text that is not a JSON array as a
 /// JSON string. Control characters a client sent are always escaped: a line stays one line, and
 /// no frame can send escape sequences to the developer's terminal.
-fn render(text: &str, private: &PrivateKinds) -> String {
+fn render(text: &str, private: &PrivateKinds, groups: Option<&crate::groups::Registry>) -> String {
     let Ok(Value::Array(parts)) = serde_json::from_str::<Value>(text) else { return Value::from(text).to_string() };
     let mut out = String::new();
     for (i, part) in parts.iter().enumerate() {
@@ -155,19 +175,25 @@ fn render(text: &str, private: &PrivateKinds) -> String {
         match part {
             // The verb, and the id after it (subscription, event or challenge), bare.
             Value::String(s) if i < 2 && !s.chars().any(char::is_control) => out.push_str(&short(s)),
-            Value::Object(o) if o.contains_key("sig") => out.push_str(&event(part, private)),
+            Value::Object(o) if o.contains_key("sig") => out.push_str(&event(part, private, groups)),
             other => out.push_str(&other.to_string()),
         }
     }
     out
 }
 
-/// An event by its id, kind, author and content (none for a `private` kind).
-fn event(e: &Value, private: &PrivateKinds) -> String {
+/// An event by its id, kind, author and content (none for a `private` kind, nor for an event of
+/// a private group).
+fn event(e: &Value, private: &PrivateKinds, groups: Option<&crate::groups::Registry>) -> String {
     let text = |k: &str| e[k].as_str().unwrap_or("");
     let kind = e["kind"].as_u64().and_then(|k| u16::try_from(k).ok()).map(Kind);
+    let in_private_group = || {
+        let hs = e["tags"].as_array().into_iter().flatten().filter(|t| t[0] == "h").filter_map(|t| t[1].as_str());
+        groups.is_some_and(|g| hs.into_iter().any(|h| g.is_private(h)))
+    };
     let content = match kind {
         Some(kind) if private.contains(kind) => "(private kind: content withheld)".to_string(),
+        _ if in_private_group() => "(private group: content withheld)".to_string(),
         _ => Value::from(text("content")).to_string(),
     };
     format!("{} kind {} by {} {content}", short(text("id")), e["kind"], short(text("pubkey")))

@@ -10,6 +10,7 @@
 //! check, and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
 use crate::app::AppState;
+use crate::groups::publish::Admission;
 use crate::limiter::{Billed, HandlerPermit, LimitType};
 use crate::moderation::Verdict;
 use crate::protocol::refusal::{Prefix, Refusal};
@@ -138,7 +139,18 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Err(refusal) => Outcome::Refused(refusal),
         };
     }
-    match settle(app, verified, now, Some((&publisher.billed, permit))).await {
+    // NIP-29: a group event meets its group's rules first; a change is done once it is stored.
+    let group = match crate::groups::publish::admit(app, &verified, publisher.authed, now).await {
+        Ok(admission) => admission,
+        Err(refusal) => return Outcome::Refused(refusal),
+    };
+    let settled = settle(app, verified, now, Some((&publisher.billed, permit))).await;
+    if let (Settled::Stored, Admission::Change(change)) = (&settled, group)
+        && let Err(refusal) = crate::groups::publish::done(app, change).await
+    {
+        return Outcome::Refused(refusal);
+    }
+    match settled {
         Settled::Stored | Settled::Live => Outcome::Accepted,
         Settled::Duplicate => Outcome::Duplicate,
         Settled::Superseded => Outcome::refused(Prefix::Duplicate, "a newer version is stored"),

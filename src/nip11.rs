@@ -86,6 +86,9 @@ impl RelayInfo {
                 if config.storage.search {
                     nips.push(SEARCH);
                 }
+                if config.groups.enabled {
+                    nips.push(29);
+                }
                 nips.sort_unstable();
                 nips
             },

@@ -117,10 +117,12 @@ pub async fn count(app: &AppState, billed: &Billed, filters: Vec<Filter>, viewer
 }
 
 /// True when a request from a reader who has not authenticated can be answered with nothing:
-/// every filter names private kinds only (NIP-42: it is refused `auth-required:`, so the client
-/// authenticates and sends it again).
+/// every filter names private kinds only, or private groups only (NIP-42: it is refused
+/// `auth-required:`, so the client authenticates and sends it again).
 pub fn needs_auth_to_read(app: &AppState, reader: Option<PubKey>, filters: &[Filter]) -> bool {
-    reader.is_none() && !filters.is_empty() && filters.iter().all(|f| app.private.only(f))
+    reader.is_none()
+        && !filters.is_empty()
+        && filters.iter().all(|f| app.private.only(f) || app.groups.only_unreadable(f, None))
 }
 
 #[cfg(test)]

@@ -88,6 +88,7 @@ impl Relay {
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
         let private = config.auth.private();
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
+        let groups = Arc::new(crate::groups::Registry::load(&store, &config.groups, keys.public_key())?);
         let config_peers = config.sync.peers.clone();
         let app = Arc::new(AppState {
             limiter: Arc::new(limiter),
@@ -97,7 +98,8 @@ impl Relay {
             slots: Arc::new(Slots::new(config.server.max_subscriptions_per_ip, config.server.max_subscriptions_total)),
             config,
             store,
-            fanout: Arc::new(Fanout::new(private.clone())),
+            fanout: Arc::new(Fanout::new(private.clone(), groups.clone())),
+            groups,
             private,
             keys,
             shutdown: CancellationToken::new(),
@@ -118,7 +120,7 @@ impl Relay {
     /// Logs every WebSocket frame in and out on stderr, one line each (`hearth dev`); events of
     /// the private kinds without their content.
     pub fn log_frames(&self, log: FrameLog) {
-        let _ = self.app.frame_log.set(log.withholding(self.app.private.clone()));
+        let _ = self.app.frame_log.set(log.withholding(self.app.private.clone(), self.app.groups.clone()));
     }
 
     /// The relay's limiter (tests and embedding programs tune it live).

@@ -42,13 +42,14 @@ const FLOORS: &[&[&str]] = &[
     // The one publish path and the one read path, and the sampled statistics.
     &["ingest", "query"],
     // NIP-43: join and leave requests, invites, the relay's signed member list.
-    &["membership"],
-    // NIP-29: the groups' state, folded from their events.
-    &["groups"],
+    // NIP-29: what a group event does, and the relay's answers to it.
+    &["membership", "groups::publish"],
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],
     &["fanout", "moderation", "audit", "slots"],
+    // NIP-29: the groups' state, folded from their stored events, and who may read what.
+    &["groups"],
     &["limiter", "metrics"],
     &["config"],
     // The Redis several nodes share: the limiter's buckets and moderation's document ride on it.

@@ -2,15 +2,17 @@
 //!
 //! Owns [`Groups`]: every group's metadata, members and their roles, invite codes, join requests
 //! waiting for an admin and the ids its moderators deleted, derived from the group's stored
-//! events taken in `(created_at, id)` order, and nothing else. The same [`Groups::apply`] admits
+//! events taken oldest first, events of the same second in the order they were stored (the
+//! order `Store::export` gives them in), and nothing else. The same [`Groups::apply`] admits
 //! an event as it arrives and replays the store at start-up, so a restart, an import, a second
 //! node or a second store backend arrive at exactly the state the first one had. No clock, no
 //! I/O: what an action asks of the world (the relay's own answer to a join, events to remove)
 //! comes back as an [`Effect`] for the caller to carry out.
 //!
-//! Moderation events (9000–9020) must sort after the group's last change: one dated earlier
-//! would mean a different state on replay than the one it was judged against, so it is refused
-//! (the relay dates its own answers after what they answer). Who may do what:
+//! A moderation event (9000–9020) dated before the group's last change would take a different
+//! place on replay than the one it was judged in, so it is refused; one of the same second is
+//! stored after the change before it and so stays after it (the relay dates its own answers no
+//! earlier than what they answer). Who may do what:
 //!
 //! | action | who |
 //! |---|---|
@@ -56,7 +58,7 @@ pub struct Group {
     pub pending: BTreeMap<PubKey, Timestamp>,
     /// Events its moderators deleted: never stored again.
     pub deleted: BTreeSet<EventId>,
-    /// Its last change (a moderation event), in the canonical order.
+    /// Its last change (a moderation event): when, and which.
     pub last: (Timestamp, EventId),
 }
 
@@ -102,7 +104,7 @@ pub enum GroupError {
     NotAllowed(String),
     /// `invalid:` dated before the group's last change.
     #[error(
-        "a change to a group must be dated after its last change (created_at {0}); sign it again with a later created_at"
+        "a change to a group may not be dated before its last change (created_at {0}); sign it again with the time now"
     )]
     OutOfOrder(u64),
     /// `invalid:` a parent that would make a cycle.
@@ -171,6 +173,20 @@ impl Groups {
         self.groups.get(id)
     }
 
+    /// The relay's own key, which may do anything.
+    pub fn relay(&self) -> PubKey {
+        self.relay
+    }
+
+    /// Whether `reader` may be sent `event` as far as groups go: not an event of a private
+    /// group it is not a member of (its `h`), nor a state event of a hidden one (its `d`).
+    pub fn may_deliver(&self, event: &Event, reader: Option<&PubKey>) -> bool {
+        let readable = event.tag_values("h").all(|h| self.groups.get(h).is_none_or(|g| g.may_read(reader)));
+        readable
+            && (!crate::protocol::nip29::is_relay_state(event.kind)
+                || event.tag_values("d").all(|d| self.groups.get(d).is_none_or(|g| g.may_see(reader))))
+    }
+
     /// Every group.
     pub fn iter(&self) -> impl Iterator<Item = &Group> {
         self.groups.values()
@@ -186,12 +202,12 @@ impl Groups {
         self.groups.is_empty()
     }
 
-    /// The state that stored `events` make: applied in their canonical order, `(created_at,
-    /// id)`, at `now`. An event that changes nothing when its turn comes (a join request from
-    /// someone its relay's answer, dated the same second, already made a member) is passed over,
-    /// on every node alike.
+    /// The state that stored `events` make, given in the order they were stored: applied oldest
+    /// first, those of one second in the order given, at `now`. An event that changes nothing
+    /// when its turn comes (a join from someone already let in) is passed over, on every node
+    /// alike.
     pub fn replay(relay: PubKey, mut events: Vec<Event>, now: u64) -> Groups {
-        events.sort_unstable_by_key(|e| (e.created_at, e.id));
+        events.sort_by_key(|e| e.created_at);
         let mut groups = Groups::new(relay);
         for event in &events {
             let _ = groups.apply(event, now);
@@ -259,7 +275,7 @@ impl Groups {
             _ => HashMap::new(),
         };
         let mut group = self.groups.get(&id).ok_or_else(|| GroupError::NoSuchGroup(id.clone()))?.clone();
-        if is_moderation(event.kind) && at <= group.last {
+        if is_moderation(event.kind) && event.created_at < group.last.0 {
             return Err(GroupError::OutOfOrder(group.last.0.0));
         }
         let by = event.pubkey;

@@ -212,7 +212,7 @@ async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Resp
 async fn get_event(app: &AppState, id: &str, caller: Caller) -> Result<Response, ApiError> {
     let id = EventId::from_hex(id)
         .ok_or_else(|| ApiError::BadRequest("event id must be 64 lowercase hex characters".into()))?;
-    let viewer = app.private.viewer(caller.authed);
+    let viewer = app.groups.viewer(&app.private, caller.authed);
     let found = app.store.get_async(id, Timestamp::now(), viewer).await.map_err(internal)?;
     match found {
         Some(event) => Ok(json_response(StatusCode::OK, &event)),
@@ -260,7 +260,7 @@ struct EventsBody {
 
 async fn query(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
     let filters = filters_of(app, &ctx, &caller)?;
-    let viewer = app.private.viewer(caller.authed);
+    let viewer = app.groups.viewer(&app.private, caller.authed);
     let (events, _) = query::events(app, &caller.billed, filters, viewer, |_| {}).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &EventsBody { events }))
 }
@@ -272,7 +272,7 @@ struct CountBody {
 
 async fn count(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
     let filters = filters_of(app, &ctx, &caller)?;
-    let viewer = app.private.viewer(caller.authed);
+    let viewer = app.groups.viewer(&app.private, caller.authed);
     let count = query::count(app, &caller.billed, filters, viewer).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &CountBody { count }))
 }

@@ -10,7 +10,9 @@
 //!   the writes arrived; NIP-40 expired events are never served and are removed by the sweep.
 //! - **Reads** ([`Store::query`], [`Store::count`], [`Store::get`], [`Store::export`]) see a
 //!   consistent snapshot: newest first, ties lowest id first, each filter's `limit` its own, no
-//!   event twice; a query's [`Mark`] says which writes it saw, so a subscription's live events
+//!   event twice; except [`Store::export`], which gives the oldest first and events of the same
+//!   second in the order they were stored (an import of it stores them in that order again; the
+//!   NIP-29 groups are folded from it in that order); a query's [`Mark`] says which writes it saw, so a subscription's live events
 //!   can leave those out. A damaged record is skipped (logged once), never served as garbage.
 //!   The plain forms block; the `*_async` forms run off the async reactor. Every read a client
 //!   asks for names its [`Viewer`]: an event of a private kind (NIP-42 read restrictions) is

@@ -173,7 +173,7 @@ pub(super) async fn frame(
                 Ok(g) => g,
                 Err(message) => return Action::Reply(RelayMessage::Closed { sub_id, message }),
             };
-            let viewer = app.private.viewer(session.authed);
+            let viewer = app.groups.viewer(&app.private, session.authed);
             Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters, viewer)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
@@ -185,7 +185,7 @@ pub(super) async fn frame(
             if let Some(refused) = read_refusal(app, session, &filters) {
                 return refused_closing(sub_id, refused, &session.challenge);
             }
-            let viewer = app.private.viewer(session.authed);
+            let viewer = app.groups.viewer(&app.private, session.authed);
             Action::Spawn(Box::pin(count(app.clone(), billed, sub_id, filters, viewer)))
         }
         ClientMessage::Close(sub_id) => {
@@ -212,7 +212,7 @@ pub(super) async fn frame(
                 Ok(generation) => generation,
                 Err(refused) => return Action::Reply(refused),
             };
-            let viewer = app.private.viewer(session.authed);
+            let viewer = app.groups.viewer(&app.private, session.authed);
             let open = neg::open(app.clone(), billed, sub_id, generation, *filter, message, viewer);
             Action::Spawn(Box::pin(async move { Done::Neg(open.await) }))
         }

@@ -26,7 +26,12 @@ fn storage(events: &[&Event]) -> NegentropyStorageVector {
 
 /// Reconciles `ours` with the relay over `client` as subscription `sub`: the ids we have and the
 /// relay lacks, and those it has and we lack, as hex, sorted.
-async fn reconcile(client: &mut Client, sub: &str, filter: Value, ours: &[&Event]) -> (Vec<String>, Vec<String>) {
+pub(crate) async fn reconcile(
+    client: &mut Client,
+    sub: &str,
+    filter: Value,
+    ours: &[&Event],
+) -> (Vec<String>, Vec<String>) {
     let storage = storage(ours);
     let mut neg = Negentropy::borrowed(&storage, FRAME_LIMIT).unwrap();
     let first = neg.initiate().unwrap();

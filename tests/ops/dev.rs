@@ -97,6 +97,20 @@ async fn dev_is_ready_at_once_serves_its_seed_logs_every_frame_and_leaves_nothin
         .await
         .unwrap();
     assert_eq!(count.json::<Value>().await.unwrap(), json!({"count": 4}));
+    // Groups are on: a private group's message is logged without its words.
+    let owner = keys(71);
+    drop(c);
+    let mut c = Client::connect(&dev.url("ws")).await;
+    assert_eq!(c.auth(&owner, &dev.url("ws")).await[2], true);
+    for (kind, tags, content) in [(9007, vec![], ""), (9002, vec!["private"], ""), (9, vec![], "swordfish")] {
+        let mut all: Vec<&[&str]> = vec![&["h", "den"]];
+        let flag = [tags.first().copied().unwrap_or_default()];
+        if !tags.is_empty() {
+            all.push(&flag);
+        }
+        let e = sign(&owner, now(), kind, &all, content);
+        assert_ok(&c.publish(&e).await, &e.id.to_hex(), true, "");
+    }
     drop(c);
 
     let dir = dev.data_dir();
@@ -112,6 +126,8 @@ async fn dev_is_ready_at_once_serves_its_seed_logs_every_frame_and_leaves_nothin
     assert!(log.contains(&format!(" -> OK {short}… true \"\"")), "{log}");
     assert!(log.contains(" -> EOSE sub1"), "{log}");
     assert!(log.contains("http POST /api/v1/count -> 200"), "{log}");
+    assert!(log.contains("kind 9 by") && log.contains("(private group: content withheld)"), "{log}");
+    assert!(!log.contains("swordfish"), "{log}");
     assert!(!dir.exists(), "{} is still there", dir.display());
 }
 

@@ -46,6 +46,9 @@ async fn seventy_channel_reqs_then_a_message_at_defaults_get_every_eose_and_ok_t
     let mut c = relay.connect().await;
     let user = keys(70);
     assert_eq!(c.auth(&user, &relay.ws_url()).await[2], true);
+    // The channel the message goes to (NIP-29: a group exists before it takes messages).
+    let create = sign(&user, now(), 9007, &[&["h", "channel-7"]], "");
+    assert_eq!(c.publish(&create).await, json!(["OK", create.id.to_hex(), true, ""]));
     let message = sign(&user, now(), 9, &[&["h", "channel-7"]], "back in the community");
     let reqs = (0..70).map(|i| json!(["REQ", format!("ch{i}"), {"kinds": [9], "#h": [format!("channel-{i}")]}]));
     burst(&mut c, reqs.chain([json!(["EVENT", message])])).await;

@@ -79,13 +79,16 @@ fn roles_decide_who_may_do_what_and_the_relay_may_do_anything() {
 }
 
 #[test]
-fn a_change_dated_before_the_last_one_is_refused_and_changes_nothing() {
+fn a_change_dated_before_the_last_one_is_refused_and_one_of_the_same_second_comes_after_it() {
     let mut groups = with_group("g");
     let admin = key(1);
     groups.apply(&ev(&admin, 110, 9002, "g", &[&["name", "Later"]]), 0).unwrap();
     let earlier = ev(&admin, 109, 9002, "g", &[&["name", "Earlier"]]);
     assert_eq!(groups.apply(&earlier, 0), Err(GroupError::OutOfOrder(110)));
     assert_eq!(groups.get("g").unwrap().metadata.name, "Later");
+    // The same second is the order they came in, whatever their ids.
+    groups.apply(&ev(&admin, 110, 9002, "g", &[&["name", "Same second"]]), 0).unwrap();
+    assert_eq!(groups.get("g").unwrap().metadata.name, "Same second");
     // A message is no change: its date is not held to the last change's.
     assert_eq!(groups.apply(&ev(&key(5), 50, 9, "g", &[]), 0), Ok(Effect::Nothing));
 }
@@ -190,8 +193,10 @@ fn replaying_the_accepted_events_in_canonical_order_arrives_at_the_live_state() 
         }
     }
     assert_eq!(stored.len(), script.len(), "every step of the script is accepted");
-    // Arrival order reversed: the replay sorts them itself.
-    stored.reverse();
+    // In the order they were stored, a later second moved first: the replay sorts by time and
+    // keeps the stored order within a second.
+    let late = stored.remove(stored.len() - 1);
+    stored.insert(0, late);
     let replayed = Groups::replay(relay().public_key(), stored, 0);
     let mut ids: Vec<&String> = live.groups.keys().collect();
     ids.sort();
