@@ -25,6 +25,11 @@ pub fn state_kinds() -> Vec<Kind> {
     (9000..=9022).map(Kind).collect()
 }
 
+/// True for an event a group's state is folded from: of [`state_kinds`], addressed to a group.
+pub fn is_state_event(event: &Event) -> bool {
+    (9000..=9022).contains(&event.kind.0) && group_of(event).is_some()
+}
+
 /// The relay's groups.
 pub struct Registry {
     config: GroupsConfig,
@@ -133,7 +138,7 @@ fn fold(store: &Store, relay: PubKey) -> Result<Groups, StoreError> {
     for json in store.export(&filter, Timestamp::now())? {
         let json = json?;
         match serde_json::from_str::<Event>(json.as_str()) {
-            Ok(event) if group_of(&event).is_some() => events.push(event),
+            Ok(event) if is_state_event(&event) => events.push(event),
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "a stored group event did not parse; left out of the groups"),
         }

@@ -175,6 +175,8 @@ async fn fetch(app: &AppState, peer: &Session, ids: &[EventId], summary: &mut Su
         },
     };
     let asked: HashSet<&EventId> = ids.iter().collect();
+    // Groups are a cache of their stored events: what a round stored of them is folded in.
+    let mut group_changes = false;
     for value in events {
         summary.fetched += 1;
         let checked = Event::from_json(&value.to_string())
@@ -189,14 +191,21 @@ async fn fetch(app: &AppState, peer: &Session, ids: &[EventId], summary: &mut Su
                 continue;
             }
         };
+        let changes_groups = crate::groups::is_state_event(&verified);
         match settle(app, verified, Timestamp::now(), None).await {
-            Settled::Stored => summary.stored += 1,
+            Settled::Stored => {
+                summary.stored += 1;
+                group_changes |= changes_groups;
+            }
             Settled::Refused(refusal) => {
                 tracing::info!(%refusal, "an event fetched from the sync peer is refused here");
                 summary.refused += 1;
             }
             Settled::Live | Settled::Duplicate | Settled::Superseded | Settled::Deleted | Settled::Expired => {}
         }
+    }
+    if group_changes && let Err(e) = app.groups.reload(&app.store) {
+        tracing::error!(error = %e, "folding the groups again after a sync round failed");
     }
     Ok(())
 }
