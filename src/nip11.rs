@@ -21,8 +21,8 @@ const SEARCH: u16 = 50;
 pub struct RelayInfo {
     pub(crate) name: String,
     pub(crate) description: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pubkey: Option<String>,
+    /// The operator's pubkey, else the relay's own (see [`RelayInfo::new`]).
+    pubkey: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     contact: String,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -74,7 +74,10 @@ impl RelayInfo {
         RelayInfo {
             name: state.name.unwrap_or_else(|| config.info.name.clone()),
             description: state.description.unwrap_or_else(|| config.info.description.clone()),
-            pubkey: config.info.pubkey.map(|pk| pk.to_hex()),
+            // NIP-29 clients look the key that signs a group's state up here (nostr-tools'
+            // `fetchGroupMetadataEvent` asks for `authors: [pubkey]`): without an operator's
+            // key configured, the relay's own is the one to name.
+            pubkey: config.info.pubkey.unwrap_or(*self_pubkey).to_hex(),
             contact: config.info.contact.clone(),
             icon: state.icon.unwrap_or_else(|| config.info.icon.clone()),
             self_pubkey: self_pubkey.to_hex(),

@@ -93,14 +93,41 @@ pub async fn admit<'a>(
         may_create(app, event, authed)?;
     }
     let turn = registry.turn().await;
-    let (effect, update) = {
+    let judged = {
         let groups = registry.read();
-        if event.kind == nip29::JOIN && groups.get(&id).is_some_and(|g| g.pending.contains_key(&event.pubkey)) {
+        // A request that already waits is not kept twice; one with a code is judged anew.
+        let waits = groups.get(&id).is_some_and(|g| g.pending.contains_key(&event.pubkey));
+        if event.kind == nip29::JOIN && waits && event.tag_values("code").next().is_none() {
             return Err(pending());
         }
-        groups.judge(event, now.0).map_err(|e| refusal(&e))?
+        groups.judge(event, now.0)
+    };
+    let (effect, update) = match judged {
+        Err(GroupError::OutOfOrder(_)) => judge_in_place(app, event, &id, now).await?,
+        other => other.map_err(|e| refusal(&e))?,
     };
     Ok(Admission::Change(Box::new(Change { _turn: turn, effect, update, group: id, asked: event.created_at })))
+}
+
+/// Judges `event`, dated before its group's last change, where a replay of the store will put
+/// it: among the group's stored events (clients' clocks differ by seconds; a replay orders by
+/// time).
+async fn judge_in_place(
+    app: &AppState,
+    event: &Event,
+    id: &str,
+    now: Timestamp,
+) -> Result<(Effect, Option<Update>), Refusal> {
+    let filter =
+        Filter { kinds: Some(super::state_kinds()), tags: [('h', vec![id.to_string()])].into(), ..Filter::default() };
+    let export = app
+        .store
+        .export_async(filter, now)
+        .await
+        .map_err(|_| Refusal::new(Prefix::Error, "the group's history could not be read"))?;
+    let stored: Vec<Event> = export.flatten().filter_map(|json| serde_json::from_str(json.as_str()).ok()).collect();
+    let (before, after): (Vec<Event>, Vec<Event>) = stored.into_iter().partition(|e| e.created_at <= event.created_at);
+    app.groups.read().judge_among(event, &before, &after, now.0).map_err(|e| refusal(&e))
 }
 
 /// The refusal of a join that waits for an admin.

@@ -9,10 +9,11 @@
 //! I/O: what an action asks of the world (the relay's own answer to a join, events to remove)
 //! comes back as an [`Effect`] for the caller to carry out.
 //!
-//! A moderation event (9000–9020) dated before the group's last change would take a different
-//! place on replay than the one it was judged in, so it is refused; one of the same second is
-//! stored after the change before it and so stays after it (the relay dates its own answers no
-//! earlier than what they answer). Who may do what:
+//! An event of the group's state (9000–9022) dated before the last one applied would take
+//! another place on replay than the one it came in at: [`Groups::judge`] refuses it
+//! ([`GroupError::OutOfOrder`]) and the caller judges it where the replay will put it, folding
+//! the group's stored events again around it (`groups::publish`). One of the same second is
+//! stored after those before it and so stays after them. Who may do what:
 //!
 //! | action | who |
 //! |---|---|
@@ -24,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::protocol::nip29::{Action, Metadata, is_moderation};
+use crate::protocol::nip29::{Action, Metadata};
 use crate::protocol::{Event, EventId, PubKey, Timestamp};
 
 /// The role that may do everything in its group.
@@ -58,7 +59,7 @@ pub struct Group {
     pub pending: BTreeMap<PubKey, Timestamp>,
     /// Events its moderators deleted: never stored again.
     pub deleted: BTreeSet<EventId>,
-    /// Its last change (a moderation event): when, and which.
+    /// The latest event of its state applied (moderation, join, leave): when, and which.
     pub last: (Timestamp, EventId),
 }
 
@@ -275,7 +276,7 @@ impl Groups {
             _ => HashMap::new(),
         };
         let mut group = self.groups.get(&id).ok_or_else(|| GroupError::NoSuchGroup(id.clone()))?.clone();
-        if is_moderation(event.kind) && event.created_at < group.last.0 {
+        if action != Action::Message && event.created_at < group.last.0 {
             return Err(GroupError::OutOfOrder(group.last.0.0));
         }
         let by = event.pubkey;
@@ -338,23 +339,47 @@ impl Groups {
                 group.invites.insert(code, Invite { uses, used: 0, expires_at: event.expiration().map(|t| t.0) });
                 Effect::Changed
             }
-            Action::Join(code) => {
-                let effect = join(&mut group, by, event.created_at, code, now)?;
-                let changed = (effect == Effect::Pending).then_some(Update { id, group: Some(group) });
-                return Ok((effect, changed));
-            }
+            Action::Join(code) => join(&mut group, by, event.created_at, code, now)?,
             // A leave takes back a waiting request too (stored, so a replay takes it back).
             Action::Leave => {
                 let withdrawn = group.pending.remove(&by).is_some();
-                return match (group.is_member(&by), withdrawn) {
-                    (true, _) => Ok((Effect::Remove(by), None)),
-                    (false, true) => Ok((Effect::Changed, Some(Update { id, group: Some(group) }))),
-                    (false, false) => Err(GroupError::NotMember),
-                };
+                match (group.is_member(&by), withdrawn) {
+                    (true, _) => Effect::Remove(by),
+                    (false, true) => Effect::Changed,
+                    (false, false) => return Err(GroupError::NotMember),
+                }
             }
         };
         group.last = at;
         Ok((effect, Some(Update { id, group: Some(group) })))
+    }
+
+    /// `id`'s group at the state its stored events `before` (those dated at or before `event`)
+    /// leave it in, `event` judged there, then its stored events `after` applied (each passed
+    /// over if it no longer applies): where a replay of the store will put `event`, which came in
+    /// dated before the group's last change. The other groups stand as they are now.
+    pub fn judge_among(
+        &self,
+        event: &Event,
+        before: &[Event],
+        after: &[Event],
+        now: u64,
+    ) -> Result<(Effect, Option<Update>), GroupError> {
+        let id = crate::protocol::nip29::group_of(event).ok_or(GroupError::NoGroupTag)?.to_string();
+        let mut scratch = self.clone();
+        scratch.groups.remove(&id);
+        for e in before {
+            let _ = scratch.apply(e, now);
+        }
+        let (effect, update) = scratch.judge(event, now)?;
+        if let Some(update) = update {
+            scratch.commit(update);
+        }
+        for e in after {
+            let _ = scratch.apply(e, now);
+        }
+        let group = scratch.groups.remove(&id);
+        Ok((effect, Some(Update { id, group })))
     }
 
     /// Makes a change [`Groups::judge`] made.

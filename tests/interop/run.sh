@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# NIP-77 interop with an implementation we did not write: rust-nostr's nostr-sdk (its Python
+# Interop with implementations we did not write. NIP-77: rust-nostr's nostr-sdk (its Python
 # bindings, pinned, from PyPI, into a venv under target/) syncs with hearth both ways; see
-# nostr_sdk_sync.py for exactly what is asserted. .ci/run calls this before `cargo test`.
+# nostr_sdk_sync.py for exactly what is asserted. NIP-29: groups made with @welshman/util's room
+# templates and read with nostr-tools' nip29 module (both pinned in js/package-lock.json, from
+# the npm registry); see js/nip29.mjs. .ci/run calls this before `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NOSTR_SDK_VERSION=0.45.1
@@ -16,3 +18,5 @@ cargo build --locked --quiet --bin hearth
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 timeout 300 "$venv/bin/python" tests/interop/nostr_sdk_sync.py target/debug/hearth "$work"
+(cd tests/interop/js && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+timeout 300 node tests/interop/js/nip29.mjs target/debug/hearth

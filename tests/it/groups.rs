@@ -360,3 +360,33 @@ async fn the_groups_are_folded_again_from_the_store_after_a_restart() {
     want.sort();
     assert_eq!(got, want);
 }
+
+#[tokio::test]
+async fn a_change_dated_before_the_last_one_takes_its_place_in_time_and_a_restart_agrees() {
+    let relay = TestRelay::start(generous).await;
+    let (alice, bob) = (keys(1), keys(2));
+    let mut a = as_(&relay, &alice).await;
+    let t = now();
+    ok(&mut a, &sign(&alice, t - 20, 9007, &[&["h", "g"]], ""), true, "").await;
+    ok(&mut a, &sign(&alice, t, 9002, &[&["h", "g"], &["name", "Now"], &["closed"]], ""), true, "").await;
+    // An admin whose clock is behind: its edit stands before the later one, which still wins.
+    ok(&mut a, &sign(&alice, t - 10, 9002, &[&["h", "g"], &["name", "Before"]], ""), true, "").await;
+    // A join dated before the group was closed is let in, as the replay will have it.
+    let mut b = as_(&relay, &bob).await;
+    ok(&mut b, &sign(&bob, t - 5, 9021, &[&["h", "g"]], ""), true, "").await;
+    let want_members = {
+        let mut m = vec![hex(&alice), hex(&bob)];
+        m.sort();
+        m
+    };
+    let members =
+        |event: &Value| tags(event).into_iter().filter(|t| t[0] == "p").map(|t| t[1].clone()).collect::<Vec<_>>();
+    until_state(&relay, 39000, "g", &[&["d", "g"], &["name", "Now"], &["closed"]]).await;
+    assert_eq!(members(&state_event(&relay, 39002, "g").await.unwrap()), want_members);
+    drop((a, b));
+    let dir = relay.stop().await;
+    let relay = TestRelay::start_in(dir, generous).await;
+    let mut b = as_(&relay, &bob).await;
+    ok(&mut b, &to_group(&bob, 9021, "g", &[], ""), false, "duplicate: already a member of this group").await;
+    ok(&mut b, &to_group(&bob, 9, "g", &[], "still here"), true, "").await;
+}

@@ -224,3 +224,29 @@ fn a_message_needs_the_group_its_kinds_and_when_restricted_a_member() {
     groups.apply(&ev(&admin, 105, 9005, "g", &[&["e", &said.id.to_hex()]]), 0).unwrap();
     assert_eq!(groups.admits(&said), Err(GroupError::Deleted));
 }
+
+#[test]
+fn an_event_dated_before_the_last_change_is_judged_where_the_replay_puts_it() {
+    let mut groups = with_group("g");
+    let (admin, alice) = (key(1), key(2));
+    let create = ev(&admin, 100, 9007, "g", &[]);
+    let later = ev(&admin, 110, 9002, "g", &[&["name", "Later"], &["closed"]]);
+    groups.apply(&later, 0).unwrap();
+    // An edit dated earlier: in its place, then the later one over it.
+    let earlier = ev(&admin, 105, 9002, "g", &[&["name", "Earlier"], &["about", "first"]]);
+    assert_eq!(groups.judge(&earlier, 0).unwrap_err(), GroupError::OutOfOrder(110));
+    let (effect, update) = groups.judge_among(&earlier, &[create.clone()], &[later.clone()], 0).unwrap();
+    assert_eq!(effect, Effect::Changed);
+    groups.commit(update.unwrap());
+    assert_eq!(
+        (groups.get("g").unwrap().metadata.name.as_str(), groups.get("g").unwrap().metadata.about.as_str()),
+        ("Later", "")
+    );
+    // A join dated before the group was closed is let in where it stands: an open group then.
+    let join = ev(&alice, 106, 9021, "g", &[]);
+    let (effect, _) = groups.judge_among(&join, &[create.clone(), earlier.clone()], &[later.clone()], 0).unwrap();
+    assert_eq!(effect, Effect::Admit { pubkey: alice.public_key(), code: None });
+    // And the whole history folds to the same state.
+    let replayed = Groups::replay(relay().public_key(), vec![create, later, earlier], 0);
+    assert_eq!(replayed.get("g"), groups.get("g"));
+}
