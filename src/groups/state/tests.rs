@@ -235,7 +235,8 @@ fn an_event_dated_before_the_last_change_is_judged_where_the_replay_puts_it() {
     // An edit dated earlier: in its place, then the later one over it.
     let earlier = ev(&admin, 105, 9002, "g", &[&["name", "Earlier"], &["about", "first"]]);
     assert_eq!(groups.judge(&earlier, 0).unwrap_err(), GroupError::OutOfOrder(110));
-    let (effect, update) = groups.judge_among(&earlier, &[create.clone()], &[later.clone()], 0).unwrap();
+    let (effect, update) =
+        groups.judge_among(&earlier, std::slice::from_ref(&create), std::slice::from_ref(&later), 0).unwrap();
     assert_eq!(effect, Effect::Changed);
     groups.commit(update.unwrap());
     assert_eq!(
@@ -244,7 +245,8 @@ fn an_event_dated_before_the_last_change_is_judged_where_the_replay_puts_it() {
     );
     // A join dated before the group was closed is let in where it stands: an open group then.
     let join = ev(&alice, 106, 9021, "g", &[]);
-    let (effect, _) = groups.judge_among(&join, &[create.clone(), earlier.clone()], &[later.clone()], 0).unwrap();
+    let (effect, _) =
+        groups.judge_among(&join, &[create.clone(), earlier.clone()], std::slice::from_ref(&later), 0).unwrap();
     assert_eq!(effect, Effect::Admit { pubkey: alice.public_key(), code: None });
     // And the whole history folds to the same state.
     let replayed = Groups::replay(relay().public_key(), vec![create, later, earlier], 0);
