@@ -6,6 +6,7 @@
 //! never bill the caller's quotas; failed credentials are throttled per IP.
 
 mod auth;
+mod groups;
 mod invites;
 mod limits;
 mod members;
@@ -197,6 +198,36 @@ pub fn routes(app: Arc<AppState>) -> Route {
                 run(app, ctx, Accept::TokenOrNip98, move |a, c, w| members::delete(a, c, w, pubkey))
             },
         );
+    // GET /admin/v1/groups
+    let groups_list = base
+        .and(warp::path("groups"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, groups::list));
+    // GET, PATCH, DELETE /admin/v1/groups/{id}
+    let group_one = base.and(warp::path!("groups" / Segment)).and(with_app(app.clone()));
+    let group_get =
+        group_one.clone().and(warp::get()).and(ctx()).and_then(|Segment(id), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::get(a, c, w, id))
+        });
+    let group_patch =
+        group_one.clone().and(warp::patch()).and(ctx_with_body(limit)).and_then(|Segment(id), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::patch(a, c, w, id))
+        });
+    let group_delete = group_one.and(warp::delete()).and(ctx()).and_then(|Segment(id), app, ctx| {
+        run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::delete(a, c, w, id))
+    });
+    // POST /admin/v1/groups/{id}/pending/{pubkey}/{approve|deny}
+    let group_answer = base
+        .and(warp::path!("groups" / Segment / "pending" / Segment / Segment))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(id), Segment(pk), Segment(verdict), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::answer(a, c, w, (id, pk, verdict)))
+        });
     // POST /admin/v1/invites
     let invite_create = base
         .and(warp::path("invites"))
@@ -277,6 +308,11 @@ pub fn routes(app: Arc<AppState>) -> Route {
         export.boxed(),
         store_stats.boxed(),
         store_compact.boxed(),
+        groups_list.boxed(),
+        group_get.boxed(),
+        group_patch.boxed(),
+        group_delete.boxed(),
+        group_answer.boxed(),
         members_list.boxed(),
         member_put.boxed(),
         member_delete.boxed(),

@@ -192,6 +192,30 @@ async fn previous(app: &AppState, event: &Event, id: &str) -> Result<(), Refusal
     }
 }
 
+/// A change the relay makes itself (an operator's, through the admin API): `kind` with
+/// `["h", group]` and `tags`, signed with the relay's key, dated no earlier than the group's last
+/// change, judged, stored and done as a member's change is.
+pub async fn as_relay(app: &AppState, kind: Kind, group: &str, tags: Vec<Vec<String>>) -> Result<(), Refusal> {
+    let turn = app.groups.turn().await;
+    let now = Timestamp::now();
+    let last = app
+        .groups
+        .read()
+        .get(group)
+        .map(|g| g.last.0)
+        .ok_or_else(|| refusal(&GroupError::NoSuchGroup(group.to_string())))?;
+    let mut all = vec![vec!["h".to_string(), group.to_string()]];
+    all.extend(tags);
+    let event = app.keys.sign(Timestamp(now.0.max(last.0)), kind, all, "");
+    let (effect, update) = app.groups.read().judge(&event, now.0).map_err(|e| refusal(&e))?;
+    let asked = event.created_at;
+    match store_own(app, event).await {
+        Ok(PutOutcome::Stored(_)) => {}
+        _ => return Err(Refusal::new(Prefix::Error, "the relay's change to the group could not be stored")),
+    }
+    done(app, Box::new(Change { _turn: turn, effect, update, group: group.to_string(), asked })).await
+}
+
 /// Commits a stored change and carries out what it asks. `Err` is what the client is told
 /// instead of `OK true` (a join kept for the admins).
 pub async fn done(app: &AppState, change: Box<Change<'_>>) -> Result<(), Refusal> {

@@ -390,3 +390,86 @@ async fn a_change_dated_before_the_last_one_takes_its_place_in_time_and_a_restar
     ok(&mut b, &to_group(&bob, 9021, "g", &[], ""), false, "duplicate: already a member of this group").await;
     ok(&mut b, &to_group(&bob, 9, "g", &[], "still here"), true, "").await;
 }
+
+const TOKEN: &str = "groups-admin-token";
+
+#[tokio::test]
+async fn operators_list_show_edit_and_delete_groups_and_answer_waiting_requests_through_the_admin_api() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.admin.token = TOKEN.into();
+    })
+    .await;
+    let admin = |method: Method, path: String, body: Option<Value>| {
+        let relay = &relay;
+        async move { http(relay, method, &path, body, Some(TOKEN), None).await }
+    };
+    let (alice, carol) = (keys(1), keys(3));
+    let mut a = as_(&relay, &alice).await;
+    ok(&mut a, &sign(&carol, now(), 0, &[], r#"{"name":"Carol","picture":"https://pics/carol.png"}"#), true, "").await;
+    for g in ["b-club", "a-club"] {
+        ok(&mut a, &to_group(&alice, 9007, g, &[], ""), true, "").await;
+    }
+    ok(&mut a, &to_group(&alice, 9002, "a-club", &[&["name", "A"], &["closed"]], ""), true, "").await;
+    let mut c = as_(&relay, &carol).await;
+    ok(
+        &mut c,
+        &to_group(&carol, 9021, "a-club", &[], ""),
+        false,
+        "restricted: the group is closed: your join request waits for an admin to let you in",
+    )
+    .await;
+    // The list, a page at a time, in id order.
+    let (status, page) = admin(Method::GET, "/admin/v1/groups?limit=1".into(), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((page["total"].clone(), page["next"].clone()), (json!(2), json!("a-club")));
+    assert_eq!(page["groups"][0]["id"], "a-club");
+    assert_eq!((page["groups"][0]["members"].clone(), page["groups"][0]["pending"].clone()), (json!(1), json!(1)));
+    let (_, rest) = admin(Method::GET, "/admin/v1/groups?limit=1&after=a-club".into(), None).await;
+    assert_eq!((rest["groups"][0]["id"].clone(), rest["next"].clone()), (json!("b-club"), Value::Null));
+    // One group: members with roles, requests waiting, each with its profile's name.
+    let (_, one) = admin(Method::GET, "/admin/v1/groups/a-club".into(), None).await;
+    assert_eq!(one["members"], json!([{"pubkey": hex(&alice), "name": "", "picture": "", "roles": ["admin"]}]));
+    assert_eq!(one["pending"][0]["pubkey"], hex(&carol));
+    assert_eq!(
+        (one["pending"][0]["name"].clone(), one["pending"][0]["picture"].clone()),
+        (json!("Carol"), json!("https://pics/carol.png"))
+    );
+    // Approved: the relay signs the 9000; carol may write.
+    let path = format!("/admin/v1/groups/a-club/pending/{}/approve", hex(&carol));
+    let (status, after) = admin(Method::POST, path.clone(), None).await;
+    assert_eq!(status, StatusCode::OK, "{after}");
+    assert_eq!((after["pending"].clone(), after["members"].as_array().unwrap().len()), (json!([]), 2));
+    assert_eq!(admin(Method::POST, path, None).await.0, StatusCode::NOT_FOUND);
+    ok(&mut c, &to_group(&carol, 9, "a-club", &[], "thanks"), true, "").await;
+    // Edited: the fields named change, the rest stay; the relay's 39000 says so.
+    let (status, edited) =
+        admin(Method::PATCH, "/admin/v1/groups/a-club".into(), Some(json!({"about": "the A club", "private": true})))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{edited}");
+    assert_eq!(
+        (edited["name"].clone(), edited["about"].clone(), edited["closed"].clone(), edited["private"].clone()),
+        (json!("A"), json!("the A club"), json!(true), json!(true))
+    );
+    until_state(
+        &relay,
+        39000,
+        "a-club",
+        &[&["d", "a-club"], &["name", "A"], &["about", "the A club"], &["private"], &["closed"]],
+    )
+    .await;
+    let (status, bad) = admin(Method::PATCH, "/admin/v1/groups/a-club".into(), Some(json!({"colour": "red"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    let (status, cycle) =
+        admin(Method::PATCH, "/admin/v1/groups/a-club".into(), Some(json!({"parent": "a-club"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{cycle}");
+    // Deleted: gone from the list, its events from the store.
+    let (status, _) = admin(Method::DELETE, "/admin/v1/groups/b-club".into(), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(admin(Method::GET, "/admin/v1/groups/b-club".into(), None).await.0, StatusCode::NOT_FOUND);
+    assert!(a.req("b", vec![json!({"#h": ["b-club"]})]).await.is_empty());
+    let actions = audit_actions(&relay, TOKEN).await;
+    for action in ["group.approve", "group.edit", "group.delete"] {
+        assert!(actions.iter().any(|a| a == action), "{action}: {actions:?}");
+    }
+}
