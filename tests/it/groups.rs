@@ -473,3 +473,32 @@ async fn operators_list_show_edit_and_delete_groups_and_answer_waiting_requests_
         assert!(actions.iter().any(|a| a == action), "{action}: {actions:?}");
     }
 }
+
+#[tokio::test]
+async fn typing_in_a_private_group_reaches_its_members_live_only_and_is_never_stored() {
+    let relay = TestRelay::start(generous).await;
+    let (alice, bob, stranger) = (keys(1), keys(2), keys(9));
+    let mut a = as_(&relay, &alice).await;
+    ok(&mut a, &to_group(&alice, 9007, "den", &[], ""), true, "").await;
+    ok(&mut a, &to_group(&alice, 9002, "den", &[&["private"]], ""), true, "").await;
+    ok(&mut a, &to_group(&alice, 9000, "den", &[&["p", &hex(&bob)]], ""), true, "").await;
+    let mut b = as_(&relay, &bob).await;
+    let mut s = as_(&relay, &stranger).await;
+    for c in [&mut b, &mut s] {
+        assert!(c.req("typing", vec![json!({"kinds": [20001, 20002]})]).await.is_empty());
+    }
+    let typing = to_group(&alice, 20002, "den", &[], "");
+    ok(&mut a, &typing, true, "").await;
+    let heard = b.recv().await;
+    assert_eq!((&heard[1], &heard[2]["id"]), (&json!("typing"), &json!(typing.id.to_hex())));
+    s.assert_nothing_before_barrier("a stranger saw someone typing in a private group").await;
+    assert!(b.req("after", vec![json!({"kinds": [20002]})]).await.is_empty(), "typing is never stored");
+    // Typing needs its group, as any event to a group does.
+    ok(
+        &mut a,
+        &to_group(&alice, 20002, "elsewhere", &[], ""),
+        false,
+        "invalid: there is no group `elsewhere` on this relay; create it first (kind 9007)",
+    )
+    .await;
+}

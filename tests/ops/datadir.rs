@@ -15,14 +15,14 @@ fn hearth(data: &Path) -> Command {
     cmd
 }
 
-fn import(data: &Path, input: &[u8]) -> Output {
+pub(crate) fn import(data: &Path, input: &[u8]) -> Output {
     let mut child =
         hearth(data).arg("import").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
 }
 
-fn export(data: &Path, filter: Option<&str>) -> Output {
+pub(crate) fn export(data: &Path, filter: Option<&str>) -> Output {
     let mut cmd = hearth(data);
     cmd.arg("export");
     if let Some(f) = filter {

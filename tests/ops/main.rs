@@ -16,6 +16,7 @@ mod datadir;
 mod dev;
 mod durability;
 mod fuzz_corpus;
+mod groups;
 mod limiter;
 mod search;
 mod sockets;
