@@ -273,7 +273,8 @@ async fn sign_state(app: &AppState, group: &str) {
         }
         out
     };
-    for (kind, tags, content) in events {
+    // Stored together: the writer commits them in one group, one sync for all four.
+    let signing = events.into_iter().map(|(kind, tags, content)| async move {
         let mut at = Timestamp::now();
         // A version of the same second with a lower id would win: the next second then.
         for _ in 0..3 {
@@ -282,7 +283,8 @@ async fn sign_state(app: &AppState, group: &str) {
                 _ => break,
             }
         }
-    }
+    });
+    futures_util::future::join_all(signing).await;
 }
 
 /// Removes the events `ids` that are `group`'s (a moderator of one group deletes nothing of
