@@ -107,6 +107,22 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         subs: usize,
     },
+    /// NIP-29 on the release `hearth`: --groups groups of --members members online, each
+    /// subscribed to its group; --messages messages at --rate a second (fan-out p50/p99 beside
+    /// the plain fan-out), a member added beside a message, and a start-up on --startup-groups
+    /// groups of ten moderation events each.
+    Groups {
+        #[arg(long, default_value_t = 1_000)]
+        groups: usize,
+        #[arg(long, default_value_t = 20)]
+        members: usize,
+        #[arg(long, default_value_t = 2_000)]
+        messages: usize,
+        #[arg(long, default_value_t = 200)]
+        rate: u64,
+        #[arg(long, default_value_t = 10_000)]
+        startup_groups: usize,
+    },
     /// One store size, on the release `hearth`: ingest (rate beside one core's validation rate,
     /// peak RSS), start-up after a clean stop and after kill -9, the query mix and the RSS after
     /// it. Generates --file with --events events when it does not exist.
@@ -192,6 +208,9 @@ async fn main() -> ExitCode {
         Cmd::Limiter { principals } => drive::limiter(principals).map(|r| vec![r]),
         Cmd::Idle { conns } => drive::idle(conns).await.map(|r| vec![r]),
         Cmd::Subs { conns, subs } => drive::subs(conns, subs).await.map(|r| vec![r]),
+        Cmd::Groups { groups, members, messages, rate, startup_groups } => {
+            drive::groups(groups, members, messages, rate, startup_groups).await
+        }
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Sync { events, file } => drive::sync(events, &file).await,

@@ -59,7 +59,7 @@ fn socket_of(relay: &Spawned) -> Res<SocketAddr> {
 
 /// Opens `conns` WebSockets, `OPENING` at a time, `per_address` from each source address
 /// `127.<net>.x.y` (loopback has a whole /8).
-async fn hold(addr: SocketAddr, conns: usize, per_address: usize, net: u8) -> Res<Vec<Ws>> {
+pub(super) async fn hold(addr: SocketAddr, conns: usize, per_address: usize, net: u8) -> Res<Vec<Ws>> {
     let mut held = Vec::with_capacity(conns);
     for chunk in (0..conns).collect::<Vec<_>>().chunks(OPENING) {
         let opening = chunk.iter().map(|&i| {

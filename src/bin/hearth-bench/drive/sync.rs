@@ -27,7 +27,7 @@ pub(super) fn hearth(dir: &Path, env: &[(&str, &str)]) -> Res<Command> {
 }
 
 /// `hearth import` of `lines` into `dir`.
-fn import<'a>(dir: &Path, lines: impl Iterator<Item = &'a str>) -> Res<()> {
+pub(super) fn import<'a>(dir: &Path, lines: impl Iterator<Item = &'a str>) -> Res<()> {
     let mut child = hearth(dir, &[])?.arg("import").stdin(Stdio::piped()).stdout(Stdio::null()).spawn().map_err(err)?;
     let mut stdin = std::io::BufWriter::new(child.stdin.take().ok_or("no stdin")?);
     for line in lines {

@@ -297,7 +297,7 @@ fn verb_of<'a>(text: &'a str, sub: &str) -> Res<Option<&'a str>> {
 /// The id of an event, the rest skipped.
 #[derive(serde::Deserialize)]
 pub(super) struct IdOnly<'a> {
-    id: &'a str,
+    pub(super) id: &'a str,
 }
 
 /// S subscribers, then E events at `rate`/s; measures delivery latency and completeness.
