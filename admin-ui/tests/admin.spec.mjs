@@ -265,6 +265,37 @@ test('moderation: ban by npub, the lists, unban, an allowed kind, the relay name
   expect((await api('GET', '/admin/v1/relay')).body.name).toBe(name);
 });
 
+test('groups: a closed group, a join request waiting, approved from the page; the group deleted', async ({ page }, info) => {
+  const [owner, asker] = [await freshKey(), await freshKey()];
+  const id = `den-${info.project.name}`;
+  // One event per run of the CLI: each is answered before the next is sent.
+  const send = async (key, draft) => {
+    const out = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', key.secret], `${JSON.stringify(draft)}\n`);
+    return JSON.parse(out.stdout.trim().split('\n').pop());
+  };
+  expect((await send(owner, { kind: 9007, content: '', tags: [['h', id]] })).accepted).toBe(true);
+  expect((await send(owner, { kind: 9002, content: '', tags: [['h', id], ['name', 'The Den'], ['closed']] })).accepted).toBe(true);
+  expect((await send(asker, { kind: 0, content: JSON.stringify({ name: 'Asker' }) })).accepted).toBe(true);
+  const request = await send(asker, { kind: 9021, content: '', tags: [['h', id]] });
+  expect(request.message).toBe('restricted: the group is closed: your join request waits for an admin to let you in');
+  await signIn(page);
+  await view(page, 'Groups');
+  await page.getByRole('button', { name: `Show group ${id}` }).click();
+  await expect(page.locator('#group-title')).toHaveText(`Group ${id} (The Den)`);
+  await expect(page.locator('#group-pending')).toContainText('Asker');
+  await accessible(page, 'groups');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-groups.png`), fullPage: true });
+  await page.getByRole('button', { name: 'Approve Asker' }).click();
+  await expect(page.locator('#groups-message')).toHaveText(`Asker is a member of ${id} now.`);
+  await expect(page.locator('#group-members')).toContainText('Asker');
+  await expect(page.locator('#group-pending')).toHaveText(/No join requests waiting\./);
+  expect((await api('GET', `/admin/v1/groups/${id}`)).body.members.some((m) => m.pubkey === asker.pubkey)).toBe(true);
+  await page.getByRole('button', { name: `Delete group ${id}` }).click();
+  await expect(page.locator('#groups-message')).toHaveText(`Deleted ${id} and every event of it.`);
+  expect((await api('GET', `/admin/v1/groups/${id}`)).status).toBe(404);
+  await expect(page.getByRole('button', { name: `Show group ${id}` })).toHaveCount(0);
+});
+
 test('members: a member added by npub with a note and removed; an invite created, listed and revoked', async ({ page }, info) => {
   const key = await freshKey();
   await signIn(page);

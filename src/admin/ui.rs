@@ -15,8 +15,9 @@ use warp::reply::Response;
 
 use crate::http::page::FILES;
 
-/// The page's Content-Security-Policy.
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+/// The page's Content-Security-Policy. Images may come from any https origin: the Groups view
+/// shows members' profile pictures (asked for without a referrer).
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: https:; \
      connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'";
 
 /// The file at `name` (`""`: the page itself), with the page's headers; `None` for any other name.

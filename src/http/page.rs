@@ -18,5 +18,6 @@ pub const FILES: &[(&str, &str, &[u8])] = &[
     ("dom.js", JS, include_bytes!("../../admin-ui/dom.js")),
     ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
     ("members.js", JS, include_bytes!("../../admin-ui/members.js")),
+    ("groups.js", JS, include_bytes!("../../admin-ui/groups.js")),
     ("sync.js", JS, include_bytes!("../../admin-ui/sync.js")),
 ];

@@ -21,6 +21,9 @@ use hearth::protocol::{Event, Keys, Kind, Timestamp};
 
 /// Sockets per source address.
 const PER_ADDRESS: usize = 200;
+/// Members on one socket (two subscriptions to their group): 20,000 members online fit in the
+/// 20,000 files a process may open here, the relay's and this client's alike.
+const MEMBERS_PER_SOCKET: usize = 2;
 /// Changes and messages timed one at a time for a change's cost.
 const TIMED: usize = 200;
 /// Events of one group in the start-up store: its creation and nine members added.
@@ -97,7 +100,7 @@ pub(crate) async fn groups(
     rate: u64,
     startup_groups: usize,
 ) -> Res<Vec<Report>> {
-    let conns = groups * members;
+    let conns = (groups * members).div_ceil(MEMBERS_PER_SOCKET);
     let _ = rlimit::increase_nofile_limit(conns as u64 + 2048);
     let cap = (conns + 1024).to_string();
     let relay = Spawned::start("groups", &[("HEARTH_SERVER__MAX_CONNECTIONS", cap.as_str())])?;
@@ -119,27 +122,37 @@ async fn chat(relay: &Spawned, groups: usize, members: usize, messages: usize, r
     let started = Instant::now();
     publish_all(&mut atx, &mut arx, &creates).await?;
     let create_secs = started.elapsed().as_secs_f64();
-    eprintln!("groups: {groups} created in {create_secs:.1} s; opening {} member sockets", groups * members);
-    // Members online: each socket subscribed to its group's messages.
-    let held = hold(addr, groups * members, PER_ADDRESS, 2).await?;
+    let sockets = (groups * members).div_ceil(MEMBERS_PER_SOCKET);
+    eprintln!(
+        "groups: {groups} created in {create_secs:.1} s; opening {sockets} sockets for {} members",
+        groups * members
+    );
+    // Members online: each subscribed to its group's messages, two to a socket.
+    let held = hold(addr, sockets, PER_ADDRESS, 2).await?;
     let ready = Arc::new(Semaphore::new(0));
     let mut receivers = Vec::with_capacity(held.len());
     for (i, ws) in held.into_iter().enumerate() {
         let (mut tx, mut rx) = ws.split();
-        let g = i / members.max(1);
+        let g = ((i * MEMBERS_PER_SOCKET) / members.max(1)).min(groups.saturating_sub(1));
         let group = ids[g].clone();
         let ready = ready.clone();
-        // Message i goes to group i % groups.
-        let expected = messages / groups.max(1) + usize::from(g < messages % groups.max(1));
+        // Message i goes to group i % groups, and to each subscription of it.
+        let expected = MEMBERS_PER_SOCKET * (messages / groups.max(1) + usize::from(g < messages % groups.max(1)));
         receivers.push(tokio::spawn(async move {
             let mut seen: Vec<(String, Instant)> = Vec::new();
-            let req = json!(["REQ", "chat", {"kinds": [9], "#h": [group], "limit": 0}]);
-            if tx.send(Message::text(req.to_string())).await.is_err() {
-                return seen;
+            for member in 0..MEMBERS_PER_SOCKET {
+                let req = json!(["REQ", format!("m{member}"), {"kinds": [9], "#h": [group], "limit": 0}]);
+                if tx.send(Message::text(req.to_string())).await.is_err() {
+                    return seen;
+                }
             }
+            let mut eose = 0;
             while let Some(frame) = next_frame(&mut rx).await {
                 if frame[0] == "EOSE" {
-                    break;
+                    eose += 1;
+                    if eose == MEMBERS_PER_SOCKET {
+                        break;
+                    }
                 }
             }
             ready.add_permits(1);
@@ -187,7 +200,7 @@ async fn chat(relay: &Spawned, groups: usize, members: usize, messages: usize, r
             }
         }
     }
-    let want = messages * members;
+    let want = messages * members.div_ceil(MEMBERS_PER_SOCKET) * MEMBERS_PER_SOCKET;
     let delivered = latencies.len();
     let (p50, p99) = (percentile_ms(&mut latencies, 50.0), percentile_ms(&mut latencies, 99.0));
     let rss_mb = relay.rss_kb() as f64 / 1024.0;
