@@ -1,5 +1,8 @@
 //! Live delivery of new events to open subscriptions.
 //!
+//! Subscriptions confined to groups (`#h` in every filter) are indexed by them ([`index`]), so an
+//! event of one group is matched against its group's subscriptions and the general ones only.
+//!
 //! Owns the registry of connections and their subscriptions. Each connection registers a bounded
 //! queue; [`Fanout::publish`] serializes nothing (the event JSON is shared) and never blocks: a
 //! connection whose queue is full is cut off (its `slow` token is cancelled) and counted, so one
@@ -18,6 +21,9 @@ use tokio_util::sync::CancellationToken;
 use crate::limiter::Principal;
 use crate::protocol::{Event, EventJson, Filter, PrivateKinds, PubKey, RelayMessage};
 use crate::store::Mark;
+use index::Index;
+
+mod index;
 
 /// Identifies one connection for its lifetime.
 pub type ConnId = u64;
@@ -107,10 +113,17 @@ impl Entry {
     }
 }
 
+/// The connections and the index of their subscriptions, changed together under one lock.
+#[derive(Default)]
+struct Conns {
+    entries: HashMap<ConnId, Entry>,
+    index: Index,
+}
+
 /// The subscription registry shared by every connection.
 #[derive(Default)]
 pub struct Fanout {
-    conns: RwLock<HashMap<ConnId, Entry>>,
+    conns: RwLock<Conns>,
     next_id: AtomicU64,
     subscriptions: AtomicU64,
     /// Events of these kinds go only to connections authenticated as one of their parties.
@@ -169,7 +182,14 @@ fn cost(live: &Live) -> usize {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let removed = self.fanout.write().remove(&self.id);
+        let removed = {
+            let mut conns = self.fanout.write();
+            let removed = conns.entries.remove(&self.id);
+            for (_, filters) in removed.iter().flat_map(|e| e.subs.values()) {
+                conns.index.note(self.id, filters, false);
+            }
+            removed
+        };
         if let Some(entry) = removed {
             self.fanout.count_subscriptions(-(entry.subs.len() as i64));
         }
@@ -195,24 +215,23 @@ impl Fanout {
         });
         let slow = CancellationToken::new();
         let entry = Entry { principal, outbox: outbox.clone(), slow: slow.clone(), subs: HashMap::new() };
-        self.write().insert(id, entry);
+        self.write().entries.insert(id, entry);
         Registration { fanout: self.clone(), id, slow, outbox }
     }
 
     /// Adds subscription `sub_id` of connection `conn` as `generation`, replacing an older
     /// generation of the same id (never a newer one: queries of replaced REQs finish late).
     pub fn subscribe(&self, conn: ConnId, sub_id: &str, generation: u64, filters: Vec<Filter>) {
-        if let Some(entry) = self.write().get_mut(&conn) {
-            match entry.subs.get(sub_id) {
-                Some((existing, _)) if *existing > generation => {}
-                Some(_) => {
-                    entry.subs.insert(sub_id.to_string(), (generation, Arc::new(filters)));
-                }
-                None => {
-                    entry.subs.insert(sub_id.to_string(), (generation, Arc::new(filters)));
-                    self.count_subscriptions(1);
-                }
-            }
+        let mut conns = self.write();
+        let Conns { entries, index } = &mut *conns;
+        let Some(entry) = entries.get_mut(&conn) else { return };
+        if entry.subs.get(sub_id).is_some_and(|(existing, _)| *existing > generation) {
+            return;
+        }
+        index.note(conn, &filters, true);
+        match entry.subs.insert(sub_id.to_string(), (generation, Arc::new(filters))) {
+            Some((_, replaced)) => index.note(conn, &replaced, false),
+            None => self.count_subscriptions(1),
         }
     }
 
@@ -221,11 +240,16 @@ impl Fanout {
     pub fn unsubscribe(&self, conn: ConnId, sub_id: &str, generation: Option<u64>) -> bool {
         let removed = {
             let mut conns = self.write();
-            match conns.get_mut(&conn) {
+            let Conns { entries, index } = &mut *conns;
+            match entries.get_mut(&conn) {
                 Some(entry)
                     if entry.subs.get(sub_id).is_some_and(|(g, _)| generation.is_none_or(|want| want == *g)) =>
                 {
-                    entry.subs.remove(sub_id).is_some()
+                    let removed = entry.subs.remove(sub_id);
+                    if let Some((_, filters)) = &removed {
+                        index.note(conn, filters, false);
+                    }
+                    removed.is_some()
                 }
                 _ => false,
             }
@@ -247,7 +271,7 @@ impl Fanout {
 
     /// Open connections.
     pub fn connections(&self) -> usize {
-        self.read().len()
+        self.read().entries.len()
     }
 
     /// Open subscriptions, over every connection.
@@ -257,14 +281,18 @@ impl Fanout {
 
     /// Records that connection `conn` is now billed to `principal` (after NIP-42 AUTH).
     pub fn set_principal(&self, conn: ConnId, principal: Principal) {
-        if let Some(entry) = self.write().get_mut(&conn) {
+        if let Some(entry) = self.write().entries.get_mut(&conn) {
             entry.principal = principal;
         }
     }
 
     /// Open connections and subscriptions billed to `principal`.
     pub fn presence(&self, principal: &Principal) -> (usize, usize) {
-        self.read().values().filter(|e| &e.principal == principal).fold((0, 0), |(c, s), e| (c + 1, s + e.subs.len()))
+        self.read()
+            .entries
+            .values()
+            .filter(|e| &e.principal == principal)
+            .fold((0, 0), |(c, s), e| (c + 1, s + e.subs.len()))
     }
 
     /// Open subscriptions on the whole relay.
@@ -275,12 +303,12 @@ impl Fanout {
 
     /// The registry for reading. A panic while it was held cannot have left it half-changed
     /// (every change is one insert or remove), so a poisoned lock is used as it is, not skipped.
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<ConnId, Entry>> {
+    fn read(&self) -> RwLockReadGuard<'_, Conns> {
         self.conns.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The registry for changing (see [`Fanout::read`] on poisoning).
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<ConnId, Entry>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Conns> {
         self.conns.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -293,7 +321,13 @@ impl Fanout {
         let private = self.private.contains(event.kind);
         // Who may be sent an event of a group is its members, as the groups stand now.
         let groups = self.groups.as_ref().filter(|g| g.concerns(event)).map(|g| g.read());
-        for entry in conns.values() {
+        // The connections its groups index and the general ones, when they are few; else all.
+        let candidates = conns.index.candidates(event.tag_values("h"), conns.entries.len());
+        let entries: Box<dyn Iterator<Item = &Entry>> = match &candidates {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| conns.entries.get(id))),
+            None => Box::new(conns.entries.values()),
+        };
+        for entry in entries {
             if entry.slow.is_cancelled() {
                 continue;
             }
@@ -340,110 +374,4 @@ fn live_match(filter: &Filter, event: &Event) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::{Keys, Kind, Timestamp};
-
-    fn local() -> Principal {
-        Principal::Ip(std::net::IpAddr::from([127, 0, 0, 1]))
-    }
-
-    fn event() -> Event {
-        Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x")
-    }
-
-    #[test]
-    fn matching_subscriptions_get_the_event_once_each() {
-        let fanout = Arc::new(Fanout::default());
-        let a = fanout.register(8, 1 << 20, local());
-        let b = fanout.register(8, 1 << 20, local());
-        fanout.subscribe(a.id, "s1", 1, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
-        fanout.subscribe(a.id, "s2", 2, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
-        fanout.subscribe(b.id, "s1", 1, vec![serde_json::from_str("{}").unwrap(), serde_json::from_str("{}").unwrap()]);
-        let e = event();
-        fanout.publish(&e, None);
-        assert!(
-            matches!(a.try_recv(), Some(Live { sub_id, event, .. }) if sub_id == "s1" && event.as_str() == e.to_json().unwrap())
-        );
-        assert!(a.try_recv().is_none());
-        assert!(b.try_recv().is_some());
-        assert!(b.try_recv().is_none());
-        assert_eq!(fanout.total_subscriptions(), 3);
-        drop(a);
-        assert_eq!(fanout.total_subscriptions(), 1);
-    }
-
-    #[test]
-    fn a_late_older_generation_never_replaces_a_newer_one() {
-        let fanout = Arc::new(Fanout::default());
-        let reg = fanout.register(8, 1 << 20, local());
-        fanout.subscribe(reg.id, "s", 2, vec![serde_json::from_str(r#"{"kinds":[1]}"#).unwrap()]);
-        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str(r#"{"kinds":[2]}"#).unwrap()]);
-        assert!(!fanout.unsubscribe(reg.id, "s", Some(1)));
-        let e = event();
-        fanout.publish(&e, None);
-        assert!(reg.try_recv().is_some());
-        assert!(fanout.unsubscribe(reg.id, "s", None));
-        assert_eq!(fanout.total_subscriptions(), 0);
-    }
-
-    #[test]
-    fn a_full_queue_cuts_the_connection_off() {
-        let fanout = Arc::new(Fanout::default());
-        let reg = fanout.register(1, 1 << 20, local());
-        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
-        let e = event();
-        fanout.publish(&e, None);
-        assert!(!reg.slow.is_cancelled());
-        fanout.publish(&e, None);
-        assert!(reg.slow.is_cancelled());
-    }
-
-    #[test]
-    fn a_drained_queue_gives_back_the_buffer_of_a_burst() {
-        let fanout = Arc::new(Fanout::default());
-        let reg = fanout.register(1000, 1 << 30, local());
-        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
-        let e = event();
-        for _ in 0..500 {
-            fanout.publish(&e, None);
-        }
-        assert!(reg.outbox.lock().frames.capacity() >= 500);
-        let mut drained = 0;
-        while let Some(frame) = reg.try_recv() {
-            reg.written(&frame);
-            drained += 1;
-        }
-        assert_eq!(drained, 500);
-        let queue = reg.outbox.lock();
-        assert!(queue.frames.capacity() <= KEPT_CAPACITY, "{}", queue.frames.capacity());
-        assert_eq!(queue.bytes, 0);
-    }
-
-    #[test]
-    fn the_byte_bound_cuts_the_connection_off() {
-        let fanout = Arc::new(Fanout::default());
-        let e = event();
-        let one = e.to_json().unwrap().len() + "s".len() + 12;
-        let reg = fanout.register(100, 2 * one, local());
-        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
-        fanout.publish(&e, None);
-        fanout.publish(&e, None);
-        assert!(!reg.slow.is_cancelled());
-        fanout.publish(&e, None);
-        assert!(reg.slow.is_cancelled());
-    }
-
-    #[tokio::test]
-    async fn a_waiting_connection_wakes_for_a_published_event() {
-        let fanout = Arc::new(Fanout::default());
-        let reg = fanout.register(8, 1 << 20, local());
-        fanout.subscribe(reg.id, "s", 1, vec![serde_json::from_str("{}").unwrap()]);
-        let e = event();
-        let waiting = tokio::spawn(async move { reg.recv().await });
-        tokio::task::yield_now().await;
-        fanout.publish(&e, None);
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
-        assert_eq!(frame.sub_id, "s");
-    }
-}
+mod tests;
