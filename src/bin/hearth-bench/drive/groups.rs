@@ -3,7 +3,6 @@
 //! run the plain fan-out workload, what a change of a group's state costs next to a message, and
 //! the start-up of a store holding many groups' moderation events.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +13,7 @@ use tokio::sync::Semaphore;
 
 use super::sockets::hold;
 use super::sync::import;
-use super::workloads::IdOnly;
+use super::workloads::{IdOnly, delivery_times, send_paced};
 use super::*;
 use crate::stats::percentile_ms;
 use hearth::protocol::{Event, Keys, Kind, Timestamp};
@@ -172,34 +171,9 @@ async fn chat(relay: &Spawned, groups: usize, members: usize, messages: usize, r
     let batch: Vec<Event> = (0..messages)
         .map(|i| to_group(&author, t0, 9, &ids[i % groups.max(1)], &[], &format!("message {i}")))
         .collect();
-    let (mut ptx, mut prx) = connect(&url).await?.split();
-    let oks = tokio::spawn(async move {
-        let mut n = 0;
-        while n < messages {
-            match next_frame(&mut prx).await {
-                Some(f) if f[0] == "OK" => n += 1,
-                Some(_) => {}
-                None => break,
-            }
-        }
-    });
-    let mut sent_at: HashMap<String, Instant> = HashMap::new();
-    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
-    for e in &batch {
-        tick.tick().await;
-        sent_at.insert(e.id.to_hex(), Instant::now());
-        ptx.send(Message::text(json!(["EVENT", e]).to_string())).await.map_err(err)?;
-    }
-    let _ = oks.await;
+    let sent_at = send_paced(&url, &batch, rate).await?;
     // Receivers that got all they expect end; the others at QUIET after the last message.
-    let mut latencies = Vec::new();
-    for r in receivers {
-        for (id, at) in r.await.map_err(err)? {
-            if let Some(sent) = sent_at.get(&id) {
-                latencies.push(at.saturating_duration_since(*sent));
-            }
-        }
-    }
+    let mut latencies = delivery_times(receivers, &sent_at).await?;
     let want = messages * members.div_ceil(MEMBERS_PER_SOCKET) * MEMBERS_PER_SOCKET;
     let delivered = latencies.len();
     let (p50, p99) = (percentile_ms(&mut latencies, 50.0), percentile_ms(&mut latencies, 99.0));

@@ -294,6 +294,49 @@ fn verb_of<'a>(text: &'a str, sub: &str) -> Res<Option<&'a str>> {
     Ok(head.first().filter(|_| same_sub).map(|v| v.get().trim_matches('"')))
 }
 
+/// Publishes `batch` on a connection of its own at `rate` a second and waits for every OK;
+/// when each event was sent, by id.
+pub(super) async fn send_paced(relay: &str, batch: &[Event], rate: u64) -> Res<HashMap<String, Instant>> {
+    let (mut tx, mut rx) = connect(relay).await?.split();
+    let events = batch.len();
+    let oks = tokio::spawn(async move {
+        let mut n = 0;
+        while n < events {
+            match next_frame(&mut rx).await {
+                Some(f) if f[0] == "OK" => n += 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+    });
+    let mut sent_at: HashMap<String, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
+    for e in batch {
+        tick.tick().await;
+        sent_at.insert(e.id.to_hex(), Instant::now());
+        tx.send(Message::text(json!(["EVENT", e]).to_string())).await.map_err(err)?;
+    }
+    let _ = oks.await;
+    Ok(sent_at)
+}
+
+/// How long each delivery the `receivers` saw (an event id and when it came) took from when it
+/// was sent.
+pub(super) async fn delivery_times(
+    receivers: Vec<tokio::task::JoinHandle<Vec<(String, Instant)>>>,
+    sent_at: &HashMap<String, Instant>,
+) -> Res<Vec<Duration>> {
+    let mut latencies = Vec::new();
+    for r in receivers {
+        for (id, at) in r.await.map_err(err)? {
+            if let Some(sent) = sent_at.get(&id) {
+                latencies.push(at.saturating_duration_since(*sent));
+            }
+        }
+    }
+    Ok(latencies)
+}
+
 /// The id of an event, the rest skipped.
 #[derive(serde::Deserialize)]
 pub(super) struct IdOnly<'a> {
@@ -335,33 +378,8 @@ pub(crate) async fn fanout(relay: &str, subs: usize, events: usize, rate: u64) -
     }
     let all_ready = ready.acquire_many(subs as u32).await.map_err(err)?;
     all_ready.forget();
-    let (mut tx, mut rx) = connect(relay).await?.split();
-    let oks = tokio::spawn(async move {
-        let mut n = 0;
-        while n < events {
-            match next_frame(&mut rx).await {
-                Some(f) if f[0] == "OK" => n += 1,
-                Some(_) => {}
-                None => break,
-            }
-        }
-    });
-    let mut sent_at: HashMap<String, Instant> = HashMap::new();
-    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
-    for e in &batch {
-        tick.tick().await;
-        sent_at.insert(e.id.to_hex(), Instant::now());
-        tx.send(Message::text(json!(["EVENT", e]).to_string())).await.map_err(err)?;
-    }
-    let mut latencies = Vec::new();
-    for r in receivers {
-        for (id, at) in r.await.map_err(err)? {
-            if let Some(sent) = sent_at.get(&id) {
-                latencies.push(at.saturating_duration_since(*sent));
-            }
-        }
-    }
-    let _ = oks.await;
+    let sent_at = send_paced(relay, &batch, rate).await?;
+    let mut latencies = delivery_times(receivers, &sent_at).await?;
     let delivered = latencies.len();
     let completeness = delivered as f64 / (subs * events).max(1) as f64;
     let (p50, p99) = (percentile_ms(&mut latencies, 50.0), percentile_ms(&mut latencies, 99.0));
