@@ -259,28 +259,46 @@ async fn answer(app: &AppState, group: &str, kind: Kind, pubkey: PubKey, code: O
 }
 
 /// Signs the group's four state events anew (and its subgroups' metadata, whose `parent` shows
-/// only while this group exists), stored as any event.
+/// only while this group exists), stored as any event. Each is dated now, or a second after the
+/// version it replaces when that one is dated now or later (several changes in one second): an
+/// addressable event of the same second would be decided by its id.
 async fn sign_state(app: &AppState, group: &str) {
-    let events: Vec<(Kind, Vec<Vec<String>>, String)> = {
+    let events: Vec<(String, Kind, Vec<Vec<String>>, String)> = {
         let groups = app.groups.read();
         let mut out = Vec::new();
         if let Some(g) = groups.get(group) {
-            out.extend(state_events(g, &groups));
+            out.extend(state_events(g, &groups).into_iter().map(|(k, t, c)| (g.id.clone(), k, t, c)));
         }
         for child in groups.iter().filter(|g| g.metadata.parent.as_deref() == Some(group)) {
-            let [metadata, ..] = state_events(child, &groups);
-            out.push(metadata);
+            let [(kind, tags, content), ..] = state_events(child, &groups);
+            out.push((child.id.clone(), kind, tags, content));
         }
         out
     };
+    let ids: Vec<String> = events.iter().map(|(id, ..)| id.clone()).collect();
+    let current = Filter {
+        kinds: Some((39000..=39003).map(Kind).collect()),
+        authors: Some(vec![app.keys.public_key()]),
+        tags: [('d', ids)].into(),
+        ..Filter::default()
+    };
+    let now = Timestamp::now();
+    let mut dated: std::collections::HashMap<(Kind, String), u64> = std::collections::HashMap::new();
+    if let Ok((found, _)) = app.store.query_async(vec![current], now, Viewer::everything()).await {
+        for event in found.iter().filter_map(|json| serde_json::from_str::<Event>(json.as_str()).ok()) {
+            dated.insert((event.kind, event.d_tag().to_string()), event.created_at.0);
+        }
+    }
     // Stored together: the writer commits them in one group, one sync for all four.
-    let signing = events.into_iter().map(|(kind, tags, content)| async move {
-        let mut at = Timestamp::now();
-        // A version of the same second with a lower id would win: the next second then.
-        for _ in 0..3 {
-            match store_own(app, app.keys.sign(at, kind, tags.clone(), &content)).await {
-                Ok(PutOutcome::Superseded) => at = Timestamp(at.0 + 1),
-                _ => break,
+    let signing = events.into_iter().map(|(id, kind, tags, content)| {
+        let after = dated.get(&(kind, id)).copied();
+        async move {
+            let mut at = Timestamp(after.map_or(now.0, |t| now.0.max(t + 1)));
+            for _ in 0..3 {
+                match store_own(app, app.keys.sign(at, kind, tags.clone(), &content)).await {
+                    Ok(PutOutcome::Superseded) => at = Timestamp(at.0 + 1),
+                    _ => break,
+                }
             }
         }
     });

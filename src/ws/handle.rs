@@ -151,8 +151,16 @@ pub(super) async fn frame(
             }
             let app = app.clone();
             let publisher = Publisher { authed: session.authed, billed };
+            // A connection's changes to groups are judged in the order it sent them (a client
+            // creates a group and edits it without waiting for the first OK).
+            let turn = crate::groups::is_state_event(&event).then(|| session.group_turn());
             Action::Spawn(Box::pin(async move {
+                let (before, done) = turn.unzip();
+                if let Some(Some(before)) = before {
+                    let _ = before.await;
+                }
                 let outcome = ingest::publish(&app, *event, publisher).await;
+                drop(done);
                 Done::Frames(vec![RelayMessage::ok(id, outcome.accepted(), outcome.message())])
             }))
         }

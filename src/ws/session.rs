@@ -50,12 +50,29 @@ pub struct Session {
     pub authed: Option<PubKey>,
     /// The open NIP-77 sync sessions.
     pub negs: Negs,
+    /// Resolves (or is dropped) when this connection's latest change to a group is done.
+    last_group_change: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Session {
     /// A new connection's session.
     pub fn new(client_ip: IpAddr, challenge: String) -> Session {
-        Session { subs: HashMap::new(), next_generation: 0, client_ip, challenge, authed: None, negs: Negs::default() }
+        Session {
+            subs: HashMap::new(),
+            next_generation: 0,
+            client_ip,
+            challenge,
+            authed: None,
+            negs: Negs::default(),
+            last_group_change: None,
+        }
+    }
+
+    /// A place in line for a change to a group: what to wait for (the change this connection
+    /// sent before), and what to drop once this one is done.
+    pub fn group_turn(&mut self) -> (Option<tokio::sync::oneshot::Receiver<()>>, tokio::sync::oneshot::Sender<()>) {
+        let (done, next) = tokio::sync::oneshot::channel();
+        (self.last_group_change.replace(next), done)
     }
 
     /// Who this connection's frames are billed to: the authenticated pubkey, else the IP.

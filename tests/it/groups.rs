@@ -502,3 +502,34 @@ async fn typing_in_a_private_group_reaches_its_members_live_only_and_is_never_st
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_connections_changes_to_a_group_are_judged_in_the_order_it_sent_them() {
+    let relay = TestRelay::start(generous).await;
+    let alice = keys(1);
+    let mut a = as_(&relay, &alice).await;
+    ok(&mut a, &to_group(&alice, 9007, "fast", &[], ""), true, "").await;
+    let said = to_group(&alice, 9, "fast", &[], "hello");
+    ok(&mut a, &said, true, "").await;
+    // Sent back to back: the first takes longer on its way in (its timeline reference is looked
+    // up in the store), the second would overtake it if they were not kept in order.
+    let t = now();
+    let reference = said.id.to_hex()[..8].to_string();
+    let first = sign(&alice, t, 9002, &[&["h", "fast"], &["name", "First"], &["previous", &reference]], "");
+    let second = sign(&alice, t, 9002, &[&["h", "fast"], &["name", "Second"]], "");
+    for e in [&first, &second] {
+        a.send(json!(["EVENT", e])).await;
+    }
+    let mut oks = vec![a.recv().await, a.recv().await];
+    oks.sort_by_key(|ok| ok[1].as_str().unwrap().to_string());
+    let mut want = vec![json!(["OK", first.id.to_hex(), true, ""]), json!(["OK", second.id.to_hex(), true, ""])];
+    want.sort_by_key(|ok| ok[1].as_str().unwrap().to_string());
+    assert_eq!(oks, want);
+    until_state(&relay, 39000, "fast", &[&["d", "fast"], &["name", "Second"]]).await;
+    // And the store folds to the same.
+    let dir = relay.stop().await;
+    let relay = TestRelay::start_in(dir, generous).await;
+    let mut a = as_(&relay, &alice).await;
+    ok(&mut a, &to_group(&alice, 9002, "fast", &[&["name", "Second"], &["closed"]], ""), true, "").await;
+    until_state(&relay, 39000, "fast", &[&["d", "fast"], &["name", "Second"], &["closed"]]).await;
+}
