@@ -127,7 +127,16 @@ async fn judge_in_place(
         .map_err(|_| Refusal::new(Prefix::Error, "the group's history could not be read"))?;
     let stored: Vec<Event> = export.flatten().filter_map(|json| serde_json::from_str(json.as_str()).ok()).collect();
     let (before, after): (Vec<Event>, Vec<Event>) = stored.into_iter().partition(|e| e.created_at <= event.created_at);
-    app.groups.read().judge_among(event, &before, &after, now.0).map_err(|e| refusal(&e))
+    match app.groups.read().judge_among(event, &before, &after, now.0) {
+        // Dated before the group was made: a replay would find no group there.
+        Err(GroupError::NoSuchGroup(_)) => Err(Refusal::new(
+            Prefix::Invalid,
+            format!(
+                "an event to group `{id}` may not be dated before the group was created; sign it again with the time now"
+            ),
+        )),
+        other => other.map_err(|e| refusal(&e)),
+    }
 }
 
 /// The refusal of a join that waits for an admin.

@@ -371,6 +371,15 @@ async fn a_change_dated_before_the_last_one_takes_its_place_in_time_and_a_restar
     ok(&mut a, &sign(&alice, t, 9002, &[&["h", "g"], &["name", "Now"], &["closed"]], ""), true, "").await;
     // An admin whose clock is behind: its edit stands before the later one, which still wins.
     ok(&mut a, &sign(&alice, t - 10, 9002, &[&["h", "g"], &["name", "Before"]], ""), true, "").await;
+    // One dated before the group was made has no group to change.
+    let early = sign(&alice, t - 30, 9002, &[&["h", "g"], &["name", "Early"]], "");
+    ok(
+        &mut a,
+        &early,
+        false,
+        "invalid: an event to group `g` may not be dated before the group was created; sign it again with the time now",
+    )
+    .await;
     // A join dated before the group was closed is let in, as the replay will have it.
     let mut b = as_(&relay, &bob).await;
     ok(&mut b, &sign(&bob, t - 5, 9021, &[&["h", "g"]], ""), true, "").await;

@@ -69,8 +69,11 @@ try {
   const room = makeRoomMeta({ name: 'Pizza Lovers', about: 'a group for people who love pizza', isClosed: true });
   const a = await connect(alice);
 
+  // welshman dates its events by its own clock; ours are dated no earlier than its create.
+  const created = sign(makeRoomCreateEvent(room), alice);
+  const at = () => Math.max(Math.floor(Date.now() / 1000), created.created_at);
   await step('a room created and edited with welshman templates in the same second is accepted', async () => {
-    assert.equal(await a.publish(sign(makeRoomCreateEvent(room), alice)), '');
+    assert.equal(await a.publish(created), '');
     assert.equal(await a.publish(sign(makeRoomEditEvent(room), alice)), '');
   });
 
@@ -108,11 +111,11 @@ try {
   const b = await connect(bob);
   await step('a join without a code is told it waits for an admin; with an invite it is let in', async () => {
     await assert.rejects(b.publish(sign(makeRoomJoinEvent(room), bob)), /restricted: the group is closed: your join request waits for an admin to let you in/);
-    const invite = { kind: 9009, created_at: Math.floor(Date.now() / 1000), tags: [['h', room.h], ['code', 'slice']], content: '' };
+    const invite = { kind: 9009, created_at: at(), tags: [['h', room.h], ['code', 'slice']], content: '' };
     assert.equal(await a.publish(sign(invite, alice)), '');
     const join = makeRoomJoinEvent(room);
     join.tags.push(['code', 'slice']);
-    join.created_at += 1;
+    join.created_at = Math.max(join.created_at, at());
     assert.equal(await b.publish(sign(join, bob)), '');
     const members = await until('bob among the members', async () => {
       const event = await nip29.fetchGroupMembersEvent({ pool, groupReference });
@@ -123,7 +126,7 @@ try {
   });
 
   await step('a member talks; a stranger may not forge the group metadata', async () => {
-    const message = { kind: 9, created_at: Math.floor(Date.now() / 1000), tags: [['h', room.h]], content: 'margherita' };
+    const message = { kind: 9, created_at: at(), tags: [['h', room.h]], content: 'margherita' };
     assert.equal(await b.publish(sign(message, bob)), '');
     const forged = sign(nip29.generateGroupMetadataEventTemplate({ relay: url, reference: groupReference, metadata: { id: room.h, pubkey: getPublicKey(bob), name: 'Mine' } }), bob);
     await assert.rejects(b.publish(forged), /restricted: kinds 39000-39009 are signed by this relay's own key/);
@@ -138,3 +141,5 @@ try {
   console.log(`${passed} passed, 1 failed`);
   process.exitCode = 1;
 }
+// The relay's pipes and the pool's timers would keep Node running: end here, the relay with it.
+process.exit();
