@@ -12,6 +12,7 @@ pub mod publish;
 pub mod render;
 pub mod state;
 
+use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use crate::config::GroupsConfig;
@@ -36,6 +37,8 @@ pub struct Registry {
     state: RwLock<Groups>,
     /// Held while a change is judged, stored and committed: one change at a time.
     changing: tokio::sync::Mutex<()>,
+    /// When this node last signed each group's state events (the latest of the four).
+    signed: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -48,7 +51,12 @@ impl Registry {
     /// The groups the events in `store` make; `relay` is the relay's own key.
     pub fn load(store: &Store, config: &GroupsConfig, relay: PubKey) -> Result<Registry, StoreError> {
         let groups = if config.enabled { fold(store, relay)? } else { Groups::new(relay) };
-        Ok(Registry { config: config.clone(), state: RwLock::new(groups), changing: tokio::sync::Mutex::new(()) })
+        Ok(Registry {
+            config: config.clone(),
+            state: RwLock::new(groups),
+            changing: tokio::sync::Mutex::new(()),
+            signed: std::sync::Mutex::new(HashMap::new()),
+        })
     }
 
     /// `[groups]` as configured.
@@ -70,6 +78,18 @@ impl Registry {
     /// Waits for the turn to change the groups (see [`publish`]).
     pub async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.changing.lock().await
+    }
+
+    /// When this node last signed `id`'s state events, if it has since it started.
+    pub fn signed_at(&self, id: &str) -> Option<u64> {
+        self.signed.lock().unwrap_or_else(PoisonError::into_inner).get(id).copied()
+    }
+
+    /// Notes that `id`'s state events were signed dated `at`.
+    pub fn signed(&self, id: &str, at: u64) {
+        let mut signed = self.signed.lock().unwrap_or_else(PoisonError::into_inner);
+        let latest = signed.entry(id.to_string()).or_default();
+        *latest = (*latest).max(at);
     }
 
     /// Makes a change, once its event is stored.
