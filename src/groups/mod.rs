@@ -50,12 +50,16 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     /// The groups the events in `store` make; `relay` is the relay's own key.
     pub fn load(store: &Store, config: &GroupsConfig, relay: PubKey) -> Result<Registry, StoreError> {
-        let groups = if config.enabled { fold(store, relay)? } else { Groups::new(relay) };
+        let (groups, signed) = if config.enabled {
+            (fold(store, relay)?, signed(store, relay)?)
+        } else {
+            (Groups::new(relay), HashMap::new())
+        };
         Ok(Registry {
             config: config.clone(),
             state: RwLock::new(groups),
             changing: tokio::sync::Mutex::new(()),
-            signed: std::sync::Mutex::new(HashMap::new()),
+            signed: std::sync::Mutex::new(signed),
         })
     }
 
@@ -80,7 +84,7 @@ impl Registry {
         self.changing.lock().await
     }
 
-    /// When this node last signed `id`'s state events, if it has since it started.
+    /// When `id`'s current state events are dated (the latest of them), if it has any.
     pub fn signed_at(&self, id: &str) -> Option<u64> {
         self.signed.lock().unwrap_or_else(PoisonError::into_inner).get(id).copied()
     }
@@ -149,6 +153,20 @@ impl Registry {
         let groups = self.read();
         self.enabled() && !hs.is_empty() && hs.iter().all(|h| groups.get(h).is_some_and(|g| !g.may_read(reader)))
     }
+}
+
+/// When each group's stored state events, signed by `relay`, are dated (the latest of them).
+fn signed(store: &Store, relay: PubKey) -> Result<HashMap<String, u64>, StoreError> {
+    let filter =
+        Filter { kinds: Some((39000..=39003).map(Kind).collect()), authors: Some(vec![relay]), ..Filter::default() };
+    let mut out: HashMap<String, u64> = HashMap::new();
+    for json in store.export(&filter, Timestamp::now())? {
+        if let Ok(event) = serde_json::from_str::<Event>(json?.as_str()) {
+            let latest = out.entry(event.d_tag().to_string()).or_default();
+            *latest = (*latest).max(event.created_at.0);
+        }
+    }
+    Ok(out)
 }
 
 /// The groups the stored events of [`state_kinds`] make.

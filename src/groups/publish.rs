@@ -284,25 +284,7 @@ async fn sign_state(app: &AppState, group: &str) {
         }
         out
     };
-    // When each group's current state events are dated: remembered since this node signed them,
-    // else (the first change after a start) read from the store.
-    let mut unknown: Vec<String> =
-        events.iter().map(|(id, ..)| id.clone()).filter(|id| app.groups.signed_at(id).is_none()).collect();
-    unknown.dedup();
     let now = Timestamp::now();
-    if !unknown.is_empty() {
-        let current = Filter {
-            kinds: Some((39000..=39003).map(Kind).collect()),
-            authors: Some(vec![app.keys.public_key()]),
-            tags: [('d', unknown)].into(),
-            ..Filter::default()
-        };
-        if let Ok((found, _)) = app.store.query_async(vec![current], now, Viewer::everything()).await {
-            for event in found.iter().filter_map(|json| serde_json::from_str::<Event>(json.as_str()).ok()) {
-                app.groups.signed(event.d_tag(), event.created_at.0);
-            }
-        }
-    }
     // Stored together: the writer commits them in one group, one sync for all four.
     let signing = events.into_iter().map(|(id, kind, tags, content)| {
         let after = app.groups.signed_at(&id);
