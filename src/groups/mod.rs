@@ -4,9 +4,10 @@
 //! stored events (kinds 9000–9022) are folded in their canonical order ([`state`]), and after
 //! that every change is judged, stored, then committed, one at a time, so the cache never holds
 //! a change the store may not keep, and a restart, an import or a second backend arrive at the
-//! same state by the same fold. It answers who may read what ([`Registry::viewer`],
-//! [`Registry::may_deliver`]) for every read path; what the relay says of a group in its signed
-//! state events is [`render`]'s, what a group event does on its way in is [`publish`]'s.
+//! same state by the same fold. It answers who may read what for every read path
+//! ([`Registry::viewer`]; for live events [`Registry::concerns`] and
+//! [`state::Groups::may_deliver`]); what the relay says of a group in its signed state events is
+//! [`render`]'s, what a group event does on its way in is [`publish`]'s.
 
 pub mod publish;
 pub mod render;
@@ -126,12 +127,6 @@ impl Registry {
             }
         }
         viewer.screened(screen)
-    }
-
-    /// Whether a live `event` may go to `reader` as far as groups go (its private kinds are the
-    /// caller's to check).
-    pub fn may_deliver(&self, event: &Event, reader: Option<&PubKey>) -> bool {
-        !self.concerns(event) || self.read().may_deliver(event, reader)
     }
 
     /// True when who may be sent `event` can depend on the groups: it names one (`h`), or it is
