@@ -28,6 +28,8 @@ pub struct AppState {
     pub store: Store,
     /// Live subscriptions.
     pub fanout: Arc<Fanout>,
+    /// The media server's blobs (Blossom).
+    pub blobs: Arc<crate::blobs::Blobs>,
     /// The places open subscriptions hold, per address and relay-wide.
     pub slots: Arc<Slots>,
     /// The NIP-29 groups, a cache of their stored events.

@@ -26,6 +26,7 @@
 pub(crate) mod admin;
 pub(crate) mod app;
 pub(crate) mod audit;
+pub mod blobs;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
@@ -41,6 +42,7 @@ pub(crate) mod identity;
 pub(crate) mod ingest;
 pub mod limiter;
 pub(crate) mod listener;
+pub(crate) mod media;
 pub(crate) mod membership;
 pub(crate) mod metrics;
 pub(crate) mod moderation;

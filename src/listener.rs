@@ -26,6 +26,9 @@ use warp::reply::Reply;
 
 use crate::config::Config;
 use crate::http::PeerAddr;
+use crate::http::front::{Front, FrontResponse, boxed};
+use futures_util::FutureExt;
+use futures_util::future::Either;
 
 /// A connection's place under the caps, as a request extension: an upgraded WebSocket holds it
 /// (see [`held`]) until it closes, since the HTTP connection ends at the upgrade.
@@ -171,8 +174,12 @@ fn timed_out() -> warp::reply::Response {
 
 /// Serves `routes` on `listener` until `shutdown` resolves, then waits for open HTTP exchanges
 /// (upgraded WebSockets are tracked by their own tasks).
-pub async fn serve<F>(listener: tokio::net::TcpListener, routes: F, limits: Limits, shutdown: impl Future<Output = ()>)
-where
+pub async fn serve<F>(
+    listener: tokio::net::TcpListener,
+    (routes, front): (F, Option<Arc<dyn Front>>),
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) where
     F: Filter<Error = Infallible> + Clone + Send + Sync + 'static,
     F::Extract: Reply,
 {
@@ -215,7 +222,7 @@ where
                     || tracing::warn!(peer = %peer, cap = full.as_str(), "connection refused"),
                 );
                 let service =
-                    hyper::service::service_fn(move |_| async move { Ok::<_, Infallible>(unavailable(full)) });
+                    hyper::service::service_fn(move |_| async move { Ok::<_, Infallible>(boxed(unavailable(full))) });
                 let conn = refused_builder.serve_connection(TokioIo::new(stream), service);
                 tokio::spawn(async move {
                     let _ = conn.await;
@@ -227,7 +234,12 @@ where
         let for_requests = ticket.clone();
         let svc = warp::service(routes.clone());
         let body_timeout = limits.body_timeout;
+        let front = front.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            if let Some(front) = front.as_ref().filter(|f| f.claims(req.method(), req.uri().path())) {
+                let answer = front.answer(req, peer);
+                return Either::Left(FutureExt::map(answer, Ok::<FrontResponse, Infallible>));
+            }
             req.extensions_mut().insert(PeerAddr(peer));
             req.extensions_mut().insert(Held { _ticket: for_requests.clone() });
             let upgrade = req.headers().contains_key(hyper::header::UPGRADE);
@@ -237,14 +249,14 @@ where
             }
             let mut svc = svc.clone();
             let call = tower_service::Service::call(&mut svc, req);
-            async move {
+            Either::Right(async move {
                 match tokio::time::timeout(body_timeout, call).await {
-                    Ok(answered) => answered,
+                    Ok(answered) => answered.map(boxed),
                     // A body shorter than its Content-Length, or one trickled in: answered and
                     // closed, so the socket is not held.
-                    Err(_) => Ok(timed_out()),
+                    Err(_) => Ok(boxed(timed_out())),
                 }
-            }
+            })
         });
         let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
         let stop = stop.clone();

@@ -315,6 +315,11 @@ impl Moderation {
         }
     }
 
+    /// True when `pubkey` is banned.
+    pub fn is_banned(&self, pubkey: &PubKey) -> bool {
+        self.read(|s| s.banned_pubkeys.contains_key(pubkey))
+    }
+
     /// True when `ip` is blocked.
     pub fn ip_blocked(&self, ip: &IpAddr) -> bool {
         self.read(|s| s.blocked_ips.contains_key(ip))

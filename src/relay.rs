@@ -50,6 +50,9 @@ pub enum RunError {
     /// The relay's own key could not be had.
     #[error(transparent)]
     Identity(#[from] crate::identity::IdentityError),
+    /// The media folder could not be opened.
+    #[error("media folder: {0}")]
+    Media(#[from] crate::blobs::BlobError),
 }
 
 /// A relay with its storage open, ready to serve.
@@ -90,7 +93,9 @@ impl Relay {
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
         let groups = Arc::new(crate::groups::Registry::load(&store, &config.groups, keys.public_key())?);
         let config_peers = config.sync.peers.clone();
+        let blobs = crate::blobs::Blobs::open(Some(&config.storage.data_dir), &store, config.media.max_total_bytes)?;
         let app = Arc::new(AppState {
+            blobs: Arc::new(blobs),
             limiter: Arc::new(limiter),
             moderation,
             link,
@@ -165,7 +170,12 @@ impl Relay {
             let routes = http::first_of([http::method_not_allowed(served.collect()), admin::routes(app.clone())])
                 .recover(http::recover);
             let limits = limits.clone();
-            app.tasks.spawn(listener::serve(admin_listener, routes, limits, async move { token.cancelled().await }));
+            app.tasks.spawn(listener::serve(
+                admin_listener,
+                (routes, None),
+                limits,
+                async move { token.cancelled().await },
+            ));
         }
         let token = app.shutdown.clone();
         let signal = async move {
@@ -174,7 +184,8 @@ impl Relay {
                 _ = token.cancelled() => {}
             }
         };
-        listener::serve(listener, server::routes(app.clone()), limits, signal).await;
+        let front = crate::media::front(&app);
+        listener::serve(listener, (server::routes(app.clone()), front), limits, signal).await;
         app.shutdown.cancel();
         app.tasks.close();
         app.tasks.wait().await;

@@ -159,4 +159,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin"),
     ("GET", "/admin/"),
     ("GET", "/admin/{file}"),
+    // The media server (Blossom), answered by `media` ahead of these routes.
+    ("GET", "/{sha256}"),
+    ("HEAD", "/{sha256}"),
+    ("DELETE", "/{sha256}"),
+    ("PUT", "/upload"),
+    ("HEAD", "/upload"),
+    ("PUT", "/mirror"),
+    ("GET", "/list/{pubkey}"),
 ];

@@ -134,14 +134,14 @@ mod tests {
     #[test]
     fn a_sample_is_the_rates_since_the_one_before_and_the_first_has_none() {
         let t0 = Instant::now();
-        let first = sample_between(None, &last(t0, 40, [3, 0, 0, 0, 0, 0], [0; 12]), 100, 2, 5);
+        let first = sample_between(None, &last(t0, 40, [3, 0, 0, 0, 0, 0, 0], [0; 12]), 100, 2, 5);
         assert_eq!((first.events_stored_per_sec, first.admission_p99_us), (0.0, None));
         assert_eq!(first.refusals_per_sec["ws_events"], 0.0);
-        let before = last(t0, 40, [3, 0, 0, 1, 0, 0], [0; 12]);
+        let before = last(t0, 40, [3, 0, 0, 1, 0, 0, 0], [0; 12]);
         let mut admissions = [0; 12];
         admissions[2] = 990; // ≤ 5 µs
         admissions[6] = 10; // ≤ 100 µs
-        let now = last(t0 + Duration::from_secs(5), 90, [13, 4, 5, 1, 0, 0], admissions);
+        let now = last(t0 + Duration::from_secs(5), 90, [13, 4, 5, 1, 0, 0, 0], admissions);
         let s = sample_between(Some(&before), &now, 105, 3, 7);
         assert_eq!((s.at, s.connections, s.subscriptions), (105, 3, 7));
         assert_eq!(s.events_stored_per_sec, 10.0);

@@ -33,7 +33,7 @@ const FLOORS: &[&[&str]] = &[
     &["server"],
     &["listener"],
     // The transports: siblings, none imports another.
-    &["ws", "rest", "admin"],
+    &["ws", "rest", "admin", "media"],
     // What rest and admin share.
     &["http"],
     // NIP-77: the background peers over the one round every way of syncing runs.
@@ -47,7 +47,8 @@ const FLOORS: &[&[&str]] = &[
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],
-    &["fanout", "moderation", "audit", "slots"],
+    // The media server's blobs on disk and their owners, beside the store's records.
+    &["fanout", "moderation", "audit", "slots", "blobs"],
     // NIP-29: the groups' state, folded from their stored events, and who may read what.
     &["groups"],
     &["limiter", "metrics"],
@@ -63,7 +64,7 @@ const FLOORS: &[&[&str]] = &[
     &["store"],
     &["store::open"],
     // NIP-50 in the store: its index opened and caught up, and the search read path.
-    &["store::search"],
+    &["store::search", "store::media"],
     &["store::write"],
     &["store::write::writer"],
     &["store::write::remapping", "store::write::replay"],

@@ -26,17 +26,20 @@ pub enum QuotaKey {
     MessagesPerMin,
     /// `api_calls_per_min`
     ApiCallsPerMin,
+    /// `upload_bytes_per_day`
+    UploadBytesPerDay,
 }
 
 impl QuotaKey {
     /// Every key, in report order.
-    pub const ALL: [QuotaKey; 6] = [
+    pub const ALL: [QuotaKey; 7] = [
         QuotaKey::WsEventsPerSec,
         QuotaKey::WsBurstWindowSecs,
         QuotaKey::WsReqsPerSec,
         QuotaKey::WsReqsBurstWindowSecs,
         QuotaKey::MessagesPerMin,
         QuotaKey::ApiCallsPerMin,
+        QuotaKey::UploadBytesPerDay,
     ];
 
     /// The key as written in `relay.toml`.
@@ -48,6 +51,7 @@ impl QuotaKey {
             QuotaKey::WsReqsBurstWindowSecs => "ws_reqs_burst_window_secs",
             QuotaKey::MessagesPerMin => "messages_per_min",
             QuotaKey::ApiCallsPerMin => "api_calls_per_min",
+            QuotaKey::UploadBytesPerDay => "upload_bytes_per_day",
         }
     }
 
@@ -64,6 +68,8 @@ impl QuotaKey {
             QuotaKey::WsEventsPerSec | QuotaKey::WsReqsPerSec => 10_000_000,
             QuotaKey::WsBurstWindowSecs | QuotaKey::WsReqsBurstWindowSecs => 3_600,
             QuotaKey::MessagesPerMin | QuotaKey::ApiCallsPerMin => 1_000_000_000,
+            // 1 PiB a day.
+            QuotaKey::UploadBytesPerDay => 1 << 50,
         }
     }
 }
@@ -84,6 +90,9 @@ pub struct TierLimits {
     pub messages_per_min: u64,
     /// REST calls per minute (burst of that many, refilling over a minute).
     pub api_calls_per_min: u64,
+    /// Bytes uploaded to the media server per day (a day's worth at once, refilling over a day;
+    /// billed in whole KiB).
+    pub upload_bytes_per_day: u64,
 }
 
 impl TierLimits {
@@ -96,6 +105,7 @@ impl TierLimits {
             QuotaKey::WsReqsBurstWindowSecs => self.ws_reqs_burst_window_secs,
             QuotaKey::MessagesPerMin => self.messages_per_min,
             QuotaKey::ApiCallsPerMin => self.api_calls_per_min,
+            QuotaKey::UploadBytesPerDay => self.upload_bytes_per_day,
         }
     }
 
@@ -108,6 +118,7 @@ impl TierLimits {
             QuotaKey::WsReqsBurstWindowSecs => self.ws_reqs_burst_window_secs = value,
             QuotaKey::MessagesPerMin => self.messages_per_min = value,
             QuotaKey::ApiCallsPerMin => self.api_calls_per_min = value,
+            QuotaKey::UploadBytesPerDay => self.upload_bytes_per_day = value,
         }
     }
 }
@@ -121,6 +132,7 @@ impl Default for TierLimits {
             ws_reqs_burst_window_secs: 10,
             messages_per_min: 120,
             api_calls_per_min: 60,
+            upload_bytes_per_day: 1 << 30,
         }
     }
 }
@@ -136,6 +148,7 @@ impl TierLimits {
             ws_reqs_burst_window_secs: human.ws_reqs_burst_window_secs,
             messages_per_min: 4 * human.messages_per_min,
             api_calls_per_min: 4 * human.api_calls_per_min,
+            upload_bytes_per_day: 4 * human.upload_bytes_per_day,
         }
     }
 }
@@ -207,12 +220,13 @@ mod tests {
     #[test]
     fn limit_keys_round_trip_through_their_names() {
         let names: Vec<String> = LimitKey::all().map(|k| k.to_string()).collect();
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 21);
         assert_eq!(names[0], "human.ws_events_per_sec");
         assert_eq!(names[2], "human.ws_reqs_per_sec");
         assert_eq!(names[3], "human.ws_reqs_burst_window_secs");
-        assert_eq!(names[11], "agent.api_calls_per_min");
-        assert_eq!(names[12], "ip.ws_events_per_sec");
+        assert_eq!(names[6], "human.upload_bytes_per_day");
+        assert_eq!(names[12], "agent.api_calls_per_min");
+        assert_eq!(names[14], "ip.ws_events_per_sec");
         for name in &names {
             assert_eq!(&name.parse::<LimitKey>().unwrap().to_string(), name);
         }
@@ -227,6 +241,6 @@ mod tests {
             t.set(key, 100 + i as u64);
         }
         let got: Vec<u64> = QuotaKey::ALL.iter().map(|k| t.get(*k)).collect();
-        assert_eq!(got, [100, 101, 102, 103, 104, 105]);
+        assert_eq!(got, [100, 101, 102, 103, 104, 105, 106]);
     }
 }

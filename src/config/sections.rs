@@ -43,6 +43,8 @@ pub struct Config {
     pub node: super::cluster::NodeConfig,
     /// `[groups]`: NIP-29 relay-based groups.
     pub groups: super::groups::GroupsConfig,
+    /// `[media]`: the Blossom server.
+    pub media: super::media::MediaConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,

@@ -8,6 +8,7 @@
 
 pub mod client_ip;
 mod error;
+pub mod front;
 pub mod nip98;
 pub mod page;
 
@@ -147,12 +148,16 @@ pub fn method_not_allowed(routes: Vec<(&'static str, &'static str)>) -> Route {
         .boxed()
 }
 
-/// True when `path` is an instance of `pattern` (`{name}` stands for one non-empty segment).
+/// True when `path` is an instance of `pattern` (`{name}` stands for one non-empty segment;
+/// `{sha256}` for a blob's hash, with an extension or without).
 fn path_matches(pattern: &str, path: &str) -> bool {
     let (mut want, mut got) = (pattern.split('/'), path.split('/'));
     loop {
         match (want.next(), got.next()) {
             (None, None) => return true,
+            (Some("{sha256}"), Some(g)) if crate::protocol::blossom::BlobHash::from_segment(g).is_none() => {
+                return false;
+            }
             (Some(w), Some(g)) if w == g || (w.starts_with('{') && !g.is_empty()) => {}
             _ => return false,
         }
@@ -264,5 +269,7 @@ mod tests {
         assert!(path_matches("/", "/"));
         assert!(!path_matches("/", "/x"));
         assert!(!path_matches("/admin/v1/usage/{pubkey}", "/admin/v1/usage"));
+        assert!(path_matches("/{sha256}", &format!("/{}.png", "ab".repeat(32))));
+        assert!(!path_matches("/{sha256}", "/metrics"));
     }
 }

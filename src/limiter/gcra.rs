@@ -44,6 +44,21 @@ impl Quota {
         Ok(tat.max(now).saturating_add(self.interval_ns))
     }
 
+    /// Tries to admit `n` cells at once at `now` (`n` = 1 is [`Quota::check`]): admitted when
+    /// the bucket holds `n` free cells. More than `burst` cells are never admitted (`u64::MAX`):
+    /// the caller refuses those as too large, since no wait would be true.
+    pub fn check_n(&self, tat: u64, now: u64, n: u64) -> Result<u64, u64> {
+        if n > self.burst {
+            return Err(u64::MAX);
+        }
+        let extra = self.interval_ns.saturating_mul(n.saturating_sub(1));
+        let allow_at = tat.saturating_add(extra).saturating_sub(self.tolerance());
+        if now < allow_at {
+            return Err(allow_at - now);
+        }
+        Ok(tat.max(now).saturating_add(self.interval_ns.saturating_mul(n)))
+    }
+
     /// Cells of the burst in use at `now` (0 = full bucket).
     pub fn used(&self, tat: u64, now: u64) -> u64 {
         let ahead = tat.saturating_sub(now);
@@ -98,6 +113,22 @@ mod tests {
         assert_eq!(q.check(tat, 0).unwrap_err(), NANOS / 2);
         assert_eq!(q.used(tat, 30 * NANOS), 60);
         assert_eq!(q.used(tat, 60 * NANOS), 0);
+    }
+
+    #[test]
+    fn several_cells_at_once_wait_for_all_of_them() {
+        // 100 per 100 s (one a second), burst 100.
+        let q = Quota::new(100, 100, 100);
+        let tat = q.check_n(0, 0, 60).unwrap();
+        assert_eq!(q.used(tat, 0), 60);
+        // 40 left: 40 pass, 41 wait one second, exactly.
+        assert!(q.check_n(tat, 0, 40).is_ok());
+        assert_eq!(q.check_n(tat, 0, 41).unwrap_err(), NANOS);
+        assert!(q.check_n(tat, NANOS, 41).is_ok());
+        // One cell at a time agrees with check.
+        assert_eq!(q.check_n(tat, 0, 1), q.check(tat, 0));
+        // More than the burst never passes.
+        assert_eq!(q.check_n(0, 0, 101).unwrap_err(), u64::MAX);
     }
 
     #[test]

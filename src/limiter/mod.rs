@@ -35,7 +35,8 @@ pub use permits::HandlerPermit;
 use permits::Permits;
 pub use principal::{Billed, Principal};
 pub use state::ADMIN_AUTH_FAILURES_PER_MIN;
-use state::{Cell, Policy, QUOTAS, State, cell_wait, secs};
+use state::{Cell, Policy, QUOTAS, State, cells_wait, secs};
+pub use state::{UPLOAD_CELL_BYTES, upload_cells};
 use totals::Totals;
 pub use totals::{ADMISSION_BUCKETS_US, TotalsSnapshot};
 pub use usage::{LimitUsage, Usage};
@@ -156,15 +157,40 @@ impl Limiter {
     /// With the Redis backend this is one round trip to Redis; while Redis is unavailable it is
     /// this node's own table (`local`) or [`Denied::Unavailable`] (`refuse`).
     pub async fn admit(&self, billed: &Billed, limit_type: LimitType) -> Result<(), Denied> {
+        self.admit_n(billed, limit_type, 1).await
+    }
+
+    /// [`Limiter::admit`] of `n` cells at once (the `upload_bytes` quota bills an upload's
+    /// whole size before its body is read: see [`upload_cells`]). All `n` or none.
+    pub async fn admit_n(&self, billed: &Billed, limit_type: LimitType, n: u64) -> Result<(), Denied> {
         let started = Instant::now();
         let result = match &self.shared {
-            None => self.admit_at(billed, limit_type, self.clock.now_ns()).map_err(Denied::Limited),
-            Some(shared) => self.admit_shared(shared, billed, limit_type).await,
+            None => self.admit_at_n(billed, limit_type, n, self.clock.now_ns()).map_err(Denied::Limited),
+            Some(shared) => self.admit_shared(shared, billed, limit_type, n, false).await,
         };
         let took = started.elapsed();
         metrics::histogram!("hearth_admission_seconds").record(took.as_secs_f64());
         self.totals.admitted_in(took);
         result
+    }
+
+    /// Whether [`Limiter::admit_n`] would admit `n` cells now, without billing or counting
+    /// anything: what Blossom's `HEAD /upload` answers before a byte is sent.
+    pub async fn would_admit_n(&self, billed: &Billed, limit_type: LimitType, n: u64) -> Result<(), Denied> {
+        match &self.shared {
+            Some(shared) => self.admit_shared(shared, billed, limit_type, n, true).await,
+            None => {
+                let policy = self.policy();
+                let Some((quota, ceiling)) = Self::quotas(&policy, billed, limit_type) else { return Ok(()) };
+                let now = self.clock.now_ns();
+                let wait = self.wait(&billed.principal, quota, limit_type, n, now);
+                let wait = wait.max(ceiling.map_or(0, |(c, q)| self.wait(&c, q, limit_type, n, now)));
+                match wait {
+                    0 => Ok(()),
+                    wait => Err(Denied::Limited(RateLimited { limit_type, retry_after: Duration::from_nanos(wait) })),
+                }
+            }
+        }
     }
 
     /// The quotas `limit_type` bills for `billed` under `policy`; `None` when nothing is billed.
@@ -180,25 +206,30 @@ impl Limiter {
         shared: &shared::Shared,
         billed: &Billed,
         limit_type: LimitType,
+        n: u64,
+        dry: bool,
     ) -> Result<(), Denied> {
         let policy = self.policy();
         let Some((quota, ceiling)) = Self::quotas(&policy, billed, limit_type) else { return Ok(()) };
         // Kept as long as the memory table keeps a principal, or its longest refill window.
         let window = ceiling.map_or(quota.window_ns(), |(_, c)| c.window_ns().max(quota.window_ns()));
         let ttl = u64::from(IDLE_SECS).max(window.div_ceil(gcra::NANOS));
-        match shared.bill(&billed.principal, quota, ceiling, limit_type, ttl).await {
+        match shared.bill(&billed.principal, (quota, ceiling), limit_type, (n, dry), ttl).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(wait)) => {
                 let refused = RateLimited { limit_type, retry_after: Duration::from_nanos(wait) };
-                self.count_refused(&refused);
+                if !dry {
+                    self.count_refused(&refused);
+                }
                 Err(Denied::Limited(refused))
             }
             Err(_) => {
                 let mode = policy.config.redis_unavailable;
                 metrics::counter!("hearth_limiter_redis_fallbacks_total", "mode" => mode.as_str()).increment(1);
                 match mode {
+                    RedisUnavailable::Local if dry => Ok(()),
                     RedisUnavailable::Local => {
-                        self.admit_at(billed, limit_type, self.clock.now_ns()).map_err(Denied::Limited)
+                        self.admit_at_n(billed, limit_type, n, self.clock.now_ns()).map_err(Denied::Limited)
                     }
                     RedisUnavailable::Refuse => Err(Denied::Unavailable),
                 }
@@ -209,22 +240,27 @@ impl Limiter {
     /// [`Limiter::admit`] in this node's own table at an explicit time (nanoseconds on the
     /// limiter's clock).
     pub fn admit_at(&self, billed: &Billed, limit_type: LimitType, now_ns: u64) -> Result<(), RateLimited> {
+        self.admit_at_n(billed, limit_type, 1, now_ns)
+    }
+
+    /// [`Limiter::admit_at`] of `n` cells at once.
+    pub fn admit_at_n(&self, billed: &Billed, limit_type: LimitType, n: u64, now_ns: u64) -> Result<(), RateLimited> {
         let policy = self.policy();
         let Some((quota, ceiling)) = Self::quotas(&policy, billed, limit_type) else { return Ok(()) };
         // One wall-clock read for both entries' `last_seen`.
         let seen = Timestamp::now();
-        let refused = match self.bill(&billed.principal, quota, limit_type, now_ns, seen) {
+        let refused = match self.bill(&billed.principal, (quota, n), limit_type, now_ns, seen) {
             Err(wait) => {
                 // Truthful: the ceiling's wait counts too when it is the longer one.
-                let ceiling_wait = ceiling.map_or(0, |(c, q)| self.wait(&c, q, limit_type, now_ns));
+                let ceiling_wait = ceiling.map_or(0, |(c, q)| self.wait(&c, q, limit_type, n, now_ns));
                 wait.max(ceiling_wait)
             }
             Ok(()) => match ceiling {
                 None => return Ok(()),
-                Some((c, q)) => match self.bill(&c, q, limit_type, now_ns, seen) {
+                Some((c, q)) => match self.bill(&c, (q, n), limit_type, now_ns, seen) {
                     Ok(()) => return Ok(()),
                     Err(wait) => {
-                        self.unbill_refused(&billed.principal, limit_type, now_ns);
+                        self.unbill_refused(&billed.principal, limit_type, n, now_ns);
                         wait
                     }
                 },
@@ -235,12 +271,12 @@ impl Limiter {
         Err(refused)
     }
 
-    /// Takes one cell of `principal`'s `limit_type` now, or counts the refusal and says how long
-    /// until one is free.
+    /// Takes `n` cells of `principal`'s `limit_type` now, or counts the refusal and says how long
+    /// until they are free.
     fn bill(
         &self,
         principal: &Principal,
-        quota: Quota,
+        (quota, n): (Quota, u64),
         limit_type: LimitType,
         now_ns: u64,
         seen: Timestamp,
@@ -248,7 +284,7 @@ impl Limiter {
         self.states.update(principal, secs(now_ns), State::fresh, |s| {
             s.last_seen = seen;
             let Some(cell) = s.cells.of(limit_type) else { return Ok(()) };
-            match quota.check(quota.rescale(cell.tat, now_ns, cell.interval), now_ns) {
+            match quota.check_n(quota.rescale(cell.tat, now_ns, cell.interval), now_ns, n) {
                 Ok(tat) => {
                     *cell = Cell { tat, interval: quota.interval_ns };
                     Ok(())
@@ -261,21 +297,21 @@ impl Limiter {
         })
     }
 
-    /// Gives back the cell [`Limiter::bill`] just took (GCRA: one interval earlier) from a
+    /// Gives back the `n` cells [`Limiter::bill`] just took (GCRA: `n` intervals earlier) from a
     /// request its IP ceiling refused, and counts the refusal, in one update.
-    fn unbill_refused(&self, principal: &Principal, limit_type: LimitType, now_ns: u64) {
+    fn unbill_refused(&self, principal: &Principal, limit_type: LimitType, n: u64, now_ns: u64) {
         self.states.update(principal, secs(now_ns), State::fresh, |s| {
             if let Some(cell) = s.cells.of(limit_type) {
-                cell.tat = cell.tat.saturating_sub(cell.interval);
+                cell.tat = cell.tat.saturating_sub(cell.interval.saturating_mul(n));
             }
             s.refusals.count(limit_type);
         });
     }
 
-    /// How long until `principal` could take a cell of `limit_type` (0 = now).
-    fn wait(&self, principal: &Principal, quota: Quota, limit_type: LimitType, now_ns: u64) -> u64 {
-        let cell = self.states.read(principal, secs(now_ns), |s| s.cells.get(limit_type));
-        cell.map_or(0, |cell| cell_wait(quota, cell, now_ns))
+    /// How long until `principal` could take `n` cells of `limit_type` (0 = now).
+    fn wait(&self, principal: &Principal, quota: Quota, limit_type: LimitType, n: u64, now_ns: u64) -> u64 {
+        let cell = self.states.read(principal, secs(now_ns), |s| s.cells.get(limit_type)).unwrap_or_default();
+        cells_wait(quota, cell, n, now_ns)
     }
 
     /// Counts a refusal in `/metrics` and in the running totals the admin page samples.

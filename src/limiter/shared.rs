@@ -8,7 +8,7 @@
 //! every key has a TTL of the idle time (or the longest refill window), so an idle principal
 //! costs nothing. Each principal is one hash `<prefix>p:<principal>`: per quota its `tat` and
 //! the interval it was computed under (`w.t`/`w.i` ws_events, `q.` ws_reqs, `m.` messages,
-//! `a.` api_calls, `x.` admin_auth), refusals per limit type (`r.<name>`), first and last seen (`f`, `l`).
+//! `a.` api_calls, `u.` upload_bytes, `x.` admin_auth), refusals per limit type (`r.<name>`), first and last seen (`f`, `l`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,13 +25,14 @@ use crate::protocol::refusal::LimitType;
 
 /// The GCRA admission of one request: the principal's bucket (`KEYS[1]`) and, when given, its IP
 /// ceiling's (`KEYS[2]`), both or neither. ARGV: the quota's field, the principal's interval (µs)
-/// and burst, the ceiling's interval and burst, the TTL (s), the refusal field. Returns
-/// `{admitted (0/1), wait (µs), now (µs)}`.
+/// and burst, the ceiling's interval and burst, the TTL (s), the refusal field, the cells taken
+/// at once, and `1` for a dry run (nothing billed, touched or counted). Returns
+/// `{admitted (0/1), wait (µs; -1 for more cells than a burst), now (µs)}`.
 const ADMIT: &str = r"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local tf, inf = ARGV[1] .. '.t', ARGV[1] .. '.i'
-local ttl, refusal = tonumber(ARGV[6]), ARGV[7]
+local ttl, refusal, n, dry = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1'
 local function tat_of(key, interval)
   local v = redis.call('HMGET', key, tf, inf)
   local tat, from = tonumber(v[1]) or 0, tonumber(v[2]) or interval
@@ -41,7 +42,8 @@ local function tat_of(key, interval)
   return tat
 end
 local function wait_of(tat, interval, burst)
-  local allow = tat - interval * (burst - 1)
+  if n > burst then return -1 end
+  local allow = tat + interval * (n - 1) - interval * (burst - 1)
   if now < allow then return allow - now end
   return 0
 end
@@ -51,7 +53,7 @@ local function touch(key)
   redis.call('EXPIRE', key, ttl)
 end
 local function take(key, tat, interval)
-  redis.call('HSET', key, tf, string.format('%.0f', math.max(tat, now) + interval), inf, string.format('%.0f', interval))
+  redis.call('HSET', key, tf, string.format('%.0f', math.max(tat, now) + interval * n), inf, string.format('%.0f', interval))
 end
 local pi, pb = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ptat = tat_of(KEYS[1], pi)
@@ -61,6 +63,11 @@ if KEYS[2] then
   ci, cb = tonumber(ARGV[4]), tonumber(ARGV[5])
   ctat = tat_of(KEYS[2], ci)
   cwait = wait_of(ctat, ci, cb)
+end
+if pwait < 0 or cwait < 0 then return {0, -1, now} end
+if dry then
+  if pwait > 0 or cwait > 0 then return {0, math.max(pwait, cwait), now} end
+  return {1, 0, now}
 end
 touch(KEYS[1])
 if pwait > 0 or cwait > 0 then
@@ -98,6 +105,7 @@ fn field(limit_type: LimitType) -> &'static str {
         LimitType::WsReqs => "q",
         LimitType::Messages => "m",
         LimitType::ApiCalls => "a",
+        LimitType::UploadBytes => "u",
         LimitType::AdminAuth | LimitType::Unavailable => "x",
     }
 }
@@ -116,14 +124,15 @@ impl Shared {
         self.link.key(&["p", &principal.to_string()])
     }
 
-    /// Bills one `limit_type` request to `principal` (and `ceiling`, both or neither): `Ok(())`,
-    /// or the nanoseconds until it would be admitted.
+    /// Bills `n` cells of `limit_type` to `principal` (and `ceiling`, both or neither), or with
+    /// `dry` only says whether it would: `Ok(())`, or the nanoseconds until it would be admitted
+    /// (`u64::MAX` for more cells than a burst holds).
     pub(super) async fn bill(
         &self,
         principal: &Principal,
-        quota: Quota,
-        ceiling: Option<(Principal, Quota)>,
+        (quota, ceiling): (Quota, Option<(Principal, Quota)>),
         limit_type: LimitType,
+        (n, dry): (u64, bool),
         ttl_secs: u64,
     ) -> Result<Result<(), u64>, LinkError> {
         let mut call = self.admit.key(self.key(principal));
@@ -140,11 +149,17 @@ impl Shared {
             .arg(ci)
             .arg(cb)
             .arg(ttl_secs)
-            .arg(format!("r.{}", limit_type.as_str()));
+            .arg(format!("r.{}", limit_type.as_str()))
+            .arg(n)
+            .arg(u8::from(dry));
         let mut conn = self.link.connection();
-        let (admitted, wait_us, _now): (u8, u64, u64) =
+        let (admitted, wait_us, _now): (u8, i64, u64) =
             self.link.call(async move { call.invoke_async(&mut conn).await }).await?;
-        Ok(if admitted == 1 { Ok(()) } else { Err(wait_us.saturating_mul(1000)) })
+        Ok(match (admitted, u64::try_from(wait_us)) {
+            (1, _) => Ok(()),
+            (_, Ok(wait_us)) => Err(wait_us.saturating_mul(1000)),
+            (_, Err(_)) => Err(u64::MAX),
+        })
     }
 
     /// Redis's time (ns) and what it holds of each of `principals`, read together.

@@ -17,8 +17,13 @@ use crate::protocol::{PubKey, Timestamp};
 pub const ADMIN_AUTH_FAILURES_PER_MIN: u64 = 10;
 /// The limit types backed by a per-principal quota, in report order; also the ones the IP
 /// ceiling bills.
-pub(super) const QUOTAS: [LimitType; 4] =
-    [LimitType::WsEvents, LimitType::WsReqs, LimitType::Messages, LimitType::ApiCalls];
+pub(super) const QUOTAS: [LimitType; 5] =
+    [LimitType::WsEvents, LimitType::WsReqs, LimitType::Messages, LimitType::ApiCalls, LimitType::UploadBytes];
+/// Bytes per cell of the `upload_bytes` quota: uploads are billed in whole KiB, so a day's
+/// budget is a GCRA whose interval stays far above a nanosecond (and a microsecond in Redis).
+pub const UPLOAD_CELL_BYTES: u64 = 1024;
+/// Seconds in the `upload_bytes` quota's period.
+const DAY_SECS: u64 = 86_400;
 
 /// One tier's quotas as GCRA parameters.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +32,7 @@ pub(super) struct TierQuotas {
     pub(super) ws_reqs: Quota,
     pub(super) messages: Quota,
     pub(super) api_calls: Quota,
+    pub(super) upload_bytes: Quota,
 }
 
 impl TierQuotas {
@@ -36,6 +42,10 @@ impl TierQuotas {
             ws_reqs: Quota::new(t.ws_reqs_per_sec, 1, t.ws_reqs_per_sec.saturating_mul(t.ws_reqs_burst_window_secs)),
             messages: Quota::new(t.messages_per_min, 60, t.messages_per_min),
             api_calls: Quota::new(t.api_calls_per_min, 60, t.api_calls_per_min),
+            upload_bytes: {
+                let cells = upload_cells(t.upload_bytes_per_day);
+                Quota::new(cells, DAY_SECS, cells)
+            },
         }
     }
 }
@@ -92,6 +102,7 @@ impl Policy {
             LimitType::WsReqs => Some(tier.ws_reqs),
             LimitType::Messages => Some(tier.messages),
             LimitType::ApiCalls => Some(tier.api_calls),
+            LimitType::UploadBytes => Some(tier.upload_bytes),
             LimitType::AdminAuth => Some(Quota::new(ADMIN_AUTH_FAILURES_PER_MIN, 60, ADMIN_AUTH_FAILURES_PER_MIN)),
             LimitType::Unavailable => None,
         }
@@ -113,6 +124,7 @@ pub(super) struct Cells {
     pub(super) ws_reqs: Cell,
     pub(super) messages: Cell,
     pub(super) api_calls: Cell,
+    pub(super) upload_bytes: Cell,
     pub(super) admin_auth: Cell,
 }
 
@@ -124,6 +136,7 @@ impl Cells {
             LimitType::WsReqs => Some(&mut self.ws_reqs),
             LimitType::Messages => Some(&mut self.messages),
             LimitType::ApiCalls => Some(&mut self.api_calls),
+            LimitType::UploadBytes => Some(&mut self.upload_bytes),
             LimitType::AdminAuth => Some(&mut self.admin_auth),
             LimitType::Unavailable => None,
         }
@@ -141,6 +154,7 @@ pub(super) struct Refusals {
     pub(super) ws_reqs: u32,
     pub(super) messages: u32,
     pub(super) api_calls: u32,
+    pub(super) upload_bytes: u32,
     pub(super) admin_auth: u32,
     pub(super) unavailable: u32,
 }
@@ -152,6 +166,7 @@ impl Refusals {
             LimitType::WsReqs => &mut self.ws_reqs,
             LimitType::Messages => &mut self.messages,
             LimitType::ApiCalls => &mut self.api_calls,
+            LimitType::UploadBytes => &mut self.upload_bytes,
             LimitType::AdminAuth => &mut self.admin_auth,
             LimitType::Unavailable => &mut self.unavailable,
         }
@@ -183,6 +198,22 @@ impl State {
     }
 }
 
+/// The cells of the `upload_bytes` quota `bytes` take (whole KiB, rounded up).
+pub fn upload_cells(bytes: u64) -> u64 {
+    bytes.div_ceil(UPLOAD_CELL_BYTES)
+}
+
+impl super::table::Kept for State {
+    /// A state is kept while any of its cells is in use: forgetting it would give back a whole
+    /// burst (a day's upload quota) early.
+    fn kept_until(&self) -> u32 {
+        let c = &self.cells;
+        let latest =
+            [c.ws_events, c.ws_reqs, c.messages, c.api_calls, c.upload_bytes, c.admin_auth].iter().map(|c| c.tat).max();
+        secs(latest.unwrap_or(0))
+    }
+}
+
 /// A time on the limiter's clock in whole seconds, as the table keeps it.
 pub(super) fn secs(now_ns: u64) -> u32 {
     u32::try_from(now_ns / NANOS).unwrap_or(u32::MAX)
@@ -191,5 +222,10 @@ pub(super) fn secs(now_ns: u64) -> u32 {
 /// How long until `cell`, billed under whatever rate it was, could take one more under `quota`
 /// (0 = now).
 pub(super) fn cell_wait(quota: Quota, cell: Cell, now_ns: u64) -> u64 {
-    quota.wait(quota.rescale(cell.tat, now_ns, cell.interval), now_ns)
+    cells_wait(quota, cell, 1, now_ns)
+}
+
+/// How long until `cell` could take `n` more under `quota` (0 = now).
+pub(super) fn cells_wait(quota: Quota, cell: Cell, n: u64, now_ns: u64) -> u64 {
+    quota.check_n(quota.rescale(cell.tat, now_ns, cell.interval), now_ns, n).err().unwrap_or(0)
 }

@@ -72,6 +72,17 @@ fn lock<S>(shard: &Mutex<Shard<S>>) -> MutexGuard<'_, Shard<S>> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What a table's state says of itself: until when (limiter clock, seconds) it must be kept
+/// however idle it is, because it still holds debt (a day-long quota's cells in use).
+pub(super) trait Kept {
+    /// Kept at least until then; 0 = only the idle time counts.
+    fn kept_until(&self) -> u32 {
+        0
+    }
+}
+
+impl Kept for u32 {}
+
 /// Bounded state of type `S` per principal.
 pub(super) struct Table<S> {
     shards: Box<[Mutex<Shard<S>>]>,
@@ -82,8 +93,9 @@ pub(super) struct Table<S> {
     hasher: RandomState,
 }
 
-impl<S> Table<S> {
-    /// A table of at most `max` entries, forgetting those idle for longer than `idle_secs`.
+impl<S: Kept> Table<S> {
+    /// A table of at most `max` entries, forgetting those idle for longer than `idle_secs` (and
+    /// owing nothing: see [`Kept`]).
     pub fn new(max: u64, idle_secs: u32) -> Table<S> {
         let max = usize::try_from(max).unwrap_or(usize::MAX).max(1);
         let count = (max / MIN_PER_SHARD).clamp(1, MAX_SHARDS);
@@ -103,7 +115,7 @@ impl<S> Table<S> {
     }
 
     fn live(&self, slot: &Slot<S>, now: u32) -> bool {
-        now.saturating_sub(slot.touched) <= self.idle_secs
+        now.saturating_sub(slot.touched) <= self.idle_secs || now <= slot.state.kept_until()
     }
 
     /// Runs `f` on `principal`'s state, creating it with `fresh` when absent or idle (evicting
@@ -184,6 +196,23 @@ mod tests {
         assert_eq!(t.read(&ip(1), 161, |s| *s), None);
         assert!(t.keys(161).is_empty());
         assert_eq!(t.update(&ip(1), 161, || 0, |s| *s), 0);
+    }
+
+    /// A state that owes until a given second.
+    struct Owing(u32);
+
+    impl Kept for Owing {
+        fn kept_until(&self) -> u32 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_state_in_debt_is_kept_past_the_idle_time() {
+        let t = Table::<Owing>::new(10, 60);
+        t.update(&ip(1), 100, || Owing(0), |s| s.0 = 10_000);
+        assert_eq!(t.read(&ip(1), 9_999, |s| s.0), Some(10_000));
+        assert_eq!(t.read(&ip(1), 10_001, |s| s.0), None);
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn ip(n: u32) -> Billed {
 #[test]
 fn limit_type_names_are_stable() {
     let names: Vec<_> = LimitType::ALL.iter().map(|l| l.as_str()).collect();
-    assert_eq!(names, ["ws_events", "ws_reqs", "messages", "api_calls", "admin_auth", "unavailable"]);
+    assert_eq!(names, ["ws_events", "ws_reqs", "messages", "api_calls", "upload_bytes", "admin_auth", "unavailable"]);
 }
 
 #[test]

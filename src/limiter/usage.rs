@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::gcra::NANOS;
 use super::principal::Principal;
-use super::state::{Cells, Policy, QUOTAS, Refusals};
+use super::state::{Cells, Policy, QUOTAS, Refusals, UPLOAD_CELL_BYTES};
 use crate::config::Tier;
 use crate::protocol::refusal::{LimitType, RateLimited};
 
@@ -35,7 +35,7 @@ pub struct Usage {
     pub principal: String,
     /// Its tier.
     pub tier: Tier,
-    /// Per quota: `ws_events`, `ws_reqs`, `messages`, `api_calls`.
+    /// Per quota: `ws_events`, `ws_reqs`, `messages`, `api_calls`, `upload_bytes` (in bytes).
     pub limits: BTreeMap<&'static str, LimitUsage>,
     /// Refusals per limit type since start (or since the state was last forgotten).
     pub refusals: BTreeMap<&'static str, u64>,
@@ -63,10 +63,12 @@ pub(super) fn report(
             let tat = q.rescale(cell.tat, now, cell.interval);
             let used = q.used(tat, now);
             let wait = q.wait(tat, now);
+            // `upload_bytes` is billed in KiB and reported in bytes.
+            let unit = if *lt == LimitType::UploadBytes { UPLOAD_CELL_BYTES } else { 1 };
             let usage = LimitUsage {
-                used,
-                limit: q.burst,
-                remaining: q.burst - used,
+                used: used.saturating_mul(unit),
+                limit: q.burst.saturating_mul(unit),
+                remaining: (q.burst - used).saturating_mul(unit),
                 window_secs: q.window_ns().div_ceil(NANOS),
                 retry_in_secs: if wait == 0 {
                     0

@@ -63,6 +63,7 @@ impl From<RunError> for OfflineError {
             RunError::DataDir { path, source } => OfflineError::Store(StoreError::Open { path, source }),
             RunError::Config(e) => OfflineError::Io(std::io::Error::other(e.to_string())),
             RunError::Identity(e) => OfflineError::Io(std::io::Error::other(e.to_string())),
+            RunError::Media(e) => OfflineError::Io(std::io::Error::other(e.to_string())),
         }
     }
 }

@@ -26,10 +26,10 @@ use dir::existing;
 pub use dir::{FAILED, INVALID, OK, OfflineError, UNUSABLE};
 
 /// Rewrites the configured data directory's event log without the space of replaced, deleted
-/// and expired events ([`crate::store::compact`]).
+/// and expired events ([`crate::store::check::compact`]).
 pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineError> {
     let dir = existing(&config)?;
-    Ok(crate::store::compact(&dir, config.storage.cache_capacity_mb).await?)
+    Ok(crate::store::check::compact(&dir, config.storage.cache_capacity_mb).await?)
 }
 
 /// Audits the configured data directory ([`crate::store::check::check`]); with `repair`, mends what it

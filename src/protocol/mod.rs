@@ -5,6 +5,7 @@
 //! touches tokio, warp or sled, so every rule is unit-tested without a socket. Hex is parsed once,
 //! at this edge, into fixed-size newtypes ([`EventId`], [`PubKey`], [`Sig`]).
 
+pub mod blossom;
 pub mod event;
 pub mod filter;
 pub mod keys;

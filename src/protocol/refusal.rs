@@ -53,8 +53,10 @@ pub enum LimitType {
     WsReqs,
     /// Durable (non-ephemeral) events, after verification and the duplicate check.
     Messages,
-    /// REST calls.
+    /// REST calls (and Blossom calls).
     ApiCalls,
+    /// Bytes uploaded to the media server (Blossom), per day; billed before the body is read.
+    UploadBytes,
     /// Failed admin API credentials, per client IP (a fixed quota, not per tier).
     AdminAuth,
     /// The global bound on concurrently handled work.
@@ -63,11 +65,12 @@ pub enum LimitType {
 
 impl LimitType {
     /// Every limit type, in report order.
-    pub const ALL: [LimitType; 6] = [
+    pub const ALL: [LimitType; 7] = [
         LimitType::WsEvents,
         LimitType::WsReqs,
         LimitType::Messages,
         LimitType::ApiCalls,
+        LimitType::UploadBytes,
         LimitType::AdminAuth,
         LimitType::Unavailable,
     ];
@@ -79,6 +82,7 @@ impl LimitType {
             LimitType::WsReqs => "ws_reqs",
             LimitType::Messages => "messages",
             LimitType::ApiCalls => "api_calls",
+            LimitType::UploadBytes => "upload_bytes",
             LimitType::AdminAuth => "admin_auth",
             LimitType::Unavailable => "unavailable",
         }

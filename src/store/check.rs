@@ -9,6 +9,8 @@
 //! `hearth check --repair` mends what it found: catalogue entries of unreadable or wrong records,
 //! older versions beside the newest and deleted events are dropped, every address is pointed at
 //! its newest stored version, and a compaction then rewrites the log without the damaged frames.
+//!
+//! `hearth compact` ([`compact`]) is here too: the other offline command over a directory.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -23,8 +25,24 @@ use super::format::log::FRAME_HEADER;
 use super::format::{Serial, keys, record};
 use super::open::open_log;
 use super::write::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
+use super::write::control::Compacted;
 use super::write::remap;
 use crate::protocol::{EventId, Timestamp};
+
+/// Compacts the store in `dir`, which no relay may hold (`hearth compact`): opened as a relay
+/// would open it (a crashed tail replayed, a stale generation removed), compacted, closed.
+pub async fn compact(dir: &Path, cache_capacity_mb: u64) -> Result<Compacted, StoreError> {
+    let store = super::Store::open(dir, cache_capacity_mb)?;
+    // A compaction cut off after its swap left its remap to this open, which finishes it first
+    // (`compact` would refuse while it runs).
+    if let Err(e) = store.until_compaction_ends().await {
+        store.close(cache_capacity_mb).await?;
+        return Err(e);
+    }
+    let done = store.compact().await;
+    store.close(cache_capacity_mb).await?;
+    done
+}
 
 /// One inconsistency.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -199,7 +217,7 @@ pub async fn repair(dir: &Path, cache_capacity_mb: u64) -> Result<Repaired, Stor
     tokio::task::spawn_blocking(move || drop_inconsistent(&owned, cache_capacity_mb, &problems))
         .await
         .map_err(|e| StoreError::Task(e.to_string()))??;
-    super::compact(dir, cache_capacity_mb).await?;
+    compact(dir, cache_capacity_mb).await?;
     let after = blocking(check).await?;
     Ok(Repaired { found, after })
 }

@@ -19,6 +19,8 @@
 //!   served, counted and matched toward a `limit` only for its author and its `p` recipients; the
 //!   plain `query`/`count`/`get` are the operator's view of everything.
 //! - **Settings and audit** documents are small, named and durable once saved.
+//! - **Media records** ([`Store::media`]): which key uploaded which blob (hash, size, type,
+//!   date), durable once written; a blob's owners and an owner's blobs are each one read.
 //! - **Compaction** gives back dead space while reads and writes go on; one at a time.
 //! - [`Store::close`] is the one stop: queued writes finish, everything is flushed.
 //!
@@ -46,6 +48,7 @@ mod error;
 pub mod format;
 pub mod index;
 mod items;
+pub mod media;
 pub mod migrate;
 mod open;
 mod plan;
@@ -320,6 +323,11 @@ impl Store {
         self.inner.writes.flush_off_reactor().await
     }
 
+    /// The media server's records.
+    pub fn media(&self) -> &media::MediaRecords {
+        &self.inner.media
+    }
+
     /// The newest `limit` audit entries, newest first.
     pub fn audit_log(&self, limit: usize) -> Result<Vec<Vec<u8>>, StoreError> {
         self.inner.audit.iter().rev().take(limit).map(|item| Ok(item?.1.to_vec())).collect()
@@ -429,21 +437,6 @@ impl Store {
     fn view(&self) -> RwLockReadGuard<'_, View> {
         self.inner.reader.view.read().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// Compacts the store in `dir`, which no relay may hold (`hearth compact`): opened as a relay
-/// would open it (a crashed tail replayed, a stale generation removed), compacted, closed.
-pub async fn compact(dir: &Path, cache_capacity_mb: u64) -> Result<Compacted, StoreError> {
-    let store = Store::open(dir, cache_capacity_mb)?;
-    // A compaction cut off after its swap left its remap to this open, which finishes it first
-    // (`compact` would refuse while it runs).
-    if let Err(e) = store.until_compaction_ends().await {
-        store.close(cache_capacity_mb).await?;
-        return Err(e);
-    }
-    let done = store.compact().await;
-    store.close(cache_capacity_mb).await?;
-    done
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use super::format::keys::{self, SCHEMA_VERSION};
 use super::format::log::{self, Log};
 use super::format::moves;
 use super::index::Indexes;
+use super::media::MediaRecords;
 use super::migrate;
 use super::progress::Progress;
 use super::query::Reader;
@@ -46,6 +47,8 @@ pub(crate) struct Opened {
     pub(crate) writes: Writes,
     /// The NIP-50 search index, when `storage.search` is on.
     pub(crate) search: Option<Arc<Searching>>,
+    /// The media server's records.
+    pub(crate) media: MediaRecords,
 }
 
 /// `Store::open` with every setting.
@@ -159,13 +162,14 @@ pub(crate) fn from_db(
     let view = Arc::new(RwLock::new(View { index, log, generation: log_generation, places, mark: Mark::default() }));
     let settings = db.open_tree(SETTINGS_TREE)?;
     let audit = db.open_tree(AUDIT_TREE)?;
+    let media = MediaRecords::open(&db, durable.clone())?;
     let dir = dir.map(Path::to_path_buf);
     let feed = searching.as_ref().map(|s| s.feed.clone());
     let reader = Reader { tree: tree.clone(), view: view.clone(), damaged: Arc::default() };
     let compaction = Arc::new(Control::default());
     let shared = Shared { db, tree, view, durable, dir, compaction, search: feed };
     let writes = Writes::start(shared, settings, remap)?;
-    Ok(Opened { audit, reader, writes, search: searching })
+    Ok(Opened { audit, reader, writes, search: searching, media })
 }
 
 /// Once `opened` is the last handle on the store (after its shutdown), closes it and

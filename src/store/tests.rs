@@ -1253,7 +1253,7 @@ async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
     store.until_alone().await;
     drop(store);
 
-    let done = compact(dir.path(), 8).await.unwrap();
+    let done = super::check::compact(dir.path(), 8).await.unwrap();
     assert!(done.after_bytes <= done.before_bytes, "{done:?}");
     let store = Store::open(dir.path(), 8).unwrap();
     assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);

@@ -15,6 +15,7 @@ mod admin;
 mod groups;
 mod hostile;
 mod http;
+mod media;
 mod membership;
 mod nip01;
 mod private;
