@@ -38,6 +38,26 @@ pub struct RelayInfo {
     /// absent when the limiter is off, so that clients do not pace for quotas nobody enforces.
     #[serde(skip_serializing_if = "Option::is_none")]
     hearth_limits: Option<HearthLimits>,
+    /// Where media goes (no NIP says where a relay's Blossom server is): the relay's own HTTP
+    /// address serves Blossom when `media.enabled`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hearth_media: Option<HearthMedia>,
+}
+
+/// The media server, as NIP-11 describes it.
+#[derive(Debug, Serialize)]
+struct HearthMedia {
+    /// `server.public_url` as an HTTP URL when set; `null`: this document's own address.
+    server: Option<String>,
+    /// Blossom BUDs served.
+    buds: [u8; 6],
+    max_blob_bytes: u64,
+    /// Empty: any type.
+    allowed_types: Vec<String>,
+    /// `members` or `anyone`.
+    upload: crate::config::Uploaders,
+    /// Reads need a member's `get` authorization (`members-only`).
+    auth_required_to_read: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -118,6 +138,16 @@ impl RelayInfo {
                 human: limits.human,
                 agent: limits.agent,
                 ip: limits.ip,
+            }),
+            hearth_media: config.media.enabled.then(|| HearthMedia {
+                server: Some(config.server.public_url.trim_end_matches('/'))
+                    .filter(|u| !u.is_empty())
+                    .map(|u| u.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1)),
+                buds: [1, 2, 4, 6, 11, 12],
+                max_blob_bytes: config.media.max_blob_bytes,
+                allowed_types: config.media.allowed_types.clone(),
+                upload: config.media.uploaders(moderation.mode() != AccessMode::Public),
+                auth_required_to_read: moderation.mode() == AccessMode::MembersOnly,
             }),
         }
     }

@@ -80,9 +80,15 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         .and(warp::options())
         .map(|| cors(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT)).into_response());
     // GET / (anything else: a human-readable pointer)
-    let home = warp::path::end()
-        .and(warp::get())
-        .map(|| "hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n".into_response());
+    let home = warp::path::end().and(warp::get()).and(with_app(app.clone())).map(|app: Arc<AppState>| {
+        let media = if app.config.media.enabled {
+            "Media (Blossom): PUT /upload, GET /<sha256>, GET /list/<pubkey> at this address.\n"
+        } else {
+            ""
+        };
+        format!("hearth: a Nostr relay. Connect a Nostr client to this address over WebSocket.\n{media}")
+            .into_response()
+    });
     // GET /metrics
     let metrics = warp::path("metrics").and(warp::path::end()).and(warp::get()).map(|| {
         warp::reply::with_header(crate::metrics::render(), "Content-Type", "text/plain; version=0.0.4").into_response()
@@ -147,6 +153,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PATCH", "/admin/v1/groups/{id}"),
     ("DELETE", "/admin/v1/groups/{id}"),
     ("POST", "/admin/v1/groups/{id}/pending/{pubkey}/{verdict}"),
+    ("GET", "/admin/v1/media"),
+    ("DELETE", "/admin/v1/media/{sha256}"),
     ("PUT", "/admin/v1/members/{pubkey}"),
     ("DELETE", "/admin/v1/members/{pubkey}"),
     ("POST", "/admin/v1/invites"),

@@ -7,7 +7,6 @@
 //! publishes through the same path as a member's (`groups::publish::as_relay`), so the group's
 //! state stays the fold of its stored events; every change is audited.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -15,13 +14,14 @@ use serde_json::{Value, json};
 use warp::reply::Response;
 
 use super::auth::{Admin, audit, ok_json};
+use super::people::profiles;
 use crate::app::AppState;
 use crate::groups::publish::as_relay;
 use crate::groups::state::Group;
 use crate::http::{ApiError, RequestCtx, parse_body, require_json};
 use crate::protocol::nip29::{self, Metadata};
 use crate::protocol::refusal::Prefix;
-use crate::protocol::{Filter, Kind, PubKey, Timestamp, Viewer};
+use crate::protocol::{Kind, PubKey};
 
 /// A page of the list holds at most this many groups.
 const MAX_PAGE: usize = 1000;
@@ -61,26 +61,6 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
 /// The group `id`, or 404.
 fn group(app: &AppState, id: &str) -> Result<Group, ApiError> {
     app.groups.read().get(id).cloned().ok_or_else(|| ApiError::NotFound(format!("no group `{id}`")))
-}
-
-/// The names and pictures of `pubkeys` from their stored kind 0.
-async fn profiles(app: &AppState, pubkeys: Vec<PubKey>) -> HashMap<PubKey, (String, String)> {
-    let mut out = HashMap::new();
-    if pubkeys.is_empty() {
-        return out;
-    }
-    let filter = Filter { kinds: Some(vec![Kind(0)]), authors: Some(pubkeys), ..Filter::default() };
-    let Ok((events, _)) = app.store.query_async(vec![filter], Timestamp::now(), Viewer::everything()).await else {
-        return out;
-    };
-    for json in events {
-        let Ok(event) = serde_json::from_str::<crate::protocol::Event>(json.as_str()) else { continue };
-        let profile: Value = serde_json::from_str(&event.content).unwrap_or(Value::Null);
-        let text = |k: &str| profile[k].as_str().unwrap_or("").to_string();
-        let name = Some(text("display_name")).filter(|n| !n.is_empty()).unwrap_or_else(|| text("name"));
-        out.entry(event.pubkey).or_insert((name, text("picture")));
-    }
-    out
 }
 
 /// The whole of one group, as `GET /admin/v1/groups/{id}` shows it.

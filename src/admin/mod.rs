@@ -9,8 +9,10 @@ mod auth;
 mod groups;
 mod invites;
 mod limits;
+mod media;
 mod members;
 mod nip86;
+mod people;
 mod store;
 mod sync;
 pub mod ui;
@@ -228,6 +230,19 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and_then(|Segment(id), Segment(pk), Segment(verdict), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::answer(a, c, w, (id, pk, verdict)))
         });
+    // GET /admin/v1/media
+    let media_list = base
+        .and(warp::path("media"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, media::list));
+    // DELETE /admin/v1/media/{sha256}
+    let media_delete =
+        base.and(warp::path!("media" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(sha), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| media::delete(a, c, w, sha)),
+        );
     // POST /admin/v1/invites
     let invite_create = base
         .and(warp::path("invites"))
@@ -313,6 +328,8 @@ pub fn routes(app: Arc<AppState>) -> Route {
         group_patch.boxed(),
         group_delete.boxed(),
         group_answer.boxed(),
+        media_list.boxed(),
+        media_delete.boxed(),
         members_list.boxed(),
         member_put.boxed(),
         member_delete.boxed(),

@@ -40,6 +40,7 @@ const LIST_KEYS: &[&str] = &[
     "limits.agent_pubkeys",
     "limits.ip_ceiling_exempt",
     "admin.pubkeys",
+    "media.allowed_types",
 ];
 
 /// The environment variable that sets `key`.

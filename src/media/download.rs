@@ -139,10 +139,15 @@ pub async fn list(
     access::may_read(app, caller, Verb::List, None)?;
     let owner = PubKey::from_hex(&pubkey.to_ascii_lowercase())
         .ok_or_else(|| MediaError::BadRequest("the pubkey in /list/<pubkey> must be 64 hex digits".into()))?;
+    // A whole number past u64 is still a whole number: clamped, like every other count.
     let number = |key: &str| -> Result<Option<u64>, MediaError> {
-        ctx.query_param(key)
-            .map(|v| v.parse::<u64>().map_err(|_| MediaError::BadRequest(format!("{key} must be a whole number"))))
-            .transpose()
+        match ctx.query_param(key) {
+            None => Ok(None),
+            Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+                Ok(Some(v.parse().unwrap_or(u64::MAX)))
+            }
+            Some(_) => Err(MediaError::BadRequest(format!("{key} must be a whole number"))),
+        }
     };
     let (since, until, limit) = (number("since")?, number("until")?, number("limit")?);
     let limit = limit.map_or(MAX_LIST, |l| usize::try_from(l).unwrap_or(MAX_LIST).min(MAX_LIST));

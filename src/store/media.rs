@@ -201,6 +201,22 @@ impl MediaRecords {
         Ok(out)
     }
 
+    /// Bytes and blobs per owner (a blob two keys uploaded counts for both).
+    pub fn per_owner(&self) -> Result<Vec<(PubKey, u64, u64)>, StoreError> {
+        let mut out: Vec<(PubKey, u64, u64)> = Vec::new();
+        for item in self.owners.iter() {
+            let record = decode(&item?.1)?;
+            match out.last_mut() {
+                Some((owner, bytes, blobs)) if *owner == record.owner => {
+                    *bytes = bytes.saturating_add(record.size);
+                    *blobs += 1;
+                }
+                _ => out.push((record.owner, record.size, 1)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Every blob hash with a record, each once.
     pub fn hashes(&self) -> Result<Vec<[u8; 32]>, StoreError> {
         let mut out: Vec<[u8; 32]> = Vec::new();

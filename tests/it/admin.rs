@@ -297,11 +297,12 @@ async fn a_limits_preview_counts_who_the_proposed_values_would_refuse_now_and_ch
     assert_eq!(status, StatusCode::OK);
     let tracked = body["tracked"].as_u64().unwrap();
     assert!(tracked >= 2, "{body}");
-    let zero = json!({"ws_events": 0, "ws_reqs": 0, "messages": 0, "api_calls": 0, "any": 0});
+    let zero = json!({"ws_events": 0, "ws_reqs": 0, "messages": 0, "api_calls": 0, "upload_bytes": 0, "any": 0});
     assert_eq!((&body["would_refuse"], &body["refused_now"]), (&zero, &zero), "{body}");
     // A burst of 6 (2/s × 3 s) refuses the one that used 8; of 2 (1/s × 2 s), both.
     let (_, body) = preview(json!({"human": {"ws_reqs_burst_window_secs": 3}})).await;
-    let refusing = |n: u64| json!({"ws_events": 0, "ws_reqs": n, "messages": 0, "api_calls": 0, "any": n});
+    let refusing =
+        |n: u64| json!({"ws_events": 0, "ws_reqs": n, "messages": 0, "api_calls": 0, "upload_bytes": 0, "any": n});
     assert_eq!(body["would_refuse"], refusing(1), "{body}");
     let (_, body) = preview(json!({"human": {"ws_reqs_per_sec": 1, "ws_reqs_burst_window_secs": 2}})).await;
     assert_eq!(body["would_refuse"], refusing(2), "{body}");

@@ -39,7 +39,8 @@ async fn nip11_document_reflects_the_config_with_cors() {
             "ws_reqs_per_sec": 10,
             "ws_reqs_burst_window_secs": 10,
             "messages_per_min": 120,
-            "api_calls_per_min": 60
+            "api_calls_per_min": 60,
+            "upload_bytes_per_day": 1_073_741_824u64
         })
     );
 }

@@ -526,3 +526,88 @@ async fn blobs_survive_a_restart_and_leftovers_are_cleared_at_start() {
     assert!(!media.join(&orphan[..2]).join(&orphan).exists());
     assert_eq!(std::fs::read_dir(media.join("tmp")).unwrap().count(), 0);
 }
+
+#[tokio::test]
+async fn operators_list_blobs_with_their_owners_names_and_delete_them_audited() {
+    let token = "t";
+    let relay = start(|c| c.admin.token = token.into()).await;
+    let (alice, bob) = (keys(1), keys(2));
+    let mut ws = relay.connect().await;
+    let profile =
+        crate::common::sign(&alice, now(), 0, &[], r#"{"name":"alice","picture":"https://pics.example/a.png"}"#);
+    crate::common::assert_ok(&ws.publish(&profile).await, &profile.id.to_hex(), true, "");
+    let one = b"first blob".to_vec();
+    let two = b"second, longer blob".to_vec();
+    let (h1, h2) = (hash_of(&one), hash_of(&two));
+    assert_eq!(upload(&relay, &auth(&alice, Verb::Upload, &[]), &one, "image/png").await.status, StatusCode::CREATED);
+    assert_eq!(upload(&relay, &auth(&bob, Verb::Upload, &[]), &one, "image/png").await.status, StatusCode::OK);
+    assert_eq!(upload(&relay, &auth(&alice, Verb::Upload, &[]), &two, "text/plain").await.status, StatusCode::CREATED);
+    let admin = |m: Method, path: String| {
+        let relay = &relay;
+        async move { crate::common::http(relay, m, &path, None, Some(token), None).await }
+    };
+    assert_eq!(
+        crate::common::http(&relay, Method::GET, "/admin/v1/media", None, None, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let (status, doc) = admin(Method::GET, "/admin/v1/media".into()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((doc["used_bytes"].as_u64(), doc["next"].clone()), (Some((one.len() + two.len()) as u64), Value::Null));
+    let blob_one = doc["blobs"].as_array().unwrap().iter().find(|b| b["sha256"] == json!(h1.to_hex())).unwrap().clone();
+    assert_eq!(
+        (blob_one["size"].as_u64(), blob_one["path"].clone()),
+        (Some(one.len() as u64), json!(format!("/{h1}.png")))
+    );
+    let owners: Vec<(String, String)> = blob_one["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["pubkey"].as_str().unwrap().to_string(), o["name"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(owners.contains(&(alice.public_key().to_hex(), "alice".into())));
+    assert!(owners.contains(&(bob.public_key().to_hex(), String::new())));
+    let alice_usage = doc["by_pubkey"].as_array().unwrap().iter().find(|p| p["name"] == "alice").unwrap().clone();
+    assert_eq!(
+        (alice_usage["bytes"].as_u64(), alice_usage["blobs"].as_u64()),
+        (Some((one.len() + two.len()) as u64), Some(2))
+    );
+    assert_eq!(alice_usage["picture"], "https://pics.example/a.png");
+    // A page of one, then the next.
+    let (_, first) = admin(Method::GET, "/admin/v1/media?limit=1".into()).await;
+    assert_eq!(first["blobs"].as_array().unwrap().len(), 1);
+    let after = first["next"].as_str().unwrap().to_string();
+    let (_, second) = admin(Method::GET, format!("/admin/v1/media?limit=1&after={after}")).await;
+    assert_eq!((second["blobs"].as_array().unwrap().len(), second["next"].clone()), (1, Value::Null));
+    // Deleted for both owners, gone from disk, audited.
+    let (status, _) = admin(Method::DELETE, format!("/admin/v1/media/{h1}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(call(&relay, Method::GET, &format!("/{h1}"), &[], None).await.status, StatusCode::NOT_FOUND);
+    assert!(!relay.data_dir().join("media").join(&h1.to_hex()[..2]).join(h1.to_hex()).exists());
+    assert_eq!(admin(Method::DELETE, format!("/admin/v1/media/{h1}")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(crate::common::audit_actions(&relay, token).await[0], "media.delete");
+    assert_eq!(call(&relay, Method::GET, &format!("/{h2}"), &[], None).await.body, two);
+}
+
+#[tokio::test]
+async fn nip11_and_the_home_page_say_where_media_is() {
+    let relay = start(|c| {
+        c.access.mode = AccessMode::MembersWrite;
+        c.media.allowed_types = vec!["image/*".into()];
+    })
+    .await;
+    assert_eq!(
+        relay.nip11().await["hearth_media"],
+        json!({"server": null, "buds": [1, 2, 4, 6, 11, 12], "max_blob_bytes": 104857600, "allowed_types": ["image/*"],
+               "upload": "members", "auth_required_to_read": false})
+    );
+    let home = call(&relay, Method::GET, "/", &[], None).await;
+    assert!(
+        String::from_utf8(home.body)
+            .unwrap()
+            .contains("Media (Blossom): PUT /upload, GET /<sha256>, GET /list/<pubkey> at this address.")
+    );
+    let off = start(|c| c.media.enabled = false).await;
+    assert_eq!(off.nip11().await.get("hearth_media"), None);
+    let put = upload(&off, &auth(&keys(1), Verb::Upload, &[]), b"x", "text/plain").await;
+    assert_eq!(put.status, StatusCode::NOT_FOUND);
+}

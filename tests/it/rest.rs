@@ -397,7 +397,8 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
             .replace("{addr}", "127.0.0.1")
             .replace("{tier}", "human")
             .replace("{key}", "ws_events_per_sec")
-            .replace("{file}", "app.js");
+            .replace("{file}", "app.js")
+            .replace("{sha256}", &"0".repeat(64));
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         // NIP-86 at POST / is selected by its content type.
         let content_type = if concrete == "/" { "application/nostr+json+rpc" } else { "application/json" };
@@ -414,6 +415,9 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
         if concrete.starts_with("/api/v1/events/") {
             // The route answers; the event just is not stored.
             assert_eq!(resp.json::<Value>().await.unwrap(), json!({"error": "event not found"}));
+        } else if concrete == format!("/{}", "0".repeat(64)) && method != reqwest::Method::DELETE {
+            // The media route answers; the blob just is not held.
+            assert_eq!(resp.headers()["x-reason"], "blob not found");
         } else {
             assert_ne!(status, 404, "{method} {path} is documented but not answered");
         }

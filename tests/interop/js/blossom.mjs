@@ -1,0 +1,134 @@
+// Blossom against a client library hearth did not write: blossom-client-sdk (by Blossom's
+// author, pinned in package-lock.json) uploads, checks, lists, downloads, mirrors and deletes
+// against hearth untouched, signing its own kind 24242 authorizations through its own helpers.
+// Usage: node blossom.mjs <hearth binary>. Starts its relays on free ports in temporary
+// directories and kills them, pass or fail.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
+import {
+  Actions,
+  createDeleteAuth,
+  createDownloadAuth,
+  createListAuth,
+  createMirrorAuth,
+  createUploadAuth,
+  getBlobSha256,
+} from 'blossom-client-sdk';
+
+const binary = process.argv[2];
+const children = [];
+const dirs = [];
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGKILL');
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Waits for `ready()` to hold, polling, for at most ten seconds. */
+async function until(what, ready) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const value = await ready();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((ok) => setTimeout(ok, 25));
+  }
+}
+
+/** Starts a relay with `env` and returns its HTTP address. */
+async function relay(env) {
+  const data = mkdtempSync(join(tmpdir(), 'hearth-blossom-'));
+  dirs.push(data);
+  const child = spawn(binary, [], {
+    env: { ...process.env, HEARTH_SERVER__BIND: '127.0.0.1:0', HEARTH_STORAGE__DATA_DIR: join(data, 'data'), RUST_LOG: 'info', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  children.push(child);
+  let log = '';
+  child.stderr.on('data', (chunk) => { log += chunk; });
+  const addr = await until('the relay to listen', () => /listening on (\d+\.\d+\.\d+\.\d+:\d+)/.exec(log)?.[1]);
+  return `http://${addr}`;
+}
+
+let passed = 0;
+const step = async (name, run) => {
+  await run();
+  passed += 1;
+  console.log(`ok - ${name}`);
+};
+
+const alice = generateSecretKey();
+const bob = generateSecretKey();
+const signer = (sk) => async (draft) => finalizeEvent(draft, sk);
+
+const members = getPublicKey(alice);
+// A: members write (and upload), anyone reads. B: public. C: members only.
+const a = await relay({ HEARTH_ACCESS__MODE: 'members-write', HEARTH_AUTH__MEMBERS: members });
+const b = await relay({});
+const c = await relay({ HEARTH_ACCESS__MODE: 'members-only', HEARTH_AUTH__MEMBERS: members });
+
+const bytes = new TextEncoder().encode('a picture of a pizza, in bytes');
+const blob = new Blob([bytes], { type: 'image/png' });
+const sha256 = await getBlobSha256(blob);
+let descriptor;
+
+await step('uploadBlob: HEAD /upload asks for auth, the SDK signs, PUT stores it (201 descriptor)', async () => {
+  descriptor = await Actions.uploadBlob(a, blob, { onAuth: (server, hash) => createUploadAuth(signer(alice), hash) });
+  assert.equal(descriptor.sha256, sha256);
+  assert.equal(descriptor.size, bytes.length);
+  assert.equal(descriptor.type, 'image/png');
+  assert.equal(descriptor.url, `${a}/${sha256}.png`);
+  assert.ok(Number.isInteger(descriptor.uploaded));
+});
+
+await step('hasBlob and downloadBlob see exactly the bytes uploaded', async () => {
+  assert.equal(await Actions.hasBlob(a, sha256), true);
+  assert.equal(await Actions.hasBlob(a, '0'.repeat(64)), false);
+  const response = await Actions.downloadBlob(a, sha256);
+  assert.deepEqual(new Uint8Array(await response.arrayBuffer()), bytes);
+  assert.equal(response.headers.get('content-type'), 'image/png');
+});
+
+await step('listBlobs lists the descriptor for its owner', async () => {
+  const listed = await Actions.listBlobs(a, getPublicKey(alice), { onAuth: () => createListAuth(signer(alice)) });
+  assert.deepEqual(listed, [descriptor]);
+});
+
+await step("a stranger's upload to a members relay is refused with the relay's words", async () => {
+  const other = new Blob([new TextEncoder().encode('not a member')], { type: 'text/plain' });
+  await assert.rejects(
+    Actions.uploadBlob(a, other, { onAuth: (server, hash) => createUploadAuth(signer(bob), hash) }),
+    (e) => e.status === 403 && e.message === 'restricted: only members of this relay may upload here',
+  );
+});
+
+await step('mirrorBlob: a second hearth fetches the blob from the first and stores it', async () => {
+  const mirrored = await Actions.mirrorBlob(b, descriptor, { onAuth: (server, hash) => createMirrorAuth(signer(bob), hash) });
+  assert.equal(mirrored.sha256, sha256);
+  assert.equal(mirrored.url, `${b}/${sha256}.png`);
+  const response = await Actions.downloadBlob(b, sha256);
+  assert.deepEqual(new Uint8Array(await response.arrayBuffer()), bytes);
+});
+
+await step('deleteBlob by its owner removes it', async () => {
+  assert.equal(await Actions.deleteBlob(a, sha256, { onAuth: (server, hash) => createDeleteAuth(signer(alice), hash) }), true);
+  assert.equal(await Actions.hasBlob(a, sha256), false);
+});
+
+await step('members only: downloadBlob is asked for auth and signs a get authorization for this server', async () => {
+  await Actions.uploadBlob(c, blob, { onAuth: (server, hash) => createUploadAuth(signer(alice), hash) });
+  await assert.rejects(Actions.downloadBlob(c, sha256, { auth: false }), /Authorization disabled/);
+  const response = await Actions.downloadBlob(c, sha256, { onAuth: (server) => createDownloadAuth(signer(alice), server) });
+  assert.deepEqual(new Uint8Array(await response.arrayBuffer()), bytes);
+  await assert.rejects(
+    Actions.downloadBlob(c, sha256, { onAuth: (server) => createDownloadAuth(signer(bob), server) }),
+    (e) => e.status === 403,
+  );
+});
+
+console.log(`${passed} Blossom checks passed against blossom-client-sdk`);
+process.exit(0);
