@@ -68,6 +68,10 @@ enum Command {
         /// A NIP-01 filter as JSON.
         #[arg(long)]
         filter: Option<String>,
+        /// Also copy every media blob (and who uploaded it) into this folder, for `hearth import
+        /// --media`.
+        #[arg(long)]
+        media: Option<PathBuf>,
     },
     /// Reconcile with another NIP-77 relay (negentropy) and move what one has and the other
     /// lacks; prints a summary line. Offline on the data directory, or through the running
@@ -95,6 +99,10 @@ enum Command {
         /// The JSON-lines file (default: stdin).
         #[arg(long)]
         file: Option<PathBuf>,
+        /// Also take the media blobs `hearth export --media` wrote into this folder (each
+        /// file's hash checked).
+        #[arg(long)]
+        media: Option<PathBuf>,
     },
     /// Rewrite the event log without the space of replaced, deleted and expired events; prints
     /// {"before_bytes","after_bytes","seconds"}. The relay must not be running.
@@ -178,8 +186,8 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             let options = hearth::dev::DevOptions { port, data, limits, quiet, seed };
             return dev(options, config).await;
         }
-        Command::Export { filter } => return offline(Offline::Export { filter }, config).await,
-        Command::Import { file } => return offline(Offline::Import { file }, config).await,
+        Command::Export { filter, media } => return offline(Offline::Export { filter, media }, config).await,
+        Command::Import { file, media } => return offline(Offline::Import { file, media }, config).await,
         Command::Sync { peer, local, filter, direction, dry_run } => {
             return offline(Offline::Sync { peer, local, filter, direction, dry_run }, config).await;
         }
@@ -220,9 +228,11 @@ async fn dev(options: hearth::dev::DevOptions, config: Option<&std::path::Path>)
 enum Offline {
     Export {
         filter: Option<String>,
+        media: Option<PathBuf>,
     },
     Import {
         file: Option<PathBuf>,
+        media: Option<PathBuf>,
     },
     Sync {
         peer: String,
@@ -247,11 +257,16 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
         Err(code) => return code,
     };
     let outcome = match command {
-        Offline::Export { filter } => {
+        Offline::Export { filter, media } => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            offline::export(config, filter.as_deref(), &mut out).await.map(|_| offline::OK)
+            offline::export(config, filter.as_deref(), media.as_deref(), &mut out).await.map(|(_, blobs)| {
+                if let Some(dir) = &media {
+                    eprintln!("hearth export: {blobs} blobs and their records written to {}", dir.display());
+                }
+                offline::OK
+            })
         }
-        Offline::Import { file } => {
+        Offline::Import { file, media } => {
             let input: Box<dyn std::io::BufRead + Send> = match &file {
                 Some(path) => match std::fs::File::open(path) {
                     Ok(f) => Box::new(std::io::BufReader::new(f)),
@@ -262,9 +277,10 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
                 },
                 None => Box::new(std::io::BufReader::new(std::io::stdin())),
             };
-            offline::import(config, input).await.map(|summary| {
+            offline::import(config, input, media.as_deref()).await.map(|summary| {
                 println!("{}", serde_json::to_string(&summary).unwrap_or_default());
-                if summary.invalid == 0 { offline::OK } else { offline::INVALID }
+                let blobs_invalid = summary.media.as_ref().map_or(0, |m| m.invalid);
+                if summary.invalid == 0 && blobs_invalid == 0 { offline::OK } else { offline::INVALID }
             })
         }
         Offline::Sync { peer, local, filter, direction, dry_run } => {
@@ -300,18 +316,22 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
         }),
-        Offline::Check { repair } => offline::check(config, repair).await.map(|checked| {
+        Offline::Check { repair } => offline::check(config, repair).await.map(|(checked, media)| {
             for problem in &checked.found.problems {
                 println!("{}", serde_json::to_string(problem).unwrap_or_default());
             }
+            for damage in &media.damaged {
+                println!("{}", serde_json::json!({"blob": damage.sha256, "problem": damage.problem}));
+            }
             let found = &checked.found;
-            let mut summary =
-                serde_json::json!({"events": found.events, "frames": found.frames, "problems": found.problems.len()});
+            let mut summary = serde_json::json!({"events": found.events, "frames": found.frames,
+                "problems": found.problems.len() + media.damaged.len(), "blobs": media.blobs});
             if repair {
-                summary["remaining"] = checked.after.problems.len().into();
+                summary["remaining"] = (checked.after.problems.len() as u64 + media.remaining).into();
             }
             println!("{summary}");
-            if checked.after.problems.is_empty() { offline::OK } else { offline::FAILED }
+            let clean = if repair { media.remaining == 0 } else { media.damaged.is_empty() };
+            if checked.after.problems.is_empty() && clean { offline::OK } else { offline::FAILED }
         }),
     };
     match outcome {

@@ -49,9 +49,12 @@ pub enum BlobError {
 }
 
 impl BlobError {
-    /// An I/O error, with a full disk told apart.
+    /// An I/O error, with a full disk told apart (ENOSPC, and EFBIG: a file past what the
+    /// process may write, `ulimit -f`).
     pub(super) fn io(e: std::io::Error) -> BlobError {
-        if e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
+        if matches!(e.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::FileTooLarge)
+            || matches!(e.raw_os_error(), Some(27 | 28))
+        {
             BlobError::Full
         } else {
             BlobError::Io(e)

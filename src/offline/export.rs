@@ -7,8 +7,14 @@ use crate::config::Config;
 use crate::protocol::{Filter, Timestamp};
 
 /// Writes every stored event matching `filter` (all, for `None`) to `out`, one stored JSON per
-/// line, oldest first; returns how many.
-pub async fn export(config: Config, filter: Option<&str>, out: &mut impl Write) -> Result<u64, OfflineError> {
+/// line, oldest first; with `media`, every blob and its records into that folder
+/// ([`super::media::export`]). Returns how many events and blobs.
+pub async fn export(
+    config: Config,
+    filter: Option<&str>,
+    media: Option<&std::path::Path>,
+    out: &mut impl Write,
+) -> Result<(u64, u64), OfflineError> {
     let filter: Filter = match filter {
         Some(text) => serde_json::from_str(text).map_err(|e| OfflineError::Filter(e.to_string()))?,
         None => Filter::default(),
@@ -18,8 +24,12 @@ pub async fn export(config: Config, filter: Option<&str>, out: &mut impl Write) 
     }
     let app = open(config, false)?;
     let outcome = write_all(&app.store, &filter, out);
+    let blobs = match (&outcome, media) {
+        (Ok(_), Some(dir)) => super::media::export(&app, dir),
+        _ => Ok(0),
+    };
     app.store.shutdown().await?;
-    outcome
+    Ok((outcome?, blobs?))
 }
 
 fn write_all(store: &crate::store::Store, filter: &Filter, out: &mut impl Write) -> Result<u64, OfflineError> {

@@ -45,6 +45,9 @@ pub struct ImportSummary {
     /// Not an event, a bad id or signature, a kind that is never stored, or refused by
     /// moderation.
     pub invalid: u64,
+    /// The blobs of `--media`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media: Option<super::media::MediaImported>,
 }
 
 /// One input line after parsing and verification.
@@ -52,9 +55,23 @@ type Checked = (u64, Result<VerifiedEvent, String>);
 
 /// Imports the JSON lines of `input` into the configured data directory; bad lines are
 /// reported on stderr.
-pub async fn import(config: Config, input: Box<dyn BufRead + Send>) -> Result<ImportSummary, OfflineError> {
+/// With `media`, the blobs of that folder too ([`super::media::import`]), after the events.
+pub async fn import(
+    config: Config,
+    input: Box<dyn BufRead + Send>,
+    media: Option<&std::path::Path>,
+) -> Result<ImportSummary, OfflineError> {
     let app = open(config, true)?;
-    let summary = import_into(app.clone(), input).await;
+    let mut summary = import_into(app.clone(), input).await;
+    if let (Ok(summary), Some(dir)) = (&mut summary, media) {
+        match super::media::import(&app, dir).await {
+            Ok(done) => summary.media = Some(done),
+            Err(e) => {
+                AppState::close(app).await?;
+                return Err(e);
+            }
+        }
+    }
     AppState::close(app).await?;
     summary
 }

@@ -10,6 +10,7 @@
 mod dir;
 mod export;
 mod import;
+pub mod media;
 mod migrate;
 mod reindex;
 mod sync;
@@ -35,18 +36,28 @@ pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineE
 /// Audits the configured data directory ([`crate::store::check::check`]); with `repair`, mends what it
 /// found and checks again ([`crate::store::check::repair`]), and rebuilds the search index
 /// ([`search_reindex`]) when it is kept.
-pub async fn check(config: Config, repair: bool) -> Result<crate::store::check::Repaired, OfflineError> {
+/// The blobs are read against their records too ([`media::check`]).
+pub async fn check(
+    config: Config,
+    repair: bool,
+) -> Result<(crate::store::check::Repaired, media::MediaChecked), OfflineError> {
     let dir = existing(&config)?;
     let cache = config.storage.cache_capacity_mb;
-    if repair {
+    let events = if repair {
         let repaired = crate::store::check::repair(&dir, cache).await?;
         if config.storage.search {
-            search_reindex(config).await?;
+            search_reindex(config.clone()).await?;
         }
-        return Ok(repaired);
-    }
-    let found = tokio::task::spawn_blocking(move || crate::store::check::check(&dir, cache))
-        .await
-        .map_err(|e| OfflineError::Store(StoreError::Task(e.to_string())))??;
-    Ok(crate::store::check::Repaired { after: found.clone(), found })
+        repaired
+    } else {
+        let store_dir = dir.clone();
+        let found = tokio::task::spawn_blocking(move || crate::store::check::check(&store_dir, cache))
+            .await
+            .map_err(|e| OfflineError::Store(StoreError::Task(e.to_string())))??;
+        crate::store::check::Repaired { after: found.clone(), found }
+    };
+    let app = dir::open(config, false)?;
+    let blobs = media::check(&app, &dir, repair).await;
+    crate::app::AppState::close(app).await?;
+    Ok((events, blobs?))
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use serde_json::{Value, json};
 
-fn hearth(data: &Path) -> Command {
+pub(crate) fn hearth(data: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
     cmd.env_remove("RUST_LOG").env("HEARTH_STORAGE__DATA_DIR", data).env("HEARTH_SERVER__BIND", "127.0.0.1:0");
     cmd
@@ -276,7 +276,7 @@ fn check_finds_a_flipped_byte_and_the_store_still_serves_every_other_event() {
     let check = || hearth(&data).arg("check").output().unwrap();
     let out = check();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"events\":50,\"frames\":50,\"problems\":0}\n");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"blobs\":0,\"events\":50,\"frames\":50,\"problems\":0}\n");
 
     // One byte in the middle of the log, inside one event's content.
     let log = data.join("events.log");
@@ -294,7 +294,7 @@ fn check_finds_a_flipped_byte_and_the_store_still_serves_every_other_event() {
     assert!(lines[0]["reason"].as_str().unwrap().contains("checksum mismatch"), "{lines:?}");
     assert_eq!(lines[1]["problem"], "unreadable_record");
     assert_eq!(lines[1]["serial"], lines[0]["serial"]);
-    assert_eq!(lines[2], json!({"events": 50, "frames": 50, "problems": 2}));
+    assert_eq!(lines[2], json!({"events": 50, "frames": 50, "problems": 2, "blobs": 0}));
     // The damaged event is left out; every other one is served.
     let exported = String::from_utf8(export(&data, None).stdout).unwrap();
     let damaged_id = lines[1]["id"].as_str().unwrap();
@@ -309,10 +309,10 @@ fn check_finds_a_flipped_byte_and_the_store_still_serves_every_other_event() {
     let last = String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string();
     assert_eq!(
         serde_json::from_str::<Value>(&last).unwrap(),
-        json!({"events": 50, "frames": 50, "problems": 2, "remaining": 0})
+        json!({"events": 50, "frames": 50, "problems": 2, "blobs": 0, "remaining": 0})
     );
     let out = check();
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"events\":49,\"frames\":49,\"problems\":0}\n");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"blobs\":0,\"events\":49,\"frames\":49,\"problems\":0}\n");
     assert_eq!(String::from_utf8(export(&data, None).stdout).unwrap(), exported);
     assert_eq!(summary(&import(&data, line(victim).as_bytes()))["stored"], 1);
 }

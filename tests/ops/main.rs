@@ -18,6 +18,7 @@ mod durability;
 mod fuzz_corpus;
 mod groups;
 mod limiter;
+mod media;
 mod search;
 mod sockets;
 mod switch;
