@@ -68,8 +68,7 @@ enum Command {
         /// A NIP-01 filter as JSON.
         #[arg(long)]
         filter: Option<String>,
-        /// Also copy every media blob (and who uploaded it) into this folder, for `hearth import
-        /// --media`.
+        /// Also copy every media blob (and who uploaded it) into this folder.
         #[arg(long)]
         media: Option<PathBuf>,
     },
@@ -99,8 +98,7 @@ enum Command {
         /// The JSON-lines file (default: stdin).
         #[arg(long)]
         file: Option<PathBuf>,
-        /// Also take the media blobs `hearth export --media` wrote into this folder (each
-        /// file's hash checked).
+        /// Also take the blobs `hearth export --media` wrote to this folder (hashes checked).
         #[arg(long)]
         media: Option<PathBuf>,
     },
@@ -259,12 +257,8 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
     let outcome = match command {
         Offline::Export { filter, media } => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            offline::export(config, filter.as_deref(), media.as_deref(), &mut out).await.map(|(_, blobs)| {
-                if let Some(dir) = &media {
-                    eprintln!("hearth export: {blobs} blobs and their records written to {}", dir.display());
-                }
-                offline::OK
-            })
+            let done = offline::export(config, filter.as_deref(), media.as_deref(), &mut out).await;
+            done.map(|(_, blobs)| offline::exported_media(blobs, media.as_deref()))
         }
         Offline::Import { file, media } => {
             let input: Box<dyn std::io::BufRead + Send> = match &file {
@@ -316,22 +310,12 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
         }),
-        Offline::Check { repair } => offline::check(config, repair).await.map(|(checked, media)| {
-            for problem in &checked.found.problems {
-                println!("{}", serde_json::to_string(problem).unwrap_or_default());
+        Offline::Check { repair } => offline::check(config, repair).await.map(|checked| {
+            let (lines, code) = offline::check_report(&checked, repair);
+            for line in lines {
+                println!("{line}");
             }
-            for damage in &media.damaged {
-                println!("{}", serde_json::json!({"blob": damage.sha256, "problem": damage.problem}));
-            }
-            let found = &checked.found;
-            let mut summary = serde_json::json!({"events": found.events, "frames": found.frames,
-                "problems": found.problems.len() + media.damaged.len(), "blobs": media.blobs});
-            if repair {
-                summary["remaining"] = (checked.after.problems.len() as u64 + media.remaining).into();
-            }
-            println!("{summary}");
-            let clean = if repair { media.remaining == 0 } else { media.damaged.is_empty() };
-            if checked.after.problems.is_empty() && clean { offline::OK } else { offline::FAILED }
+            code
         }),
     };
     match outcome {

@@ -61,3 +61,31 @@ pub async fn check(
     crate::app::AppState::close(app).await?;
     Ok((events, blobs?))
 }
+
+/// What `hearth check` prints of `checked` (one JSON line per problem, then the summary) and its
+/// exit code: 0 when clean (after a repair, when it mended everything), 1 otherwise.
+pub fn check_report(
+    (events, media): &(crate::store::check::Repaired, media::MediaChecked),
+    repair: bool,
+) -> (Vec<String>, u8) {
+    let mut lines: Vec<String> =
+        events.found.problems.iter().map(|p| serde_json::to_string(p).unwrap_or_default()).collect();
+    lines.extend(media.damaged.iter().map(|d| serde_json::json!({"blob": d.sha256, "problem": d.problem}).to_string()));
+    let found = &events.found;
+    let mut summary = serde_json::json!({"events": found.events, "frames": found.frames,
+        "problems": found.problems.len() + media.damaged.len(), "blobs": media.blobs});
+    if repair {
+        summary["remaining"] = (events.after.problems.len() as u64 + media.remaining).into();
+    }
+    lines.push(summary.to_string());
+    let clean = if repair { media.remaining == 0 } else { media.damaged.is_empty() };
+    (lines, if events.after.problems.is_empty() && clean { OK } else { FAILED })
+}
+
+/// Says on stderr how many blobs `hearth export --media` wrote, and where; the exit code.
+pub fn exported_media(blobs: u64, media: Option<&std::path::Path>) -> u8 {
+    if let Some(dir) = media {
+        eprintln!("hearth export: {blobs} blobs and their records written to {}", dir.display());
+    }
+    OK
+}

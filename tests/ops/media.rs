@@ -194,7 +194,7 @@ async fn check_finds_a_damaged_blob_repair_sets_it_aside_and_export_import_carry
     assert_eq!(refused.status.code(), Some(4));
     assert_eq!(lines(&refused)[0]["media"], serde_json::json!({"uploads": 1, "invalid": 1}));
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains(&format!("records.jsonl line")),
+        String::from_utf8_lossy(&refused.stderr).contains(&format!(": {good_hash}: ")),
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
