@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, expect } from '@playwright/test';
 import AxeBuilder from '@axe-core/playwright';
-import { verifyEvent } from 'nostr-tools/pure';
+import { createHash } from 'node:crypto';
+import { finalizeEvent, verifyEvent } from 'nostr-tools/pure';
 
 const HTTP = () => process.env.HEARTH_HTTP;
 const TOKEN = () => process.env.HEARTH_TOKEN;
@@ -294,6 +295,41 @@ test('groups: a closed group, a join request waiting, approved from the page; th
   await expect(page.locator('#groups-message')).toHaveText(`Deleted ${id} and every event of it.`);
   expect((await api('GET', `/admin/v1/groups/${id}`)).status).toBe(404);
   await expect(page.getByRole('button', { name: `Show group ${id}` })).toHaveCount(0);
+});
+
+test('media: an uploaded picture with its uploader\'s name, bytes per uploader; deleted from the page', async ({ page }, info) => {
+  const key = await freshKey();
+  const profile = `${JSON.stringify({ kind: 0, content: JSON.stringify({ name: 'Painter' }) })}\n`;
+  const published = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', key.secret], profile);
+  expect(JSON.parse(published.stdout.trim().split('\n').pop()).accepted).toBe(true);
+  // A 1x1 PNG; the bytes after its end make each project's blob its own (browsers ignore them).
+  const png = Buffer.concat([Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64'), Buffer.from(info.project.name)]);
+  const sha = createHash('sha256').update(png).digest('hex');
+  const now = Math.floor(Date.now() / 1000);
+  const auth = finalizeEvent({ kind: 24242, created_at: now, content: 'Upload a picture', tags: [['t', 'upload'], ['x', sha], ['expiration', String(now + 600)]] }, Buffer.from(key.secret, 'hex'));
+  const put = await fetch(`${HTTP()}/upload`, {
+    method: 'PUT',
+    headers: { Authorization: `Nostr ${Buffer.from(JSON.stringify(auth)).toString('base64')}`, 'Content-Type': 'image/png' },
+    body: png,
+  });
+  expect(put.status).toBe(201);
+  await signIn(page);
+  await view(page, 'Media');
+  const short = `${sha.slice(0, 8)}…${sha.slice(-6)}`;
+  const row = page.locator('#media-blobs tbody tr', { hasText: short });
+  await expect(row).toContainText('Painter');
+  await expect(row).toContainText('image/png');
+  // The thumbnail loads under the page's Content-Security-Policy (same origin).
+  const thumb = row.getByRole('img', { name: `Blob ${short}` });
+  await expect.poll(() => thumb.evaluate((img) => img.complete && img.naturalWidth)).toBe(1);
+  await expect(page.locator('#media-usage')).toContainText('Painter');
+  await accessible(page, 'media');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-media.png`), fullPage: true });
+  await page.getByRole('button', { name: `Delete blob ${short}` }).click();
+  await expect(page.locator('#media-message')).toHaveText(`Deleted ${short} for every key that uploaded it.`);
+  await expect(page.getByRole('button', { name: `Delete blob ${short}` })).toHaveCount(0);
+  expect((await fetch(`${HTTP()}/${sha}`)).status).toBe(404);
+  expect((await api('GET', '/admin/v1/audit')).body.entries[0].action).toBe('media.delete');
 });
 
 test('members: a member added by npub with a note and removed; an invite created, listed and revoked', async ({ page }, info) => {

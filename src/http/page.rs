@@ -19,5 +19,6 @@ pub const FILES: &[(&str, &str, &[u8])] = &[
     ("chart.js", JS, include_bytes!("../../admin-ui/chart.js")),
     ("members.js", JS, include_bytes!("../../admin-ui/members.js")),
     ("groups.js", JS, include_bytes!("../../admin-ui/groups.js")),
+    ("media.js", JS, include_bytes!("../../admin-ui/media.js")),
     ("sync.js", JS, include_bytes!("../../admin-ui/sync.js")),
 ];
