@@ -13,8 +13,8 @@ const $ = (id) => document.getElementById(id);
 const VIEWS = ['overview', 'limits', 'usage', 'moderation', 'members', 'groups', 'media', 'audit', 'store'];
 const REFRESH_MS = 5000;
 const TIERS = ['human', 'agent', 'ip'];
-const KEYS = ['ws_events_per_sec', 'ws_burst_window_secs', 'ws_reqs_per_sec', 'ws_reqs_burst_window_secs', 'messages_per_min', 'api_calls_per_min'];
-const LIMIT_TYPES = ['ws_events', 'ws_reqs', 'messages', 'api_calls', 'admin_auth', 'unavailable'];
+const KEYS = ['ws_events_per_sec', 'ws_burst_window_secs', 'ws_reqs_per_sec', 'ws_reqs_burst_window_secs', 'messages_per_min', 'api_calls_per_min', 'upload_bytes_per_day'];
+const LIMIT_TYPES = ['ws_events', 'ws_reqs', 'messages', 'api_calls', 'upload_bytes', 'admin_auth', 'unavailable'];
 
 let timer = null;
 let nodeTimer = null;

@@ -141,7 +141,7 @@ test('overview: uptime, version, connections, subscriptions, events stored and b
   await expect(figures.locator('.figure', { hasText: 'Events stored' }).locator('dd')).toHaveText(String(store.events));
   await expect(page.getByRole('img', { name: /^Events stored per second: latest/ })).toBeVisible();
   await expect(page.getByRole('img', { name: /^Refusals per second, all limit types: latest/ })).toBeVisible();
-  await expect(page.locator('#refusals-legend li')).toHaveText(['ws_events', 'ws_reqs', 'messages', 'api_calls', 'admin_auth', 'unavailable']);
+  await expect(page.locator('#refusals-legend li')).toHaveText(['ws_events', 'ws_reqs', 'messages', 'api_calls', 'upload_bytes', 'admin_auth', 'unavailable']);
   await accessible(page, 'overview');
   await page.screenshot({ path: join(SHOTS, `${info.project.name}-overview.png`), fullPage: true });
 });
@@ -153,6 +153,7 @@ test('limits: preview, a refused value beside its field, apply, a stale write, r
   await expect(page.getByLabel('human ws_events_per_sec', { exact: true })).toHaveValue(/\d+/);
   // Reads have a budget of their own, tuned like every other.
   await expect(page.getByLabel('ip ws_reqs_burst_window_secs', { exact: true })).toHaveValue('10');
+  await expect(page.getByLabel('human upload_bytes_per_day', { exact: true })).toHaveValue('1073741824');
   await page.getByLabel('agent ws_reqs_per_sec', { exact: true }).fill('31');
   await page.getByRole('button', { name: 'Apply' }).click();
   await expect(page.locator('#limit-agent-ws_reqs_per_sec-source')).toHaveText('admin');
@@ -206,7 +207,7 @@ test('usage: a fresh pubkey\'s traffic in exact counts, its tier changed, banned
   await expect(report.getByText('used 3 of 4, 1 remaining', { exact: false })).toBeVisible();
   await expect(page.getByRole('meter', { name: 'messages' })).toHaveAttribute('value', '3');
   await expect(report.locator('.figure', { hasText: 'Stored events' }).locator('dd')).toHaveText('3');
-  await expect(report.locator('.figure', { hasText: 'Refusals' }).locator('dd')).toHaveText('admin_auth 0, api_calls 0, messages 0, unavailable 0, ws_events 0, ws_reqs 0');
+  await expect(report.locator('.figure', { hasText: 'Refusals' }).locator('dd')).toHaveText('admin_auth 0, api_calls 0, messages 0, unavailable 0, upload_bytes 0, ws_events 0, ws_reqs 0');
   const usage = (await api('GET', `/admin/v1/usage/${key.pubkey}`)).body;
   expect(usage.limits.messages.used).toBe(3);
   await accessible(page, 'usage');
@@ -488,7 +489,7 @@ test('keyboard alone: sign in, reach a view, look up a principal', async ({ page
   await page.keyboard.press('Enter');
   await expect(page.getByRole('heading', { name: 'Usage', level: 2 })).toBeVisible();
   await page.keyboard.press('Tab');
-  for (let i = 0; i < 5 && (await page.evaluate(() => document.activeElement?.id)) !== 'usage-who'; i += 1) {
+  for (let i = 0; i < 12 && (await page.evaluate(() => document.activeElement?.id)) !== 'usage-who'; i += 1) {
     await page.keyboard.press('Tab');
   }
   await page.keyboard.type('127.0.0.1');

@@ -24,7 +24,7 @@ use crate::protocol::blossom::{BlobHash, Verb};
 use crate::store::media::BlobRecord;
 
 /// Bytes read from a blob's file at a time.
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = 512 * 1024;
 /// Blobs listed at most per page.
 const MAX_LIST: usize = 1000;
 

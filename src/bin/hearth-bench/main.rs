@@ -123,6 +123,17 @@ enum Cmd {
         #[arg(long, default_value_t = 10_000)]
         startup_groups: usize,
     },
+    /// The media server (Blossom) on the release `hearth`: a --size-mb upload and its download
+    /// beside `dd`'s sequential write and read in the same run, the relay's RSS during the
+    /// upload, and --concurrent uploads of --each-mb at once.
+    Media {
+        #[arg(long, default_value_t = 1_024)]
+        size_mb: u64,
+        #[arg(long, default_value_t = 100)]
+        concurrent: usize,
+        #[arg(long, default_value_t = 1)]
+        each_mb: u64,
+    },
     /// One store size, on the release `hearth`: ingest (rate beside one core's validation rate,
     /// peak RSS), start-up after a clean stop and after kill -9, the query mix and the RSS after
     /// it. Generates --file with --events events when it does not exist.
@@ -211,6 +222,7 @@ async fn main() -> ExitCode {
         Cmd::Groups { groups, members, messages, rate, startup_groups } => {
             drive::groups(groups, members, messages, rate, startup_groups).await
         }
+        Cmd::Media { size_mb, concurrent, each_mb } => drive::media(size_mb, concurrent, each_mb).await,
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Sync { events, file } => drive::sync(events, &file).await,
