@@ -409,3 +409,59 @@ fn the_redis_backend_without_a_usable_url_stops_start_up_naming_the_key() {
         assert!(err.contains("limits.redis_url") && err.contains(problem), "{url}: {err}");
     }
 }
+
+#[test]
+fn uploads_on_two_nodes_bill_one_shared_byte_quota_and_a_check_bills_nothing() {
+    use hearth::protocol::blossom::{self, Verb};
+    let redis = Redis::start();
+    // 4 KiB a day: one KiB comes back every 21,600 s.
+    let env = [("HEARTH_LIMITS__HUMAN__UPLOAD_BYTES_PER_DAY", "4096")];
+    let (a, b) = (node(&redis, "node-a", &env), node(&redis, "node-b", &env));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let k = keys(1);
+        let fresh = std::sync::atomic::AtomicU64::new(0);
+        let auth = || {
+            let n = fresh.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            blossom::header(&k, Verb::Upload, &[], hearth::protocol::Timestamp(now()), now() + 3600 + n)
+        };
+        let put = |n: &Node, size: usize, byte: u8, auth: String| {
+            let url = format!("http://{}/upload", n.addr);
+            async move {
+                let resp = reqwest::Client::new()
+                    .put(url)
+                    .header("authorization", auth)
+                    .body(vec![byte; size])
+                    .send()
+                    .await
+                    .unwrap();
+                let reason =
+                    resp.headers().get("x-reason").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+                (resp.status().as_u16(), reason)
+            }
+        };
+        assert_eq!(put(&a, 3 * 1024, 1, auth()).await.0, 201);
+        // B knows what A billed: a check of 2 KiB says wait, and bills nothing.
+        let check = reqwest::Client::new()
+            .head(format!("http://{}/upload", b.addr))
+            .header("authorization", auth())
+            .header("x-content-length", "2048")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(check.status().as_u16(), 429);
+        let hint: u64 = check.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        // Redis's clock has moved on by the time it answers: a hint of 21,600 s less that.
+        assert!((21_590..=21_600).contains(&hint), "{hint}");
+        let (status, reason) = put(&b, 2 * 1024, 2, auth()).await;
+        assert_eq!(status, 429);
+        let words = reason
+            .strip_prefix("rate-limited: quota exceeded (upload_bytes); retry in ")
+            .unwrap_or_else(|| panic!("{reason}"));
+        let secs: u64 = words.trim_end_matches('s').parse().unwrap();
+        assert!((21_590..=21_600).contains(&secs), "{reason}");
+        // The KiB left is taken on either node, once.
+        assert_eq!(put(&b, 1024, 3, auth()).await.0, 201);
+        assert_eq!(put(&a, 1024, 4, auth()).await.0, 429);
+    });
+}
