@@ -18,9 +18,6 @@ use crate::protocol::verify::verify;
 use crate::protocol::{Event, PubKey, Timestamp, VerifiedEvent};
 use crate::store::PutOutcome;
 
-/// NIP-59 gift wraps.
-const GIFT_WRAP: crate::protocol::Kind = crate::protocol::Kind(1059);
-
 /// What happened to a published event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -79,7 +76,7 @@ fn policy(app: &AppState, event: &Event, now: Timestamp) -> Result<(), Refusal> 
     }
     // A gift wrap's created_at is randomised into the past by design (NIP-59): never too old.
     if lim.created_at_lower_limit > 0
-        && event.kind != GIFT_WRAP
+        && event.kind != crate::protocol::Kind::GIFT_WRAP
         && event.created_at.0 < now.0.saturating_sub(lim.created_at_lower_limit)
     {
         return Err(Refusal::new(
@@ -91,6 +88,14 @@ fn policy(app: &AppState, event: &Event, now: Timestamp) -> Result<(), Refusal> 
         return Err(Refusal::new(
             Prefix::Invalid,
             format!("created_at is more than {} seconds in the future", lim.created_at_upper_limit),
+        ));
+    }
+    if crate::protocol::private::is_gift_wrap(event.kind)
+        && crate::protocol::private::wrap_recipient(&event.tags, event.kind).is_none()
+    {
+        return Err(Refusal::new(
+            Prefix::Invalid,
+            "a gift wrap is addressed to exactly one recipient: one p tag (wrap a copy for each)",
         ));
     }
     if event.kind == crate::protocol::Kind::AUTH {
@@ -131,6 +136,18 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Some(_) => {}
         }
     }
+    // A gift wrap from outside to a member (its author a one-time key) is taken from an
+    // authenticated connection only, so that an open relay is not an anonymous mail drop.
+    if crate::protocol::private::is_gift_wrap(verified.kind)
+        && publisher.authed.is_none()
+        && app.moderation.restricted_writes()
+        && !app.moderation.is_member(&verified.pubkey)
+    {
+        return Outcome::refused(
+            Prefix::AuthRequired,
+            "authenticate (NIP-42) to send a gift wrap to a member of this relay",
+        );
+    }
     // NIP-43 join and leave requests are answered by the relay, never stored or delivered.
     if crate::membership::is_request(verified.kind) {
         drop(permit);
@@ -144,6 +161,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         Ok(admission) => admission,
         Err(refusal) => return Outcome::Refused(refusal),
     };
+    let wrap = crate::protocol::private::is_gift_wrap(verified.kind);
     let settled = settle(app, verified, now, Some((&publisher.billed, permit))).await;
     if let (Settled::Stored, Admission::Change(change)) = (&settled, group)
         && let Err(refusal) = crate::groups::publish::done(app, change).await
@@ -154,6 +172,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         Settled::Stored | Settled::Live => Outcome::Accepted,
         Settled::Duplicate => Outcome::Duplicate,
         Settled::Superseded => Outcome::refused(Prefix::Duplicate, "a newer version is stored"),
+        Settled::Deleted if wrap => Outcome::refused(Prefix::Blocked, "deleted by its recipient"),
         Settled::Deleted => Outcome::refused(Prefix::Blocked, "deleted by its author"),
         Settled::Expired => Outcome::refused(Prefix::Invalid, "event has expired"),
         Settled::Refused(refusal) => Outcome::Refused(refusal),

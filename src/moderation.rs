@@ -267,10 +267,11 @@ impl Moderation {
             if !s.allowed_kinds.is_empty() && !s.allowed_kinds.contains(&event.kind.0) {
                 return Verdict::Blocked(format!("kind {} is not allowed on this relay", event.kind.0));
             }
-            if self.writes_restricted(s)
-                && !self.members.contains(&event.pubkey)
-                && !s.allowed_pubkeys.contains_key(&event.pubkey)
-            {
+            let member = |pk: &PubKey| self.members.contains(pk) || s.allowed_pubkeys.contains_key(pk);
+            // A gift wrap's author is a one-time key: one to a member is a member's mail.
+            let to_member =
+                crate::protocol::private::wrap_recipient(&event.tags, event.kind).is_some_and(|r| member(&r));
+            if self.writes_restricted(s) && !member(&event.pubkey) && !to_member {
                 return Verdict::Restricted("only members of this relay may publish here".into());
             }
             Verdict::Allowed

@@ -301,8 +301,8 @@ mod tests {
     #[test]
     fn private_kinds_default_to_direct_messages_and_gift_wraps_and_take_an_env_list() {
         let kinds = |c: Config| c.auth.private_kinds.iter().map(|k| k.0).collect::<Vec<u16>>();
-        assert_eq!(kinds(Config::load(None, &env(&[])).unwrap()), vec![4, 1059]);
-        assert_eq!(kinds(Config::default()), vec![4, 1059]);
+        assert_eq!(kinds(Config::load(None, &env(&[])).unwrap()), vec![4, 1059, 21059]);
+        assert_eq!(kinds(Config::default()), vec![4, 1059, 21059]);
         let c = Config::load(None, &env(&[("HEARTH_AUTH__PRIVATE_KINDS", "4,1059,14")])).unwrap();
         assert_eq!(kinds(c), vec![4, 1059, 14]);
         assert!(Config::load(None, &env(&[("HEARTH_AUTH__PRIVATE_KINDS", "4,dm")])).is_err());

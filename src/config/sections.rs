@@ -426,7 +426,7 @@ impl Default for AuthConfig {
             required: false,
             members: Vec::new(),
             trusted_proxies: Vec::new(),
-            private_kinds: vec![Kind(4), Kind(1059)],
+            private_kinds: vec![Kind(4), Kind(1059), Kind(21059)],
         }
     }
 }

@@ -151,6 +151,8 @@ pub enum KindClass {
 impl Kind {
     /// Kind 5, a NIP-09 deletion request.
     pub const DELETION: Kind = Kind(5);
+    /// NIP-59 gift wrap.
+    pub const GIFT_WRAP: Kind = Kind(1059);
     /// Kind 22242, a NIP-42 authentication event.
     pub const AUTH: Kind = Kind(22242);
 

@@ -13,6 +13,26 @@ use std::sync::Arc;
 use super::event::{Kind, PubKey, tag_values};
 use super::filter::Filter;
 
+/// NIP-17's ephemeral gift wrap: delivered live to its recipient, never stored.
+pub const EPHEMERAL_GIFT_WRAP: Kind = Kind(21059);
+
+/// True for a gift wrap, stored (1059) or ephemeral (21059).
+pub fn is_gift_wrap(kind: Kind) -> bool {
+    kind == Kind::GIFT_WRAP || kind == EPHEMERAL_GIFT_WRAP
+}
+
+/// The one recipient of a gift wrap (NIP-59: exactly one `p` tag); `None` for any other event
+/// or a wrap that names none or several. The recipient may delete a stored wrap (NIP-09) in
+/// place of its author, a key thrown away after signing it.
+pub fn wrap_recipient(tags: &[Vec<String>], kind: Kind) -> Option<PubKey> {
+    if !is_gift_wrap(kind) {
+        return None;
+    }
+    let mut ps = tag_values(tags, "p");
+    let first = ps.next().and_then(PubKey::from_hex)?;
+    ps.next().is_none().then_some(first)
+}
+
 /// The kinds served only to their parties (`auth.private_kinds`), sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrivateKinds(Arc<[Kind]>);

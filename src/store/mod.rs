@@ -7,7 +7,8 @@
 //!   their outcome is durable: an event acknowledged `Stored` survives a `kill -9` at any moment
 //!   after. An event is stored once per id (`Duplicate` after); NIP-01 replaceable and
 //!   addressable versions and NIP-09 deletions decide `Superseded` and `Deleted` in the order
-//!   the writes arrived; NIP-40 expired events are never served and are removed by the sweep.
+//!   the writes arrived (a gift wrap, kind 1059 with one `p` tag, is deleted by its recipient's
+//!   request as by its author's); NIP-40 expired events are never served and are removed by the sweep.
 //! - **Reads** ([`Store::query`], [`Store::count`], [`Store::get`], [`Store::export`]) see a
 //!   consistent snapshot: newest first, ties lowest id first, each filter's `limit` its own, no
 //!   event twice; except [`Store::export`], which gives the oldest first and events of the same

@@ -189,3 +189,125 @@ async fn with_no_private_kinds_every_event_is_served_to_anyone() {
     let mut anyone = relay.connect().await;
     assert_eq!(ids(&anyone.req("w", vec![json!({"kinds": [1059]})]).await), vec![for_bob.id.to_hex()]);
 }
+
+/// A connection authenticated as `who`.
+async fn as_(relay: &TestRelay, who: &Keys) -> Client {
+    let mut c = relay.connect().await;
+    assert_eq!(c.auth(who, &relay.ws_url()).await[2], true);
+    c
+}
+
+#[tokio::test]
+async fn the_recipient_of_a_gift_wrap_deletes_it_and_it_never_comes_back() {
+    let relay = TestRelay::start(generous).await;
+    let (p, one_time) = (parties(), keys(9));
+    let at = now() - 2 * 86_400;
+    let wrapped = wrap(&one_time, &p.bob, at, "sealed for bob");
+    let mut w = relay.connect().await;
+    assert_ok(&w.publish(&wrapped).await, &wrapped.id.to_hex(), true, "");
+    let mut bob = as_(&relay, &p.bob).await;
+    let inbox = json!({"kinds": [1059], "#p": [to(&p.bob)]});
+    assert_eq!(bob.req_ids("in", vec![inbox.clone()]).await, vec![wrapped.id.to_hex()]);
+    // A stranger's deletion does nothing; the recipient's removes it.
+    let mut carol = as_(&relay, &p.carol).await;
+    let theirs = sign(&p.carol, now(), 5, &[&["e", &wrapped.id.to_hex()]], "");
+    assert_ok(&carol.publish(&theirs).await, &theirs.id.to_hex(), true, "");
+    assert_eq!(bob.req_ids("in2", vec![inbox.clone()]).await, vec![wrapped.id.to_hex()]);
+    let mine = sign(&p.bob, now(), 5, &[&["e", &wrapped.id.to_hex()]], "read it, thanks");
+    assert_ok(&bob.publish(&mine).await, &mine.id.to_hex(), true, "");
+    assert_eq!(bob.req_ids("in3", vec![inbox.clone()]).await, Vec::<String>::new());
+    // Sent again, it stays deleted.
+    assert_eq!(
+        w.publish(&wrapped).await,
+        json!(["OK", wrapped.id.to_hex(), false, "blocked: deleted by its recipient"])
+    );
+    // A deletion that arrives first keeps the wrap out when it comes.
+    let later = wrap(&keys(10), &p.bob, at, "another");
+    let first = sign(&p.bob, now(), 5, &[&["e", &later.id.to_hex()]], "");
+    assert_ok(&bob.publish(&first).await, &first.id.to_hex(), true, "");
+    assert_eq!(w.publish(&later).await, json!(["OK", later.id.to_hex(), false, "blocked: deleted by its recipient"]));
+    // And after a restart.
+    let dir = relay.stop().await;
+    let relay = TestRelay::start_in(dir, generous).await;
+    let mut bob = as_(&relay, &p.bob).await;
+    assert_eq!(bob.req_ids("in4", vec![inbox]).await, Vec::<String>::new());
+    let mut w = relay.connect().await;
+    assert_eq!(w.publish(&wrapped).await[3], "blocked: deleted by its recipient");
+}
+
+#[tokio::test]
+async fn a_gift_wrap_names_exactly_one_recipient() {
+    let relay = TestRelay::start(generous).await;
+    let p = parties();
+    let mut c = relay.connect().await;
+    let words = "invalid: a gift wrap is addressed to exactly one recipient: one p tag (wrap a copy for each)";
+    for kind in [1059, 21059] {
+        let two = sign(&keys(9), now(), kind, &[&["p", &to(&p.bob)], &["p", &to(&p.carol)]], "x");
+        assert_eq!(c.publish(&two).await, json!(["OK", two.id.to_hex(), false, words]));
+        let none = sign(&keys(9), now(), kind, &[], "x");
+        assert_eq!(c.publish(&none).await, json!(["OK", none.id.to_hex(), false, words]));
+    }
+}
+
+#[tokio::test]
+async fn an_ephemeral_wrap_reaches_its_recipient_live_only_and_inbox_relays_are_public() {
+    let relay = TestRelay::start(generous).await;
+    let p = parties();
+    let mut bob = as_(&relay, &p.bob).await;
+    let mut carol = as_(&relay, &p.carol).await;
+    let live = json!({"kinds": [21059]});
+    assert_eq!(bob.req("b", vec![live.clone()]).await, Vec::<Value>::new());
+    assert_eq!(carol.req("c", vec![live.clone()]).await, Vec::<Value>::new());
+    let ping = sign(&keys(9), now(), 21059, &[&["p", &to(&p.bob)]], "typing… sealed");
+    let mut w = relay.connect().await;
+    assert_ok(&w.publish(&ping).await, &ping.id.to_hex(), true, "");
+    assert_eq!(bob.recv().await, json!(["EVENT", "b", ping]));
+    carol.assert_nothing_before_barrier("an ephemeral wrap is its recipient's only").await;
+    // Never stored.
+    assert_eq!(bob.req_ids("again", vec![live]).await, Vec::<String>::new());
+    // Kind 10050 (where to send bob DMs) is for anyone to read, without AUTH.
+    let relays = sign(&p.bob, now(), 10050, &[&["relay", "wss://inbox.example"]], "");
+    assert_ok(&bob.publish(&relays).await, &relays.id.to_hex(), true, "");
+    let mut anyone = relay.connect().await;
+    assert_eq!(
+        anyone.req_ids("r", vec![json!({"kinds": [10050], "authors": [to(&p.bob)]})]).await,
+        vec![relays.id.to_hex()]
+    );
+}
+
+#[tokio::test]
+async fn in_members_write_a_member_receives_gift_wraps_from_outside() {
+    let (p, one_time) = (parties(), keys(9));
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.access.mode = hearth::config::AccessMode::MembersWrite;
+        c.auth.members = vec![p.bob.public_key()];
+    })
+    .await;
+    let for_bob = wrap(&one_time, &p.bob, now() - 3600, "from outside");
+    // Not authenticated: asked to.
+    let mut anon = relay.connect().await;
+    assert_eq!(
+        anon.publish(&for_bob).await,
+        json!([
+            "OK",
+            for_bob.id.to_hex(),
+            false,
+            "auth-required: authenticate (NIP-42) to send a gift wrap to a member of this relay"
+        ])
+    );
+    // Authenticated as anyone (carol is no member): taken, and bob reads it.
+    let mut carol = as_(&relay, &p.carol).await;
+    assert_ok(&carol.publish(&for_bob).await, &for_bob.id.to_hex(), true, "");
+    let mut bob = as_(&relay, &p.bob).await;
+    assert_eq!(bob.req_ids("in", vec![json!({"kinds": [1059], "#p": [to(&p.bob)]})]).await, vec![for_bob.id.to_hex()]);
+    // A wrap to a non-member is a non-member's write.
+    let for_alice = wrap(&one_time, &p.alice, now() - 3600, "not a member");
+    assert_eq!(
+        carol.publish(&for_alice).await,
+        json!(["OK", for_alice.id.to_hex(), false, "restricted: only members of this relay may publish here"])
+    );
+    // Carol's own note is a non-member's write too.
+    let note = sign(&p.carol, now(), 1, &[], "hello");
+    assert_eq!(carol.publish(&note).await[3], "restricted: only members of this relay may publish here");
+}

@@ -71,7 +71,12 @@ pub(crate) const GENEROUS: [(&str, &str); 4] = [
 ];
 
 pub(crate) fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
-    let mut child = hearth()
+    start_as(hearth(), dir, env)
+}
+
+/// Starts `command` (the `hearth` binary, or a shell that execs it) as [`start_with`] does.
+pub(crate) fn start_as(mut command: Command, dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
+    let mut child = command
         .current_dir(dir)
         .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
         .env("HEARTH_STORAGE__DATA_DIR", dir.join("data"))

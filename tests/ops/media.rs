@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::binary::{GENEROUS, Running, start_with};
+use crate::binary::{GENEROUS, start_as, start_with};
 use crate::common::*;
 
 fn auth(verb: Verb, n: u64) -> String {
@@ -88,20 +88,12 @@ async fn a_disk_that_fills_mid_upload_is_507_and_loses_nothing() {
     let data = dir.path().join("data");
     // The relay may write files of at most 8 MiB (`ulimit -f`, KiB): past it a write fails as
     // on a full disk (EFBIG; SIGXFSZ ignored so the write fails rather than the process).
-    let mut child = std::process::Command::new("bash")
+    let mut shell = std::process::Command::new("bash");
+    shell
         .arg("-c")
         .arg(format!("trap '' XFSZ; ulimit -f 8192; exec {}", env!("CARGO_BIN_EXE_hearth")))
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
-        .env("HEARTH_STORAGE__DATA_DIR", &data)
-        .envs(GENEROUS.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = listening_addr(&mut child);
-    let _relay = Running(child);
+        .env_remove("RUST_LOG");
+    let (_relay, addr) = start_as(shell, dir.path(), &GENEROUS);
     let mut c = Client::connect(&format!("ws://{addr}/")).await;
     let note = sign(&keys(2), now(), 1, &[], "stored before the disk fills");
     assert_ok(&c.publish(&note).await, &note.id.to_hex(), true, "");

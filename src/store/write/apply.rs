@@ -8,6 +8,7 @@
 use sled::IVec;
 
 use super::pending::{Pending, pending_get, pending_insert, pending_remove};
+use crate::protocol::private::wrap_recipient;
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp};
 use crate::search::Change;
 use crate::store::error::StoreError;
@@ -97,7 +98,8 @@ pub(crate) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
         return Ok(PutOutcome::Duplicate);
     }
     if let Some(deleter) = p.get(&keys::tombstone(&event.id))?
-        && deleter.as_ref() == event.pubkey.0
+        && (deleter.as_ref() == event.pubkey.0
+            || wrap_recipient(&event.tags, event.kind).is_some_and(|r| deleter.as_ref() == r.0))
     {
         return Ok(PutOutcome::Deleted);
     }
@@ -137,16 +139,23 @@ pub(crate) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
     Ok(PutOutcome::Stored(Mark::default()))
 }
 
-/// NIP-09: removes the `e` and `a` targets of a deletion request by the same author and records
-/// tombstones so they cannot come back.
+/// NIP-09: removes the `e` and `a` targets of a deletion request by the same author (or, for a
+/// gift wrap, its one recipient) and records tombstones so they cannot come back.
 fn delete_targets(p: &mut Pending, deletion: &Event) -> Result<(), StoreError> {
     let author = deletion.pubkey;
     for value in deletion.tag_values("e") {
         let Some(id) = EventId::from_hex(value) else { continue };
         if let Some(serial) = pending_get(p, &id)? {
-            let target = record::header(&p.record(serial)?)?;
-            // Only the author's own events; a deletion cannot delete a deletion.
-            if target.pubkey != author || target.kind == Kind::DELETION {
+            let stored = p.record(serial)?;
+            let target = record::header(&stored)?;
+            // Only the author's own events (a wrap's recipient's); a deletion cannot delete a
+            // deletion.
+            let recipient = if target.kind == Kind::GIFT_WRAP {
+                wrap_recipient(&record::tags(&stored)?, target.kind)
+            } else {
+                None
+            };
+            if (target.pubkey != author && recipient != Some(author)) || target.kind == Kind::DELETION {
                 continue;
             }
             remove_into(p, &id)?;

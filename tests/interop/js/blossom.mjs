@@ -4,11 +4,6 @@
 // Usage: node blossom.mjs <hearth binary>. Starts its relays on free ports in temporary
 // directories and kills them, pass or fail.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-
 import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
 import {
   Actions,
@@ -19,40 +14,12 @@ import {
   createUploadAuth,
   getBlobSha256,
 } from 'blossom-client-sdk';
+import { startHearth } from './harness.mjs';
 
 const binary = process.argv[2];
-const children = [];
-const dirs = [];
-process.on('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-/** Waits for `ready()` to hold, polling, for at most ten seconds. */
-async function until(what, ready) {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const value = await ready();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((ok) => setTimeout(ok, 25));
-  }
-}
 
 /** Starts a relay with `env` and returns its HTTP address. */
-async function relay(env) {
-  const data = mkdtempSync(join(tmpdir(), 'hearth-blossom-'));
-  dirs.push(data);
-  const child = spawn(binary, [], {
-    env: { ...process.env, HEARTH_SERVER__BIND: '127.0.0.1:0', HEARTH_STORAGE__DATA_DIR: join(data, 'data'), RUST_LOG: 'info', ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  children.push(child);
-  let log = '';
-  child.stderr.on('data', (chunk) => { log += chunk; });
-  const addr = await until('the relay to listen', () => /listening on (\d+\.\d+\.\d+\.\d+:\d+)/.exec(log)?.[1]);
-  return `http://${addr}`;
-}
+const relay = async (env) => `http://${await startHearth(binary, env)}`;
 
 let passed = 0;
 const step = async (name, run) => {

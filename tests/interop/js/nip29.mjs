@@ -4,12 +4,9 @@
 // and checked with both libraries' validators and parsers. Usage: node nip29.mjs <hearth binary>.
 // Starts its own relay on a free port in a temporary directory and kills it, pass or fail.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
 import WebSocket from 'ws';
+import { startHearth, until } from './harness.mjs';
 import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
 import { Relay, useWebSocketImplementation } from 'nostr-tools/relay';
 import { SimplePool, useWebSocketImplementation as usePoolWebSocket } from 'nostr-tools/pool';
@@ -20,16 +17,6 @@ useWebSocketImplementation(WebSocket);
 usePoolWebSocket(WebSocket);
 
 const binary = process.argv[2];
-const data = mkdtempSync(join(tmpdir(), 'hearth-nip29-'));
-const child = spawn(binary, [], {
-  env: { ...process.env, HEARTH_SERVER__BIND: '127.0.0.1:0', HEARTH_STORAGE__DATA_DIR: join(data, 'data'), RUST_LOG: 'info' },
-  stdio: ['ignore', 'ignore', 'pipe'],
-});
-const stop = () => {
-  child.kill('SIGKILL');
-  rmSync(data, { recursive: true, force: true });
-};
-process.on('exit', stop);
 
 let passed = 0;
 const step = async (name, run) => {
@@ -38,22 +25,9 @@ const step = async (name, run) => {
   console.log(`ok - ${name}`);
 };
 
-/** Waits for `ready()` to hold, polling, for at most ten seconds. */
-async function until(what, ready) {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const value = await ready();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((ok) => setTimeout(ok, 25));
-  }
-}
 
 try {
-  let log = '';
-  child.stderr.on('data', (chunk) => { log += chunk; });
-  const addr = await until('the relay to listen', () => /listening on (\d+\.\d+\.\d+\.\d+:\d+)/.exec(log)?.[1]);
-  const url = `ws://${addr}`;
+  const url = `ws://${await startHearth(binary)}`;
 
   /** A relay connection authenticated (NIP-42) as `sk`. */
   async function connect(sk) {
