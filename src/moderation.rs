@@ -54,6 +54,19 @@ pub struct State {
     pub limit_overrides: BTreeMap<LimitKey, u64>,
     /// NIP-43 invite codes (the claims a join request names), by code.
     pub invites: BTreeMap<String, Invite>,
+    /// Report targets (an event id or a pubkey, hex) an admin decided on: the action and when
+    /// (Unix seconds); reports made before then leave the review queue.
+    pub reviewed: BTreeMap<String, Reviewed>,
+}
+
+/// An admin's decision on a report target.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Reviewed {
+    /// `dismiss`, `delete` or `ban`.
+    pub action: String,
+    /// When (Unix seconds).
+    pub at: u64,
 }
 
 /// One invite code: how often it may be claimed, until when, and what it is for.

@@ -89,7 +89,7 @@ impl Relay {
             Some(link) => Limiter::shared(&config.limits, clock, link.clone()),
         };
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
-        let private = config.auth.private();
+        let private = config.auth.private().with_reports_sealed_for(&config.admin.pubkeys);
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
         let groups = Arc::new(crate::groups::Registry::load(&store, &config.groups, keys.public_key())?);
         let config_peers = config.sync.peers.clone();

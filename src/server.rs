@@ -153,6 +153,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PATCH", "/admin/v1/groups/{id}"),
     ("DELETE", "/admin/v1/groups/{id}"),
     ("POST", "/admin/v1/groups/{id}/pending/{pubkey}/{verdict}"),
+    ("GET", "/admin/v1/reports"),
+    ("POST", "/admin/v1/reports/{target}/{action}"),
     ("GET", "/admin/v1/media"),
     ("DELETE", "/admin/v1/media/{sha256}"),
     ("PUT", "/admin/v1/members/{pubkey}"),

@@ -13,6 +13,7 @@ mod media;
 mod members;
 mod nip86;
 mod people;
+mod reports;
 mod store;
 mod sync;
 pub mod ui;
@@ -230,6 +231,23 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and_then(|Segment(id), Segment(pk), Segment(verdict), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::answer(a, c, w, (id, pk, verdict)))
         });
+    // GET /admin/v1/reports
+    let reports_list = base
+        .and(warp::path("reports"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, reports::list));
+    // POST /admin/v1/reports/{target}/{action}
+    let reports_decide = base
+        .and(warp::path!("reports" / Segment / Segment))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|Segment(target), Segment(action), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| reports::decide(a, c, w, (target, action)))
+        });
     // GET /admin/v1/media
     let media_list = base
         .and(warp::path("media"))
@@ -329,6 +347,8 @@ pub fn routes(app: Arc<AppState>) -> Route {
         group_delete.boxed(),
         group_answer.boxed(),
         media_list.boxed(),
+        reports_list.boxed(),
+        reports_decide.boxed(),
         media_delete.boxed(),
         members_list.boxed(),
         member_put.boxed(),

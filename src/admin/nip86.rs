@@ -107,7 +107,16 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
     };
     match method {
         "supportedmethods" => Ok(json!(METHODS)),
-        "listeventsneedingmoderation" => Ok(json!([])),
+        "listeventsneedingmoderation" => {
+            let queue = super::reports::queue(app).await.map_err(failed)?;
+            Ok(json!(
+                queue
+                    .iter()
+                    .filter(|e| e.is_event)
+                    .map(|e| json!({"id": e.target, "reason": e.reason()}))
+                    .collect::<Vec<_>>()
+            ))
+        }
         "banpubkey" => {
             let (pk, why) = (pubkey(0)?, reason(params));
             let old =
@@ -153,12 +162,14 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
             let old =
                 m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(e.into()))?;
             store.remove(id).await.map_err(|e| failed(internal(e)))?;
+            super::reports::reviewed(app, &id.to_hex(), "delete").await.map_err(failed)?;
             update("banevent", id.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
         "allowevent" => {
             let id = event_id(0)?;
             let old = m.update(store, |s| s.banned_events.remove(&id)).await.map_err(|e| failed(e.into()))?;
+            super::reports::reviewed(app, &id.to_hex(), "dismiss").await.map_err(failed)?;
             update("allowevent", id.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }

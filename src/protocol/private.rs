@@ -33,9 +33,21 @@ pub fn wrap_recipient(tags: &[Vec<String>], kind: Kind) -> Option<PubKey> {
     ps.next().is_none().then_some(first)
 }
 
-/// The kinds served only to their parties (`auth.private_kinds`), sorted.
+/// NIP-56 reports: served only to their author and the relay's admins (a report names who
+/// reported whom; the reported key is in its `p` tag and must not read it).
+pub const REPORT: Kind = Kind(1984);
+
+/// The kinds served only to their parties (`auth.private_kinds`), sorted; and the sealed kinds
+/// (reports), served only to their author and the relay's admins.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PrivateKinds(Arc<[Kind]>);
+pub struct PrivateKinds(Arc<[Kind]>, Sealed);
+
+/// The kinds only their author and the admins read, and the admins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Sealed {
+    kinds: Arc<[Kind]>,
+    admins: Arc<[PubKey]>,
+}
 
 impl PrivateKinds {
     /// The private kinds `kinds` (in any order, repeats allowed).
@@ -43,12 +55,31 @@ impl PrivateKinds {
         let mut kinds = kinds.to_vec();
         kinds.sort_unstable();
         kinds.dedup();
-        PrivateKinds(kinds.into())
+        PrivateKinds(kinds.into(), Sealed::default())
     }
 
-    /// True when events of `kind` are private.
+    /// These kinds, with reports (kind 1984) sealed: served only to their author and `admins`.
+    pub fn with_reports_sealed_for(self, admins: &[PubKey]) -> PrivateKinds {
+        let mut all = self.0.to_vec();
+        all.push(REPORT);
+        let mut private = PrivateKinds::new(&all);
+        private.1 = Sealed { kinds: Arc::from([REPORT]), admins: admins.into() };
+        private
+    }
+
+    /// True when events of `kind` are private (sealed ones included).
     pub fn contains(&self, kind: Kind) -> bool {
         self.0.binary_search(&kind).is_ok()
+    }
+
+    /// True when events of `kind` are sealed: their author's and the admins' only.
+    pub fn sealed(&self, kind: Kind) -> bool {
+        self.1.kinds.contains(&kind)
+    }
+
+    /// True when `pubkey` is one of the admins who read sealed kinds.
+    pub fn is_admin(&self, pubkey: &PubKey) -> bool {
+        self.1.admins.contains(pubkey)
     }
 
     /// True when every event `filter` can match is of a private kind: it names kinds, and only
@@ -150,6 +181,9 @@ impl Viewer {
         if reader == author {
             return true;
         }
+        if self.private.sealed(kind) {
+            return self.private.is_admin(reader);
+        }
         let hex = reader.to_hex();
         tag_values(tags, "p").any(|p| p.eq_ignore_ascii_case(&hex))
     }
@@ -171,6 +205,19 @@ mod tests {
 
     fn p(to: u8) -> Vec<Vec<String>> {
         vec![vec!["p".into(), key(to).to_hex()]]
+    }
+
+    #[test]
+    fn a_report_is_its_authors_and_the_admins_only_not_the_reported_keys() {
+        let (author, reported, admin, stranger) = (key(1), key(2), key(3), key(4));
+        let private = PrivateKinds::new(&[Kind(4)]).with_reports_sealed_for(&[admin]);
+        let report = (REPORT, author, p(2));
+        let read = |who: Option<PubKey>| private.viewer(who).may_read(report.0, &report.1, &report.2);
+        assert!(read(Some(author)) && read(Some(admin)));
+        assert!(!read(Some(reported)) && !read(Some(stranger)) && !read(None));
+        assert!(private.only(&serde_json::from_str(r#"{"kinds":[1984]}"#).unwrap()));
+        // Direct messages keep their own rule.
+        assert!(private.viewer(Some(reported)).may_read(Kind(4), &author, &p(2)));
     }
 
     #[test]

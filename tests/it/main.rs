@@ -19,6 +19,7 @@ mod media;
 mod membership;
 mod nip01;
 mod private;
+mod reports;
 mod rest;
 mod search;
 mod sync;

@@ -1,0 +1,234 @@
+//! `/admin/v1/reports…`: the review queue of NIP-56 reports, and an admin's decision on each.
+//!
+//! Owns the queue: every stored kind 1984 report (read with the operator's view: reports are
+//! sealed to their author and the admins on every other read path) against an event stored
+//! here or a key with events here, grouped by target (the event of its first `e` tag, else the
+//! key of its first `p` tag), newest first, each with the reported event, its author's kind 0
+//! name and picture, the report types and their counts; reports made before an admin decided on
+//! their target leave it. And the decisions: dismiss, delete the event, ban the key (with its
+//! reach: this event, every event of theirs, their future writes), each audited and kept in the
+//! moderation document (`reviewed`) every node shares. NIP-86's `listeventsneedingmoderation`,
+//! `allowevent` and `banevent` work over the same queue.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use warp::reply::Response;
+
+use super::auth::{Admin, audit, ok_json};
+use super::people::profiles;
+use crate::app::AppState;
+use crate::http::{ApiError, RequestCtx, internal, parse_body};
+use crate::moderation::Reviewed;
+use crate::protocol::private::REPORT;
+use crate::protocol::{Event, EventId, Filter, PubKey, Timestamp, Viewer};
+
+/// The newest reports read for the queue.
+const MAX_REPORTS: u64 = 10_000;
+/// A page of the queue holds at most this many targets.
+const MAX_PAGE: usize = 500;
+
+/// One target of the queue.
+#[derive(Debug, Default)]
+pub(super) struct Entry {
+    /// An event id or a pubkey, hex.
+    pub(super) target: String,
+    /// The target is an event (the report's `e` tag), not a key.
+    pub(super) is_event: bool,
+    /// The event reported, when the target is one.
+    event: Option<Event>,
+    /// The key reported: the event's author, or the target.
+    pubkey: Option<PubKey>,
+    types: BTreeMap<String, u64>,
+    reporters: Vec<PubKey>,
+    comments: Vec<String>,
+    count: u64,
+    latest: u64,
+}
+
+impl Entry {
+    /// The report types, most frequent first, as NIP-86 gives a reason.
+    pub(super) fn reason(&self) -> String {
+        let mut types: Vec<(&String, &u64)> = self.types.iter().collect();
+        types.sort_by(|a, b| b.1.cmp(a.1));
+        types.iter().map(|(t, n)| format!("{t} ×{n}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The queue now, newest first.
+pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
+    let filter = Filter { kinds: Some(vec![REPORT]), limit: Some(MAX_REPORTS), ..Filter::default() };
+    let (reports, _) =
+        app.store.query_async(vec![filter], Timestamp::now(), Viewer::everything()).await.map_err(internal)?;
+    let reviewed = app.moderation.snapshot().reviewed;
+    let mut by_target: BTreeMap<String, Entry> = BTreeMap::new();
+    for json in reports {
+        let Ok(report) = serde_json::from_str::<Event>(json.as_str()) else { continue };
+        let tag = |name: &str| report.tags.iter().find(|t| t.first().map(String::as_str) == Some(name)).cloned();
+        let (target, kind_of_report, is_event) = match (tag("e"), tag("p")) {
+            (Some(e), _) => (e.get(1).cloned().unwrap_or_default(), e.get(2).cloned(), true),
+            (None, Some(p)) => (p.get(1).cloned().unwrap_or_default(), p.get(2).cloned(), false),
+            (None, None) => continue,
+        };
+        if reviewed.get(&target).is_some_and(|r| r.at >= report.created_at.0) {
+            continue;
+        }
+        let entry = by_target.entry(target.clone()).or_insert_with(|| Entry { target, is_event, ..Entry::default() });
+        *entry.types.entry(kind_of_report.unwrap_or_else(|| "other".into())).or_default() += 1;
+        if !entry.reporters.contains(&report.pubkey) {
+            entry.reporters.push(report.pubkey);
+        }
+        if !report.content.is_empty() {
+            entry.comments.push(report.content.clone());
+        }
+        entry.count += 1;
+        entry.latest = entry.latest.max(report.created_at.0);
+    }
+    let mut out = Vec::new();
+    for (_, mut entry) in by_target {
+        if let Some(id) = EventId::from_hex(&entry.target).filter(|_| entry.is_event) {
+            // Only reports of events this relay holds.
+            let Some(json) = app.store.get(&id, Timestamp::now()).map_err(internal)? else { continue };
+            let event: Event = serde_json::from_str(json.as_str()).map_err(internal)?;
+            entry.pubkey = Some(event.pubkey);
+            entry.event = Some(event);
+        } else if let Some(pk) = PubKey::from_hex(&entry.target).filter(|_| !entry.is_event) {
+            // Only reports of keys this relay holds events of (or its members).
+            if app.store.count_by_author_async(pk).await.map_err(internal)? == 0 && !app.moderation.is_member(&pk) {
+                continue;
+            }
+            entry.pubkey = Some(pk);
+        } else {
+            continue;
+        }
+        out.push(entry);
+    }
+    out.sort_by(|a, b| b.latest.cmp(&a.latest).then_with(|| a.target.cmp(&b.target)));
+    Ok(out)
+}
+
+/// `GET /admin/v1/reports?limit=N&after=<target>`: the queue, a page at a time.
+pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
+    let limit = ctx.query_count("limit", 100, MAX_PAGE)?.max(1);
+    let after = ctx.query_param("after");
+    let all = queue(&app).await?;
+    let start = after.as_deref().and_then(|a| all.iter().position(|e| e.target == a).map(|i| i + 1)).unwrap_or(0);
+    let page: Vec<&Entry> = all.iter().skip(start).take(limit).collect();
+    let next = (start + page.len() < all.len()).then(|| page.last().map(|e| e.target.clone())).flatten();
+    let who: Vec<PubKey> = page.iter().flat_map(|e| e.pubkey.iter().chain(e.reporters.iter()).copied()).collect();
+    let people = profiles(&app, who).await;
+    let person = |pk: &PubKey| {
+        let (name, picture) = people.get(pk).cloned().unwrap_or_default();
+        json!({"pubkey": pk.to_hex(), "name": name, "picture": picture})
+    };
+    let reports: Vec<Value> = page
+        .iter()
+        .map(|e| {
+            json!({
+                "target": e.target,
+                "type": if e.event.is_some() { "event" } else { "pubkey" },
+                "event": e.event,
+                "author": e.pubkey.as_ref().map(person),
+                "banned": e.pubkey.as_ref().is_some_and(|pk| app.moderation.is_banned(pk)),
+                "count": e.count,
+                "types": e.types,
+                "reporters": e.reporters.iter().map(person).collect::<Vec<_>>(),
+                "comments": e.comments,
+                "latest": e.latest,
+            })
+        })
+        .collect();
+    ok_json(&json!({"reports": reports, "total": all.len(), "next": next}))
+}
+
+/// The body of a decision: how far a ban reaches, and the reason recorded.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Decision {
+    /// `event` (this event), `events` (every event of the key, and its future writes) or
+    /// `writes` (its future writes); for `ban`.
+    reach: Option<String>,
+    reason: String,
+}
+
+/// `POST /admin/v1/reports/{target}/{dismiss|delete|ban}`.
+pub async fn decide(
+    app: Arc<AppState>,
+    ctx: RequestCtx,
+    who: Admin,
+    (target, action): (String, String),
+) -> Result<Response, ApiError> {
+    let decision: Decision = if ctx.body.is_empty() { Decision::default() } else { parse_body(&ctx)? };
+    let entry = queue(&app).await?.into_iter().find(|e| e.target == target);
+    let Some(entry) = entry else {
+        return Err(ApiError::NotFound(format!("no report waits for `{target}`")));
+    };
+    let why =
+        if decision.reason.is_empty() { format!("reported: {}", entry.reason()) } else { decision.reason.clone() };
+    let store = &app.store;
+    let done = match (action.as_str(), decision.reach.as_deref()) {
+        ("dismiss", None) => json!({"dismissed": target}),
+        ("delete", None) | ("ban", Some("event")) => {
+            let Some(event) = &entry.event else {
+                return Err(ApiError::BadRequest(format!(
+                    "`{target}` is a key, not an event: dismiss it or ban the key"
+                )));
+            };
+            app.moderation.update(store, |s| s.banned_events.insert(event.id, why.clone())).await.map_err(internal)?;
+            store.remove(event.id).await.map_err(internal)?;
+            json!({"deleted": event.id.to_hex()})
+        }
+        ("ban", Some(reach @ ("events" | "writes"))) => {
+            let pk = entry.pubkey.ok_or_else(|| internal("a queued report without a key"))?;
+            app.moderation.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(internal)?;
+            let removed = if reach == "events" { remove_all_of(&app, pk).await? } else { 0 };
+            json!({"banned": pk.to_hex(), "reach": reach, "removed": removed})
+        }
+        ("ban", _) => {
+            return Err(ApiError::BadRequest("a ban needs {\"reach\": \"event\" | \"events\" | \"writes\"}".into()));
+        }
+        ("dismiss" | "delete", Some(_)) => return Err(ApiError::BadRequest("reach is for a ban only".into())),
+        _ => return Err(ApiError::NotFound("the actions are dismiss, delete and ban".into())),
+    };
+    let at = Timestamp::now().0;
+    let reviewed = Reviewed { action: action.clone(), at };
+    app.moderation.update(store, |s| s.reviewed.insert(target.clone(), reviewed)).await.map_err(internal)?;
+    audit(
+        &app,
+        &who,
+        &format!("report.{action}"),
+        &target,
+        json!({"count": entry.count, "types": entry.types}),
+        done.clone(),
+    )
+    .await?;
+    ok_json(&done)
+}
+
+/// Removes every stored event of `pk`; how many.
+async fn remove_all_of(app: &AppState, pk: PubKey) -> Result<u64, ApiError> {
+    let mut removed = 0;
+    loop {
+        let filter = Filter { authors: Some(vec![pk]), limit: Some(1000), ..Filter::default() };
+        let (events, _) =
+            app.store.query_async(vec![filter], Timestamp::now(), Viewer::everything()).await.map_err(internal)?;
+        if events.is_empty() {
+            return Ok(removed);
+        }
+        for json in events {
+            let event: Event = serde_json::from_str(json.as_str()).map_err(internal)?;
+            if app.store.remove(event.id).await.map_err(internal)? {
+                removed += 1;
+            }
+        }
+    }
+}
+
+/// Marks `target` decided (`action`) now: NIP-86's `allowevent` and `banevent` answer the queue.
+pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Result<(), ApiError> {
+    let r = Reviewed { action: action.into(), at: Timestamp::now().0 };
+    app.moderation.update(&app.store, |s| s.reviewed.insert(target.to_string(), r)).await.map_err(internal)?;
+    Ok(())
+}
