@@ -6,11 +6,12 @@ import { draw } from './chart.js';
 import { bytes, duration, el, figures, fill, say, short, table, when } from './dom.js';
 import { loadGroups } from './groups.js';
 import { loadMedia } from './media.js';
+import { loadReports } from './reports.js';
 import { loadMembers, wireMembers } from './members.js';
 import { loadSync } from './sync.js';
 
 const $ = (id) => document.getElementById(id);
-const VIEWS = ['overview', 'limits', 'usage', 'moderation', 'members', 'groups', 'media', 'audit', 'store'];
+const VIEWS = ['overview', 'limits', 'usage', 'moderation', 'reports', 'members', 'groups', 'media', 'audit', 'store'];
 const REFRESH_MS = 5000;
 const TIERS = ['human', 'agent', 'ip'];
 const KEYS = ['ws_events_per_sec', 'ws_burst_window_secs', 'ws_reqs_per_sec', 'ws_reqs_burst_window_secs', 'messages_per_min', 'api_calls_per_min', 'upload_bytes_per_day'];
@@ -534,6 +535,7 @@ const LOADERS = {
   members: () => loadMembers(guarded),
   groups: () => loadGroups(guarded),
   media: () => loadMedia(guarded),
+  reports: () => loadReports(guarded),
   audit: loadAudit,
   store: loadStore,
 };

@@ -298,6 +298,34 @@ test('groups: a closed group, a join request waiting, approved from the page; th
   await expect(page.getByRole('button', { name: `Show group ${id}` })).toHaveCount(0);
 });
 
+test('reports: a reported note in the queue with its author\'s name; deleted from the page, audited', async ({ page }, info) => {
+  const [author, reporter] = [await freshKey(), await freshKey()];
+  const relay = HTTP().replace('http://', 'ws://');
+  const send = async (key, draft) => {
+    const out = await hearth(['publish', '--relay', relay, '--key', key.secret], `${JSON.stringify(draft)}\n`);
+    return JSON.parse(out.stdout.trim().split('\n').pop());
+  };
+  expect((await send(author, { kind: 0, content: JSON.stringify({ name: `Spammer ${info.project.name}` }) })).accepted).toBe(true);
+  const note = await send(author, { kind: 1, content: `buy now, ${info.project.name}` });
+  expect(note.accepted).toBe(true);
+  const report = await send(reporter, { kind: 1984, content: 'plain spam', tags: [['e', note.id, 'spam'], ['p', author.pubkey]] });
+  expect(report.accepted).toBe(true);
+  await signIn(page);
+  await view(page, 'Reports');
+  const short = `${note.id.slice(0, 8)}…${note.id.slice(-6)}`;
+  const row = page.locator('#reports tbody tr', { hasText: short });
+  await expect(row).toContainText(`Spammer ${info.project.name}`);
+  await expect(row).toContainText('spam ×1');
+  await expect(row).toContainText('plain spam');
+  await accessible(page, 'reports');
+  await page.screenshot({ path: join(SHOTS, `${info.project.name}-reports.png`), fullPage: true });
+  await page.getByRole('button', { name: `Delete reported event ${short}` }).click();
+  await expect(page.locator('#reports-message')).toHaveText(`Deleted ${short}; it cannot be sent again.`);
+  await expect(page.getByRole('button', { name: `Delete reported event ${short}` })).toHaveCount(0);
+  expect((await api('GET', '/admin/v1/audit')).body.entries[0].action).toBe('report.delete');
+  expect((await api('POST', '/admin/v1/rpc', { method: 'listbannedevents', params: [] })).body.result.map((b) => b.id)).toContain(note.id);
+});
+
 test('media: an uploaded picture with its uploader\'s name, bytes per uploader; deleted from the page', async ({ page }, info) => {
   const key = await freshKey();
   const profile = `${JSON.stringify({ kind: 0, content: JSON.stringify({ name: 'Painter' }) })}\n`;

@@ -20,5 +20,6 @@ pub const FILES: &[(&str, &str, &[u8])] = &[
     ("members.js", JS, include_bytes!("../../admin-ui/members.js")),
     ("groups.js", JS, include_bytes!("../../admin-ui/groups.js")),
     ("media.js", JS, include_bytes!("../../admin-ui/media.js")),
+    ("reports.js", JS, include_bytes!("../../admin-ui/reports.js")),
     ("sync.js", JS, include_bytes!("../../admin-ui/sync.js")),
 ];
