@@ -57,6 +57,9 @@ pub struct Publisher {
     pub authed: Option<PubKey>,
     /// Who is billed: the authenticated pubkey (else the client IP), and the IP's ceiling.
     pub billed: Billed,
+    /// What names this relay in a `relay` tag (`server.public_url`, else the `Host` the client
+    /// reached): a request to vanish (NIP-62) must name it, or every relay.
+    pub relay: Option<crate::protocol::nip42::RelayMatch>,
 }
 
 /// Cheap checks against the configured limits, before any hashing.
@@ -148,6 +151,12 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             "authenticate (NIP-42) to send a gift wrap to a member of this relay",
         );
     }
+    // NIP-62: a request to vanish must name this relay (or every relay) to be taken.
+    if verified.kind == crate::vanish::KIND
+        && let Err(refusal) = crate::vanish::names_this_relay(&verified, publisher.relay.as_ref())
+    {
+        return Outcome::Refused(refusal);
+    }
     // NIP-43 join and leave requests are answered by the relay, never stored or delivered.
     if crate::membership::is_request(verified.kind) {
         drop(permit);
@@ -162,9 +171,16 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         Err(refusal) => return Outcome::Refused(refusal),
     };
     let wrap = crate::protocol::private::is_gift_wrap(verified.kind);
+    let vanish_request = (verified.kind == crate::vanish::KIND).then(|| (*verified).clone());
     let settled = settle(app, verified, now, Some((&publisher.billed, permit))).await;
     if let (Settled::Stored, Admission::Change(change)) = (&settled, group)
         && let Err(refusal) = crate::groups::publish::done(app, change).await
+    {
+        return Outcome::Refused(refusal);
+    }
+    if settled == Settled::Stored
+        && let Some(request) = vanish_request
+        && let Err(refusal) = crate::vanish::vanish(app, &request).await
     {
         return Outcome::Refused(refusal);
     }

@@ -59,6 +59,7 @@ pub(crate) mod stats;
 pub mod store;
 pub mod sync;
 pub mod testing;
+pub(crate) mod vanish;
 pub(crate) mod ws;
 
 pub use metrics::{Heap, report_heap_with};

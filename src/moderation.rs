@@ -57,6 +57,9 @@ pub struct State {
     /// Report targets (an event id or a pubkey, hex) an admin decided on: the action and when
     /// (Unix seconds); reports made before then leave the review queue.
     pub reviewed: BTreeMap<String, Reviewed>,
+    /// Keys that asked to vanish (NIP-62), with the `created_at` of their request: their events
+    /// (and gift wraps to them) dated up to then are refused.
+    pub vanished: BTreeMap<PubKey, u64>,
 }
 
 /// An admin's decision on a report target.
@@ -276,6 +279,17 @@ impl Moderation {
             }
             if s.banned_events.contains_key(&event.id) {
                 return Verdict::Blocked("this event is banned from this relay".into());
+            }
+            let wrapped_to = crate::protocol::private::wrap_recipient(&event.tags, event.kind);
+            if [Some(event.pubkey), wrapped_to]
+                .iter()
+                .flatten()
+                .any(|pk| s.vanished.get(pk).is_some_and(|at| event.created_at.0 <= *at))
+                && event.kind != crate::protocol::Kind(62)
+            {
+                return Verdict::Blocked(
+                    "this key asked to vanish from this relay (NIP-62); its older events are not taken again".into(),
+                );
             }
             if !s.allowed_kinds.is_empty() && !s.allowed_kinds.contains(&event.kind.0) {
                 return Verdict::Blocked(format!("kind {} is not allowed on this relay", event.kind.0));

@@ -10,7 +10,7 @@ use crate::moderation::Moderation;
 use crate::protocol::PubKey;
 
 /// NIPs implemented end to end, whatever the configuration.
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 40, 42, 45, 70, 77];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 17, 40, 42, 45, 56, 59, 62, 70, 77];
 /// NIP-43 membership (join, leave, invites): listed when `access.mode` is a members mode.
 const MEMBERSHIP: u16 = 43;
 /// NIP-50 search: listed when `storage.search` is on.

@@ -43,7 +43,8 @@ const FLOORS: &[&[&str]] = &[
     &["ingest", "query"],
     // NIP-43: join and leave requests, invites, the relay's signed member list.
     // NIP-29: what a group event does, and the relay's answers to it.
-    &["membership", "groups::publish"],
+    // NIP-62: a request to vanish carried out.
+    &["membership", "groups::publish", "vanish"],
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],

@@ -18,6 +18,16 @@ pub enum RelayMatch {
     Host(String),
 }
 
+impl RelayMatch {
+    /// True when the `relay` tag value `tag` names this relay.
+    pub fn names(&self, tag: &str) -> bool {
+        match self {
+            RelayMatch::Url(url) => normalize(tag) == normalize(url),
+            RelayMatch::Host(host) => host_of(tag).is_some_and(|h| h == host.to_ascii_lowercase()),
+        }
+    }
+}
+
 /// Why an AUTH event was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
@@ -61,11 +71,7 @@ pub fn check(event: &Event, challenge: &str, relay: &RelayMatch, now: Timestamp)
         return Err(AuthError::Challenge);
     }
     let tag = event.tag_values("relay").next().ok_or(AuthError::Relay)?;
-    let relay_ok = match relay {
-        RelayMatch::Url(url) => normalize(tag) == normalize(url),
-        RelayMatch::Host(host) => host_of(tag).is_some_and(|h| h == host.to_ascii_lowercase()),
-    };
-    if !relay_ok {
+    if !relay.names(tag) {
         return Err(AuthError::Relay);
     }
     if event.created_at.0.abs_diff(now.0) > WINDOW_SECS {

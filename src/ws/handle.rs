@@ -150,7 +150,7 @@ pub(super) async fn frame(
                 return Action::Reply(RelayMessage::ok(id, false, refused.to_string()));
             }
             let app = app.clone();
-            let publisher = Publisher { authed: session.authed, billed };
+            let publisher = Publisher { authed: session.authed, billed, relay: relay_match.cloned() };
             // A connection's changes to groups are judged in the order it sent them (a client
             // creates a group and edits it without waiting for the first OK).
             let turn = crate::groups::is_state_event(&event).then(|| session.group_turn());

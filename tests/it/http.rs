@@ -24,7 +24,7 @@ async fn nip11_document_reflects_the_config_with_cors() {
     assert_eq!(resp.headers()["content-type"], "application/nostr+json");
     let doc: Value = resp.json().await.unwrap();
     assert_eq!(doc["name"], "test relay");
-    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 29, 40, 42, 45, 50, 70, 77]));
+    assert_eq!(doc["supported_nips"], json!([1, 9, 11, 17, 29, 40, 42, 45, 50, 56, 59, 62, 70, 77]));
     assert_eq!(doc["limitation"]["max_limit"], 321);
     assert_eq!(doc["limitation"]["max_subscriptions"], 7);
     assert_eq!(doc["limitation"]["default_limit"], 100);

@@ -24,4 +24,5 @@ mod rest;
 mod search;
 mod sync;
 mod testing;
+mod vanish;
 mod vectors;

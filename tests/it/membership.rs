@@ -113,7 +113,7 @@ async fn an_invite_claimed_once_makes_a_member_a_second_claim_is_refused_and_lea
 async fn the_relay_signs_its_member_list_and_each_change_with_its_own_key() {
     let relay = TestRelay::start(community).await;
     let info = relay.nip11().await;
-    assert_eq!(info["supported_nips"], json!([1, 9, 11, 29, 40, 42, 43, 45, 50, 70, 77]));
+    assert_eq!(info["supported_nips"], json!([1, 9, 11, 17, 29, 40, 42, 43, 45, 50, 56, 59, 62, 70, 77]));
     let me = info["self"].as_str().unwrap().to_string();
     let (dana, erin) = (keys(4), keys(5));
     for who in [&dana, &erin] {

@@ -48,6 +48,16 @@ async fn a_report_is_read_by_its_author_and_the_admins_only() {
         let got = c.req_ids("r", vec![reports.clone(), json!({"#e": [spam.id.to_hex()]})]).await;
         assert_eq!(got, if sees { vec![r.id.to_hex()] } else { vec![] }, "{}", who.public_key());
     }
+    // Over REST: asked to sign; signed by the reported key, nothing; by the moderator, the report.
+    let query = json!({"filters": [{"kinds": [1984]}]});
+    assert_eq!(
+        http(&relay, Method::POST, "/api/v1/query", Some(query.clone()), None, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let (_, theirs) = http(&relay, Method::POST, "/api/v1/query", Some(query.clone()), None, Some(&mallory)).await;
+    assert_eq!(theirs["events"], json!([]));
+    let (_, admins) = http(&relay, Method::POST, "/api/v1/query", Some(query), None, Some(&moderator)).await;
+    assert_eq!(admins["events"][0]["id"], json!(r.id.to_hex()));
     // The reported key cannot count it either.
     let mut c = relay.connect().await;
     c.auth(&mallory, &relay.ws_url()).await;

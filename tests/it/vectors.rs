@@ -37,6 +37,8 @@ async fn vector_relay() -> TestRelay {
         // Vectors are dated from 1970 to 2^53-1: no created_at window for this test.
         c.limitation.created_at_upper_limit = 0;
         c.limitation.max_limit = 1000;
+        // Reports (kind 1984) are their author's and the admins': the reader is an admin.
+        c.admin.pubkeys = vec![keys(99).public_key()];
     })
     .await
 }
@@ -65,10 +67,21 @@ async fn valid_vectors_are_accepted_and_exactly_the_survivors_are_served() {
         gone.extend(group(&manifest, name));
     }
     let expected: HashSet<String> = all_ids.iter().filter(|id| !gone.contains(*id)).cloned().collect();
-    let served = c.req_ids("all", vec![json!({"limit": 1000})]).await;
+    let mut admin = relay.connect().await;
+    assert_eq!(admin.auth(&keys(99), &relay.ws_url()).await[2], true);
+    let served = admin.req_ids("all", vec![json!({"limit": 1000})]).await;
     let served_set: HashSet<String> = served.iter().cloned().collect();
     assert_eq!(served.len(), served_set.len(), "an event was served twice");
     assert_eq!(served_set, expected);
+    // A reader who is not an admin is served everything but the reports.
+    let reports: HashSet<String> = lines(VALID)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == 1984)
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reports.len(), 2);
+    let anyone: HashSet<String> = c.req_ids("all", vec![json!({"limit": 1000})]).await.into_iter().collect();
+    assert_eq!(anyone, expected.difference(&reports).cloned().collect::<HashSet<_>>());
     // The tie-break winner is the lower id; the non-author deletion did not delete.
     let winner = manifest["tie_break"]["expected_winner"].as_str().unwrap();
     assert!(served_set.contains(winner));
