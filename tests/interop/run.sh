@@ -4,7 +4,8 @@
 # nostr_sdk_sync.py for exactly what is asserted. NIP-29: groups made with @welshman/util's room
 # templates and read with nostr-tools' nip29 module (both pinned in js/package-lock.json, from
 # the npm registry); see js/nip29.mjs. Blossom: blossom-client-sdk uploads, checks, lists,
-# downloads, mirrors and deletes against hearth; see js/blossom.mjs. .ci/run calls this before
+# downloads, mirrors and deletes against hearth; see js/blossom.mjs. The DM inbox: nostr-tools'
+# nip17/nip59 wrap real messages; see js/nip17.mjs. .ci/run calls this before
 # `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,3 +24,4 @@ timeout 300 "$venv/bin/python" tests/interop/nostr_sdk_sync.py target/debug/hear
 (cd tests/interop/js && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 timeout 300 node tests/interop/js/nip29.mjs target/debug/hearth
 timeout 300 node tests/interop/js/blossom.mjs target/debug/hearth
+timeout 300 node tests/interop/js/nip17.mjs target/debug/hearth
