@@ -7,6 +7,7 @@ import { bytes, duration, el, figures, fill, say, short, table, when } from './d
 import { loadGroups } from './groups.js';
 import { loadMedia } from './media.js';
 import { loadReports } from './reports.js';
+import { learn, named } from './names.js';
 import { loadMembers, wireMembers } from './members.js';
 import { loadSync } from './sync.js';
 
@@ -360,10 +361,11 @@ async function loadBusiest() {
   await guarded(async () => {
     const sort = $('busiest-sort').value;
     const data = await get(`/admin/v1/usage?sort=${sort}&limit=20`);
+    await learn(data.principals.map((p) => p.principal));
     const sum = (o) => Object.values(o).reduce((a, b) => a + (typeof b === 'number' ? b : b.used), 0);
     table($('busiest'), ['Principal', 'Tier', 'In use', 'Refusals', 'Connections', 'Actions'],
       data.principals.map((p) => [
-        el('button', { type: 'button', class: 'link', 'aria-label': `Look up ${short(p.principal)}`, onclick: () => { $('usage-who').value = p.principal; lookUp(); } }, el('code', {}, short(p.principal))),
+        el('button', { type: 'button', class: 'link', 'aria-label': `Look up ${short(p.principal)}`, onclick: () => { $('usage-who').value = p.principal; lookUp(); } }, isIp(p.principal) ? el('code', {}, short(p.principal)) : named(p.principal)),
         p.tier, sum(p.limits), sum(p.refusals), p.connections, actions(p.principal, p.tier, 'table'),
       ]), 'No principal is tracked yet.');
   });
@@ -426,13 +428,15 @@ async function loadModeration(first) {
   if (!first) return;
   await guarded(async () => {
     const lists = await Promise.all(LISTS.map((l) => rpc(l.list)));
+    await learn(lists.flat().map((item) => item?.pubkey).filter(Boolean));
     const sections = LISTS.map((l, n) => {
       const id = `list-${l.list}`;
       const items = lists[n] ?? [];
       const rows = items.map((item) => {
         const value = l.field ? item[l.field] : item;
         const reason = l.field ? item.reason : '';
-        return el('li', {}, el('code', { class: 'wrap' }, String(value)), reason ? el('span', { class: 'muted' }, ` ${reason}`) : '',
+        const shown = l.field === 'pubkey' ? named(String(value)) : el('code', { class: 'wrap' }, String(value));
+        return el('li', {}, shown, reason ? el('span', { class: 'muted' }, ` ${reason}`) : '',
           el('button', { type: 'button', 'aria-label': `${l.verb} ${short(String(value))}`, onclick: () => moderate(l.remove, [value], `${l.verb}: ${short(String(value))}.`) }, l.verb));
       });
       const form = l.add.button ? el('form', { class: 'inline', novalidate: true, onsubmit: (e) => {

@@ -77,3 +77,12 @@ export function bytes(n) {
   }
   return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
 }
+
+/** A person as the page shows one: the picture and name of its kind 0 (when known), and its key. */
+export function person(p) {
+  if (!p) return '—';
+  const picture = /^https:\/\//.test(p.picture || '')
+    ? el('img', { src: p.picture, alt: '', class: 'avatar', referrerpolicy: 'no-referrer', loading: 'lazy' })
+    : null;
+  return el('span', { class: 'person' }, picture, p.name ? el('strong', {}, p.name) : null, ' ', el('code', {}, short(p.pubkey)));
+}

@@ -3,18 +3,10 @@
 // admin API's /admin/v1/groups only; every change there is a moderation event the relay signs.
 
 import { call, get } from './api.js';
-import { el, fill, say, short, table, when } from './dom.js';
+import { el, fill, person, say, short, table, when } from './dom.js';
 
 const $ = (id) => document.getElementById(id);
 let shown = null;
-
-/** A person as the view shows one: the picture and name of its kind 0, and its key. */
-function person(p) {
-  const picture = /^https:\/\//.test(p.picture || '')
-    ? el('img', { src: p.picture, alt: '', class: 'avatar', referrerpolicy: 'no-referrer', loading: 'lazy' })
-    : null;
-  return el('span', { class: 'person' }, picture, p.name ? el('strong', {}, p.name) : null, ' ', el('code', {}, short(p.pubkey)));
-}
 
 /** `name` of `p` for a button's accessible name: its profile name, else its short key. */
 const called = (p) => p.name || short(p.pubkey);

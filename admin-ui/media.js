@@ -3,17 +3,9 @@
 // blob deleted for everyone. The admin API's /admin/v1/media only.
 
 import { call, get } from './api.js';
-import { bytes, el, figures, fill, say, short, table, when } from './dom.js';
+import { bytes, el, figures, fill, person, say, short, table, when } from './dom.js';
 
 const $ = (id) => document.getElementById(id);
-
-/** A person as the view shows one: the picture and name of its kind 0, and its key. */
-function person(p) {
-  const picture = /^https:\/\//.test(p.picture || '')
-    ? el('img', { src: p.picture, alt: '', class: 'avatar', referrerpolicy: 'no-referrer', loading: 'lazy' })
-    : null;
-  return el('span', { class: 'person' }, picture, p.name ? el('strong', {}, p.name) : null, ' ', el('code', {}, short(p.pubkey)));
-}
 
 /** A picture's thumbnail (this relay serves it, same origin); other types by name. */
 function preview(blob) {

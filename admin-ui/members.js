@@ -3,6 +3,7 @@
 // /admin/v1/members and /admin/v1/invites only.
 
 import { call, get } from './api.js';
+import { learn, named } from './names.js';
 import { el, say, short, table, when } from './dom.js';
 
 const $ = (id) => document.getElementById(id);
@@ -27,8 +28,9 @@ export async function loadMembers(guarded) {
       if (!page.next) break;
       after = page.next;
     }
-    table($('members'), ['Pubkey', 'Note', 'Source', ''], members.map((m) => [
-      el('code', { class: 'wrap' }, m.pubkey), m.note || '—', m.source === 'config' ? 'configuration' : 'admin',
+    await learn(members.map((m) => m.pubkey));
+    table($('members'), ['Member', 'Note', 'Source', ''], members.map((m) => [
+      named(m.pubkey), m.note || '—', m.source === 'config' ? 'configuration' : 'admin',
       m.source === 'config' ? el('span', { class: 'muted' }, 'in relay.toml') : el('button', {
         type: 'button', 'aria-label': `Remove member ${short(m.pubkey)}`,
         onclick: () => act(guarded, () => call('DELETE', `/admin/v1/members/${m.pubkey}`), `Removed ${short(m.pubkey)}.`),

@@ -4,18 +4,9 @@
 // future writes). The admin API's /admin/v1/reports only; every decision there is audited.
 
 import { call, get } from './api.js';
-import { el, fill, say, short, table, when } from './dom.js';
+import { el, fill, person, say, short, table, when } from './dom.js';
 
 const $ = (id) => document.getElementById(id);
-
-/** A person as the view shows one: the picture and name of its kind 0, and its key. */
-function person(p) {
-  if (!p) return '—';
-  const picture = /^https:\/\//.test(p.picture || '')
-    ? el('img', { src: p.picture, alt: '', class: 'avatar', referrerpolicy: 'no-referrer', loading: 'lazy' })
-    : null;
-  return el('span', { class: 'person' }, picture, p.name ? el('strong', {}, p.name) : null, ' ', el('code', {}, short(p.pubkey)));
-}
 
 /** What was reported: the event's words, or the key. */
 function what(r) {

@@ -153,6 +153,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PATCH", "/admin/v1/groups/{id}"),
     ("DELETE", "/admin/v1/groups/{id}"),
     ("POST", "/admin/v1/groups/{id}/pending/{pubkey}/{verdict}"),
+    ("GET", "/admin/v1/profiles"),
     ("GET", "/admin/v1/reports"),
     ("POST", "/admin/v1/reports/{target}/{action}"),
     ("GET", "/admin/v1/media"),

@@ -363,6 +363,9 @@ test('media: an uploaded picture with its uploader\'s name, bytes per uploader; 
 
 test('members: a member added by npub with a note and removed; an invite created, listed and revoked', async ({ page }, info) => {
   const key = await freshKey();
+  // Shown by the name of its profile (kind 0), not only its key.
+  const profile = `${JSON.stringify({ kind: 0, content: JSON.stringify({ name: `Newcomer ${info.project.name}` }) })}\n`;
+  await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', key.secret], profile);
   await signIn(page);
   await view(page, 'Members');
   await page.getByLabel('Member pubkey').fill(key.npub);
@@ -371,6 +374,7 @@ test('members: a member added by npub with a note and removed; an invite created
   await expect(page.locator('#members-message')).toHaveText(/^Added /);
   const short = `${key.pubkey.slice(0, 8)}…${key.pubkey.slice(-6)}`;
   await expect(page.getByRole('button', { name: `Remove member ${short}` })).toBeVisible();
+  await expect(page.locator('#members tbody tr', { hasText: short })).toContainText(`Newcomer ${info.project.name}`);
   const listed = (await api('GET', '/admin/v1/members')).body.members.find((m) => m.pubkey === key.pubkey);
   expect(listed).toEqual({ pubkey: key.pubkey, note: 'from the page', source: 'admin' });
   // The relay publishes its member list (access.publish_members), signed with its own key: an

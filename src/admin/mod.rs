@@ -231,6 +231,14 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and_then(|Segment(id), Segment(pk), Segment(verdict), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| groups::answer(a, c, w, (id, pk, verdict)))
         });
+    // GET /admin/v1/profiles
+    let profiles = base
+        .and(warp::path("profiles"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, people::lookup));
     // GET /admin/v1/reports
     let reports_list = base
         .and(warp::path("reports"))
@@ -348,6 +356,7 @@ pub fn routes(app: Arc<AppState>) -> Route {
         group_answer.boxed(),
         media_list.boxed(),
         reports_list.boxed(),
+        profiles.boxed(),
         reports_decide.boxed(),
         media_delete.boxed(),
         members_list.boxed(),

@@ -1,7 +1,9 @@
 //! Who a pubkey is, as the admin page shows people: the name and picture of its kind 0 where
 //! the store has one, beside the hex.
 //!
-//! Owns [`profiles`], which the groups' and the media's views share.
+//! Owns [`profiles`], which the groups', media and reports views share, and
+//! `GET /admin/v1/profiles?pubkeys=<hex>,…`, which gives the admin page the same for any key it
+//! shows (members, bans, usage).
 
 use std::collections::HashMap;
 
@@ -28,4 +30,32 @@ pub(super) async fn profiles(app: &AppState, pubkeys: Vec<PubKey>) -> HashMap<Pu
         out.entry(event.pubkey).or_insert((name, text("picture")));
     }
     out
+}
+
+/// Keys looked up at most per call.
+const MAX_LOOKUP: usize = 500;
+
+/// `GET /admin/v1/profiles?pubkeys=<hex>,<hex>…`: `{"profiles": {<hex>: {name, picture}}}` for
+/// the keys the store holds a kind 0 of (others are left out).
+pub async fn lookup(
+    app: std::sync::Arc<AppState>,
+    ctx: crate::http::RequestCtx,
+    _: super::auth::Admin,
+) -> Result<warp::reply::Response, crate::http::ApiError> {
+    let asked = ctx.query_param("pubkeys").unwrap_or_default();
+    let mut keys = Vec::new();
+    for hex in asked.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let pk = PubKey::from_hex(hex)
+            .ok_or_else(|| crate::http::ApiError::BadRequest(format!("`{hex}` is not a 64-hex pubkey")))?;
+        keys.push(pk);
+    }
+    if keys.len() > MAX_LOOKUP {
+        return Err(crate::http::ApiError::BadRequest(format!("at most {MAX_LOOKUP} pubkeys at once")));
+    }
+    let found = profiles(&app, keys).await;
+    let out: serde_json::Map<String, Value> = found
+        .into_iter()
+        .map(|(pk, (name, picture))| (pk.to_hex(), serde_json::json!({"name": name, "picture": picture})))
+        .collect();
+    super::auth::ok_json(&serde_json::json!({ "profiles": out }))
 }

@@ -21,5 +21,6 @@ pub const FILES: &[(&str, &str, &[u8])] = &[
     ("groups.js", JS, include_bytes!("../../admin-ui/groups.js")),
     ("media.js", JS, include_bytes!("../../admin-ui/media.js")),
     ("reports.js", JS, include_bytes!("../../admin-ui/reports.js")),
+    ("names.js", JS, include_bytes!("../../admin-ui/names.js")),
     ("sync.js", JS, include_bytes!("../../admin-ui/sync.js")),
 ];

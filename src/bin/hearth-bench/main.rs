@@ -134,6 +134,17 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         each_mb: u64,
     },
+    /// NIP-62 on the release `hearth`: --theirs events of one key among --events others' (--file,
+    /// generated when missing); the time its request to vanish takes, and the query mix p50/p99
+    /// during it beside without.
+    Vanish {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: usize,
+        #[arg(long, default_value_t = 100_000)]
+        theirs: usize,
+        #[arg(long, default_value = "scale.jsonl")]
+        file: PathBuf,
+    },
     /// One store size, on the release `hearth`: ingest (rate beside one core's validation rate,
     /// peak RSS), start-up after a clean stop and after kill -9, the query mix and the RSS after
     /// it. Generates --file with --events events when it does not exist.
@@ -222,6 +233,7 @@ async fn main() -> ExitCode {
         Cmd::Groups { groups, members, messages, rate, startup_groups } => {
             drive::groups(groups, members, messages, rate, startup_groups).await
         }
+        Cmd::Vanish { events, theirs, file } => drive::vanish(events, theirs, &file).await,
         Cmd::Media { size_mb, concurrent, each_mb } => drive::media(size_mb, concurrent, each_mb).await,
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,

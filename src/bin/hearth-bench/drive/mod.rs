@@ -18,6 +18,7 @@ mod search;
 mod sockets;
 mod suites;
 mod sync;
+mod vanish;
 mod workloads;
 
 // Each part reaches the others' helpers through `use super::*`.
@@ -35,6 +36,7 @@ pub(crate) use search::search;
 pub(crate) use sockets::{idle, subs};
 pub(crate) use suites::{smoke, suite};
 pub(crate) use sync::sync;
+pub(crate) use vanish::vanish;
 pub(crate) use workloads::{fanout, ingest, query, rtt};
 
 use std::time::Duration;
