@@ -68,3 +68,15 @@ export async function rpc(method, params = []) {
   if (data && data.error) throw new ApiError(200, { error: data.error });
   return data ? data.result : null;
 }
+
+/** Every item of a paged list (`?limit=…&after=…` answered with `{<key>: [...], next}`). */
+export async function getAll(path, key, limit = 500) {
+  const items = [];
+  let after = '';
+  for (;;) {
+    const page = await get(`${path}?limit=${limit}${after ? `&after=${encodeURIComponent(after)}` : ''}`);
+    items.push(...page[key]);
+    if (!page.next) return items;
+    after = page.next;
+  }
+}

@@ -2,7 +2,7 @@
 // picture) and the join requests waiting in it, approved or denied, and a group deleted. The
 // admin API's /admin/v1/groups only; every change there is a moderation event the relay signs.
 
-import { call, get } from './api.js';
+import { call, get, getAll } from './api.js';
 import { el, fill, person, say, short, table, when } from './dom.js';
 
 const $ = (id) => document.getElementById(id);
@@ -56,14 +56,7 @@ async function showGroup(guarded, id) {
 /** Fills the list of groups, and the group shown, if any. */
 export async function loadGroups(guarded) {
   await guarded(async () => {
-    const groups = [];
-    let after = '';
-    for (;;) {
-      const page = await get(`/admin/v1/groups?limit=1000${after ? `&after=${encodeURIComponent(after)}` : ''}`);
-      groups.push(...page.groups);
-      if (!page.next) break;
-      after = page.next;
-    }
+    const groups = await getAll('/admin/v1/groups', 'groups', 1000);
     table($('groups'), ['Group', 'Name', 'Kind', 'Members', 'Waiting', ''], groups.map((g) => [
       el('code', { class: 'wrap' }, g.id), g.name || '—', flags(g), String(g.members), String(g.pending),
       el('button', { type: 'button', 'aria-label': `Show group ${g.id}`, onclick: () => guarded(() => showGroup(guarded, g.id)) }, 'Show'),

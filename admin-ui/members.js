@@ -2,7 +2,7 @@
 // invite codes a NIP-43 join request claims, created and revoked. The admin API's
 // /admin/v1/members and /admin/v1/invites only.
 
-import { call, get } from './api.js';
+import { call, get, getAll } from './api.js';
 import { learn, named } from './names.js';
 import { el, say, short, table, when } from './dom.js';
 
@@ -20,14 +20,7 @@ async function act(guarded, work, message) {
 /** Fills the member and invite tables. */
 export async function loadMembers(guarded) {
   await guarded(async () => {
-    const members = [];
-    let after = '';
-    for (;;) {
-      const page = await get(`/admin/v1/members?limit=1000${after ? `&after=${after}` : ''}`);
-      members.push(...page.members);
-      if (!page.next) break;
-      after = page.next;
-    }
+    const members = await getAll('/admin/v1/members', 'members', 1000);
     await learn(members.map((m) => m.pubkey));
     table($('members'), ['Member', 'Note', 'Source', ''], members.map((m) => [
       named(m.pubkey), m.note || '—', m.source === 'config' ? 'configuration' : 'admin',

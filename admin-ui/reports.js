@@ -3,7 +3,7 @@
 // decisions: dismiss, delete the event, ban the key (this event, every event of theirs, or their
 // future writes). The admin API's /admin/v1/reports only; every decision there is audited.
 
-import { call, get } from './api.js';
+import { call, getAll } from './api.js';
 import { el, fill, person, say, short, table, when } from './dom.js';
 
 const $ = (id) => document.getElementById(id);
@@ -19,14 +19,7 @@ const types = (r) => Object.entries(r.types).sort((a, b) => b[1] - a[1]).map(([t
 /** Fills the queue (every page). */
 export async function loadReports(guarded) {
   await guarded(async () => {
-    const reports = [];
-    let after = '';
-    for (;;) {
-      const page = await get(`/admin/v1/reports?limit=500${after ? `&after=${after}` : ''}`);
-      reports.push(...page.reports);
-      if (!page.next) break;
-      after = page.next;
-    }
+    const reports = await getAll('/admin/v1/reports', 'reports', 500);
     const decide = (r, action, body, message) => guarded(async () => {
       await call('POST', `/admin/v1/reports/${r.target}/${action}`, body ? { body } : undefined);
       await loadReports(guarded);

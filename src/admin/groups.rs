@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use warp::reply::Response;
 
 use super::auth::{Admin, audit, ok_json};
-use super::people::profiles;
+use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::groups::publish::as_relay;
 use crate::groups::state::Group;
@@ -68,10 +68,7 @@ async fn document(app: &AppState, g: &Group) -> Value {
     let mut doc = summary(g);
     let who: Vec<PubKey> = g.members.keys().chain(g.pending.keys()).copied().collect();
     let profiles = profiles(app, who).await;
-    let person = |pk: &PubKey| {
-        let (name, picture) = profiles.get(pk).cloned().unwrap_or_default();
-        json!({"pubkey": pk.to_hex(), "name": name, "picture": picture})
-    };
+    let person = |pk: &PubKey| person(&profiles, pk);
     doc["members"] = g
         .members
         .iter()

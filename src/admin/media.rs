@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use warp::reply::Response;
 
 use super::auth::{Admin, audit, ok_json};
-use super::people::profiles;
+use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal};
 use crate::protocol::PubKey;
@@ -69,10 +69,7 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
     let who: Vec<PubKey> =
         per_owner.iter().map(|(pk, _, _)| *pk).chain(groups.iter().flatten().map(|r| r.owner)).collect();
     let people = profiles(&app, who).await;
-    let person = |pk: &PubKey| {
-        let (name, picture) = people.get(pk).cloned().unwrap_or_default();
-        json!({"pubkey": pk.to_hex(), "name": name, "picture": picture})
-    };
+    let person = |pk: &PubKey| person(&people, pk);
     let blobs: Vec<Value> = groups
         .iter()
         .map(|g| {

@@ -32,6 +32,13 @@ pub(super) async fn profiles(app: &AppState, pubkeys: Vec<PubKey>) -> HashMap<Pu
     out
 }
 
+/// Who `pk` is, as the API shows a person: `{pubkey, name, picture}` from `people` (what
+/// [`profiles`] found; empty strings where the store has no kind 0).
+pub(super) fn person(people: &HashMap<PubKey, (String, String)>, pk: &PubKey) -> Value {
+    let (name, picture) = people.get(pk).cloned().unwrap_or_default();
+    serde_json::json!({"pubkey": pk.to_hex(), "name": name, "picture": picture})
+}
+
 /// Keys looked up at most per call.
 const MAX_LOOKUP: usize = 500;
 

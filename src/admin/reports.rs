@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use warp::reply::Response;
 
 use super::auth::{Admin, audit, ok_json};
-use super::people::profiles;
+use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
 use crate::moderation::Reviewed;
@@ -119,10 +119,7 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
     let next = (start + page.len() < all.len()).then(|| page.last().map(|e| e.target.clone())).flatten();
     let who: Vec<PubKey> = page.iter().flat_map(|e| e.pubkey.iter().chain(e.reporters.iter()).copied()).collect();
     let people = profiles(&app, who).await;
-    let person = |pk: &PubKey| {
-        let (name, picture) = people.get(pk).cloned().unwrap_or_default();
-        json!({"pubkey": pk.to_hex(), "name": name, "picture": picture})
-    };
+    let person = |pk: &PubKey| person(&people, pk);
     let reports: Vec<Value> = page
         .iter()
         .map(|e| {
