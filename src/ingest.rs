@@ -172,6 +172,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
     };
     let wrap = crate::protocol::private::is_gift_wrap(verified.kind);
     let vanish_request = (verified.kind == crate::vanish::KIND).then(|| (*verified).clone());
+    let report = (verified.kind == crate::protocol::private::REPORT).then(|| (*verified).clone());
     let settled = settle(app, verified, now, Some((&publisher.billed, permit))).await;
     if let (Settled::Stored, Admission::Change(change)) = (&settled, group)
         && let Err(refusal) = crate::groups::publish::done(app, change).await
@@ -183,6 +184,11 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         && let Err(refusal) = crate::vanish::vanish(app, &request).await
     {
         return Outcome::Refused(refusal);
+    }
+    if settled == Settled::Stored
+        && let Some(report) = report
+    {
+        crate::hold::after_report(app, &report).await;
     }
     match settled {
         Settled::Stored | Settled::Live => Outcome::Accepted,

@@ -37,6 +37,7 @@ pub(crate) mod fanout;
 pub(crate) mod frames;
 pub mod fuzz;
 pub mod groups;
+pub(crate) mod hold;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub(crate) mod ingest;

@@ -60,6 +60,9 @@ pub struct State {
     /// Keys that asked to vanish (NIP-62), with the `created_at` of their request: their events
     /// (and gift wraps to them) dated up to then are refused.
     pub vanished: BTreeMap<PubKey, u64>,
+    /// Events held for review (`moderation.hold_after_reports`), as they were stored: off every
+    /// read path, refused if sent again, until an admin decides.
+    pub held: BTreeMap<EventId, String>,
 }
 
 /// An admin's decision on a report target.
@@ -279,6 +282,9 @@ impl Moderation {
             }
             if s.banned_events.contains_key(&event.id) {
                 return Verdict::Blocked("this event is banned from this relay".into());
+            }
+            if s.held.contains_key(&event.id) {
+                return Verdict::Blocked("this event is held for review by the relay's admins".into());
             }
             let wrapped_to = crate::protocol::private::wrap_recipient(&event.tags, event.kind);
             if [Some(event.pubkey), wrapped_to]

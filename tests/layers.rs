@@ -43,8 +43,8 @@ const FLOORS: &[&[&str]] = &[
     &["ingest", "query"],
     // NIP-43: join and leave requests, invites, the relay's signed member list.
     // NIP-29: what a group event does, and the relay's answers to it.
-    // NIP-62: a request to vanish carried out.
-    &["membership", "groups::publish", "vanish"],
+    // NIP-62: a request to vanish carried out; the automatic hold of reported events.
+    &["membership", "groups::publish", "vanish", "hold"],
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],

@@ -39,6 +39,8 @@ pub(super) struct Entry {
     pub(super) is_event: bool,
     /// The event reported, when the target is one.
     event: Option<Event>,
+    /// The event is held (`moderation.hold_after_reports`): off every read path.
+    held: bool,
     /// The key reported: the event's author, or the target.
     pubkey: Option<PubKey>,
     types: BTreeMap<String, u64>,
@@ -89,9 +91,19 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
     let mut out = Vec::new();
     for (_, mut entry) in by_target {
         if let Some(id) = EventId::from_hex(&entry.target).filter(|_| entry.is_event) {
-            // Only reports of events this relay holds.
-            let Some(json) = app.store.get(&id, Timestamp::now()).map_err(internal)? else { continue };
-            let event: Event = serde_json::from_str(json.as_str()).map_err(internal)?;
+            // Only reports of events this relay holds (stored, or held for review).
+            let held = app.moderation.snapshot().held.get(&id).cloned();
+            let json = match app.store.get(&id, Timestamp::now()).map_err(internal)? {
+                Some(json) => json.as_str().to_string(),
+                None => match held {
+                    Some(json) => {
+                        entry.held = true;
+                        json
+                    }
+                    None => continue,
+                },
+            };
+            let event: Event = serde_json::from_str(&json).map_err(internal)?;
             entry.pubkey = Some(event.pubkey);
             entry.event = Some(event);
         } else if let Some(pk) = PubKey::from_hex(&entry.target).filter(|_| !entry.is_event) {
@@ -129,6 +141,7 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
                 "event": e.event,
                 "author": e.pubkey.as_ref().map(person),
                 "banned": e.pubkey.as_ref().is_some_and(|pk| app.moderation.is_banned(pk)),
+                "held": e.held,
                 "count": e.count,
                 "types": e.types,
                 "reporters": e.reporters.iter().map(person).collect::<Vec<_>>(),
@@ -189,6 +202,9 @@ pub async fn decide(
         ("dismiss" | "delete", Some(_)) => return Err(ApiError::BadRequest("reach is for a ban only".into())),
         _ => return Err(ApiError::NotFound("the actions are dismiss, delete and ban".into())),
     };
+    if let Some(event) = entry.event.as_ref().filter(|_| entry.held) {
+        crate::hold::release(&app, event.id, action == "dismiss").await.map_err(internal)?;
+    }
     let at = Timestamp::now().0;
     let reviewed = Reviewed { action: action.clone(), at };
     app.moderation.update(store, |s| s.reviewed.insert(target.clone(), reviewed)).await.map_err(internal)?;
@@ -223,8 +239,12 @@ async fn remove_all_of(app: &AppState, pk: PubKey) -> Result<u64, ApiError> {
     }
 }
 
-/// Marks `target` decided (`action`) now: NIP-86's `allowevent` and `banevent` answer the queue.
+/// Marks `target` decided (`action`) now: NIP-86's `allowevent` and `banevent` answer the queue
+/// (an event held for review is stored again when allowed, let go when banned).
 pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Result<(), ApiError> {
+    if let Some(id) = EventId::from_hex(target) {
+        crate::hold::release(app, id, action == "dismiss").await.map_err(internal)?;
+    }
     let r = Reviewed { action: action.into(), at: Timestamp::now().0 };
     app.moderation.update(&app.store, |s| s.reviewed.insert(target.to_string(), r)).await.map_err(internal)?;
     Ok(())

@@ -18,6 +18,7 @@ mod groups;
 mod load;
 mod media;
 pub mod quota;
+mod reviews;
 mod sections;
 mod sync;
 
@@ -26,5 +27,6 @@ pub use groups::{GroupCreators, GroupsConfig};
 pub use load::ConfigError;
 pub use media::{MediaConfig, Uploaders};
 pub use quota::{LimitKey, QuotaKey, Source, Tier, TierLimits};
+pub use reviews::ModerationConfig;
 pub use sections::*;
 pub use sync::{Direction, SyncConfig, SyncPeer, peer_url_problem};

@@ -45,6 +45,8 @@ pub struct Config {
     pub groups: super::groups::GroupsConfig,
     /// `[media]`: the Blossom server.
     pub media: super::media::MediaConfig,
+    /// `[moderation]`: the automatic hold of reported events.
+    pub moderation: super::reviews::ModerationConfig,
     /// Where each tier quota came from; absent = default.
     #[serde(skip)]
     pub sources: BTreeMap<LimitKey, Source>,

@@ -197,3 +197,70 @@ async fn nip86_banevent_and_allowevent_answer_the_queue() {
     assert_eq!(rpc("listbannedevents", json!([])).await, json!([{"id": one.id.to_hex(), "reason": "nudity"}]));
     assert_eq!(c.req_ids("s", vec![json!({"authors": [mallory.public_key().to_hex()]})]).await, vec![two.id.to_hex()]);
 }
+
+#[tokio::test]
+async fn an_event_enough_members_reported_is_held_until_an_admin_decides() {
+    let (alice, bob, carol, mallory) = (keys(1), keys(2), keys(3), keys(4));
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        c.admin.token = TOKEN.into();
+        c.access.mode = hearth::config::AccessMode::MembersWrite;
+        c.auth.members = vec![alice.public_key(), bob.public_key(), carol.public_key(), mallory.public_key()];
+        c.moderation.hold_after_reports = 2;
+    })
+    .await;
+    let mut c = relay.connect().await;
+    let note = sign(&mallory, now() - 10, 1, &[], "something nasty");
+    assert_ok(&c.publish(&note).await, &note.id.to_hex(), true, "");
+    let ids = json!({"ids": [note.id.to_hex()]});
+    // One report: still served; the same reporter twice still counts once.
+    for r in [
+        report(&alice, now() - 5, Some(&note), &mallory, "profanity", ""),
+        report(&alice, now() - 4, Some(&note), &mallory, "spam", ""),
+    ] {
+        assert_ok(&c.publish(&r).await, &r.id.to_hex(), true, "");
+    }
+    assert_eq!(c.req_ids("n", vec![ids.clone()]).await, vec![note.id.to_hex()]);
+    // A second member: held, off every read path, refused if sent again.
+    let second = report(&bob, now() - 3, Some(&note), &mallory, "profanity", "");
+    assert_ok(&c.publish(&second).await, &second.id.to_hex(), true, "");
+    assert_eq!(c.req_ids("n", vec![ids.clone()]).await, Vec::<String>::new());
+    let (_, body) = http(
+        &relay,
+        Method::POST,
+        "/api/v1/query",
+        Some(json!({"filters": [{"ids": [note.id.to_hex()]}]})),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(body["events"], json!([]));
+    assert_eq!(
+        c.publish(&note).await,
+        json!(["OK", note.id.to_hex(), false, "blocked: this event is held for review by the relay's admins"])
+    );
+    assert_eq!(audit_actions(&relay, TOKEN).await[0], "report.hold");
+    let (_, doc) = admin(&relay, Method::GET, "/admin/v1/reports", None).await;
+    assert_eq!(
+        (doc["reports"][0]["held"].clone(), doc["reports"][0]["event"]["content"].clone()),
+        (json!(true), json!("something nasty"))
+    );
+    // Dismissed: served again.
+    let path = format!("/admin/v1/reports/{}/dismiss", note.id.to_hex());
+    assert_eq!(admin(&relay, Method::POST, &path, None).await.0, StatusCode::OK);
+    assert_eq!(c.req_ids("n", vec![ids.clone()]).await, vec![note.id.to_hex()]);
+    // Reported again by two members after the decision: held again; deleted this time.
+    for r in [
+        report(&bob, now() + 1, Some(&note), &mallory, "spam", ""),
+        report(&carol, now() + 1, Some(&note), &mallory, "spam", ""),
+    ] {
+        assert_ok(&c.publish(&r).await, &r.id.to_hex(), true, "");
+    }
+    assert_eq!(c.req_ids("n", vec![ids.clone()]).await, Vec::<String>::new());
+    let path = format!("/admin/v1/reports/{}/delete", note.id.to_hex());
+    assert_eq!(admin(&relay, Method::POST, &path, None).await.0, StatusCode::OK);
+    assert_eq!(c.req_ids("n", vec![ids.clone()]).await, Vec::<String>::new());
+    assert_eq!(c.publish(&note).await[3], "blocked: this event is banned from this relay");
+    let (_, doc) = admin(&relay, Method::GET, "/admin/v1/reports", None).await;
+    assert_eq!(doc["reports"], json!([]));
+}
