@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::protocol::nip42::RelayMatch;
 use crate::protocol::refusal::{Prefix, Refusal};
-use crate::protocol::{Event, Filter, Kind, PubKey, Timestamp, Viewer};
+use crate::protocol::{Event, EventId, Filter, Kind, PubKey, Timestamp, Viewer};
 
 /// The request to vanish.
 pub const KIND: Kind = Kind(62);
@@ -35,24 +35,25 @@ pub fn names_this_relay(request: &Event, relay: Option<&RelayMatch>) -> Result<(
     Err(Refusal::new(Prefix::Invalid, "this request to vanish names other relays, not this one"))
 }
 
-/// Removes every event `filter` matches but `keep`; how many.
-async fn remove_matching(app: &AppState, filter: Filter, keep: &Event) -> Result<u64, Refusal> {
-    let failed = |e: crate::store::StoreError| {
-        tracing::error!(error = %e, "a request to vanish could not remove events");
-        Refusal::new(Prefix::Error, "the request is stored but not every event is removed yet; send it again")
-    };
+/// Removes every stored event `filter` matches but `keep` (a page at a time, until none is
+/// left); how many. The one way a key's events leave the store wholesale: a request to vanish,
+/// and an admin's ban of every event of a reported key.
+pub async fn remove_matching(
+    app: &AppState,
+    filter: Filter,
+    keep: Option<EventId>,
+) -> Result<u64, crate::store::StoreError> {
     let mut removed = 0;
     loop {
         let page = Filter { limit: Some(BATCH), ..filter.clone() };
-        let (events, _) =
-            app.store.query_async(vec![page], Timestamp::now(), Viewer::everything()).await.map_err(failed)?;
+        let (events, _) = app.store.query_async(vec![page], Timestamp::now(), Viewer::everything()).await?;
         let mut progressed = false;
         for json in events {
             let Ok(event) = serde_json::from_str::<Event>(json.as_str()) else { continue };
-            if event.id == keep.id {
+            if Some(event.id) == keep {
                 continue;
             }
-            if app.store.remove(event.id).await.map_err(failed)? {
+            if app.store.remove(event.id).await? {
                 removed += 1;
                 progressed = true;
             }
@@ -77,10 +78,16 @@ pub async fn vanish(app: &AppState, request: &Event) -> Result<(), Refusal> {
             tracing::error!(error = %e, "a request to vanish could not be recorded");
             Refusal::new(Prefix::Error, "the request could not be recorded; send it again")
         })?;
-    let own = remove_matching(app, Filter { authors: Some(vec![pk]), ..Filter::default() }, request).await?;
+    let failed = |e: crate::store::StoreError| {
+        tracing::error!(error = %e, "a request to vanish could not remove events");
+        Refusal::new(Prefix::Error, "the request is stored but not every event is removed yet; send it again")
+    };
+    let own = remove_matching(app, Filter { authors: Some(vec![pk]), ..Filter::default() }, Some(request.id))
+        .await
+        .map_err(failed)?;
     let mut to_them = Filter { kinds: Some(vec![Kind::GIFT_WRAP]), ..Filter::default() };
     to_them.tags.insert('p', vec![pk.to_hex()]);
-    let wraps = remove_matching(app, to_them, request).await?;
+    let wraps = remove_matching(app, to_them, Some(request.id)).await.map_err(failed)?;
     let detail = json!({"request": request.id.to_hex(), "events": own, "gift_wraps": wraps});
     if let Err(e) = crate::audit::record(
         &app.store,

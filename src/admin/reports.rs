@@ -193,7 +193,12 @@ pub async fn decide(
         ("ban", Some(reach @ ("events" | "writes"))) => {
             let pk = entry.pubkey.ok_or_else(|| internal("a queued report without a key"))?;
             app.moderation.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(internal)?;
-            let removed = if reach == "events" { remove_all_of(&app, pk).await? } else { 0 };
+            let every = Filter { authors: Some(vec![pk]), ..Filter::default() };
+            let removed = if reach == "events" {
+                crate::vanish::remove_matching(&app, every, None).await.map_err(internal)?
+            } else {
+                0
+            };
             json!({"banned": pk.to_hex(), "reach": reach, "removed": removed})
         }
         ("ban", _) => {
@@ -218,25 +223,6 @@ pub async fn decide(
     )
     .await?;
     ok_json(&done)
-}
-
-/// Removes every stored event of `pk`; how many.
-async fn remove_all_of(app: &AppState, pk: PubKey) -> Result<u64, ApiError> {
-    let mut removed = 0;
-    loop {
-        let filter = Filter { authors: Some(vec![pk]), limit: Some(1000), ..Filter::default() };
-        let (events, _) =
-            app.store.query_async(vec![filter], Timestamp::now(), Viewer::everything()).await.map_err(internal)?;
-        if events.is_empty() {
-            return Ok(removed);
-        }
-        for json in events {
-            let event: Event = serde_json::from_str(json.as_str()).map_err(internal)?;
-            if app.store.remove(event.id).await.map_err(internal)? {
-                removed += 1;
-            }
-        }
-    }
 }
 
 /// Marks `target` decided (`action`) now: NIP-86's `allowevent` and `banevent` answer the queue

@@ -127,8 +127,8 @@ impl Blobs {
     ) -> Result<(BlobRecord, bool), BlobError> {
         let _one = self.changing.lock().await;
         let hash = received.hash;
-        let existing = self.record(&hash)?;
-        let new = existing.is_none();
+        let owners = self.records.owners_of(&hash.0)?;
+        let new = owners.is_empty();
         if new && !self.fits(received.size) {
             return Err(BlobError::Full);
         }
@@ -138,11 +138,10 @@ impl Blobs {
             sha256: hash.to_hex(),
             owner,
             size,
-            media_type: existing.map_or_else(|| media_type.to_string(), |r| r.media_type),
+            media_type: owners.first().map_or_else(|| media_type.to_string(), |r| r.media_type.clone()),
             uploaded: now.0,
         };
-        let mine = self.records.owners_of(&hash.0)?.into_iter().find(|r| r.owner == owner);
-        match mine {
+        match owners.into_iter().find(|r| r.owner == owner) {
             // Uploaded again by the same key: its first record stands.
             Some(first) => Ok((first, false)),
             None => {

@@ -18,10 +18,9 @@ use super::reply::{MediaError, descriptor, empty, json};
 use crate::app::AppState;
 use crate::blobs::Received;
 use crate::http::RequestCtx;
-use crate::limiter::{Denied, LimitType, UPLOAD_CELL_BYTES, upload_cells};
+use crate::limiter::{LimitType, UPLOAD_CELL_BYTES, upload_cells};
 use crate::protocol::Timestamp;
 use crate::protocol::blossom::{AuthError, Authorized, BlobHash, Verb};
-use crate::protocol::refusal::RateLimited;
 
 /// What an upload says of itself before its body: size, type, hash.
 struct Announced {
@@ -109,13 +108,7 @@ pub async fn check(
 
 /// Bills an upload's bytes.
 async fn bill(app: &AppState, caller: &Caller, size: u64) -> Result<(), MediaError> {
-    match app.limiter.admit_n(&caller.billed, LimitType::UploadBytes, upload_cells(size)).await {
-        Ok(()) => Ok(()),
-        Err(Denied::Limited(RateLimited { limit_type, retry_after })) => {
-            Err(MediaError::Limited(RateLimited { limit_type, retry_after }))
-        }
-        Err(denied) => Err(denied.into()),
-    }
+    Ok(app.limiter.admit_n(&caller.billed, LimitType::UploadBytes, upload_cells(size)).await?)
 }
 
 /// A request body as chunks, each awaited at most `server.body_timeout_secs` (a body trickled
