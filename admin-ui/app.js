@@ -497,8 +497,11 @@ async function loadAudit(first) {
   if (!first) return;
   await guarded(async () => {
     const { entries } = await get('/admin/v1/audit?limit=200');
+    await learn(entries.flatMap((e) => [e.who, e.target]));
+    // A key (an admin signing with NIP-98, a key that vanished, a member or ban target) by name.
+    const key = (text, wrap) => (/^[0-9a-f]{64}$/.test(text) ? named(text) : el('code', wrap ? { class: 'wrap' } : {}, short(text)));
     table($('audit'), ['When', 'Who', 'What', 'Target', 'Old → new'],
-      entries.map((e) => [when(e.at), el('code', {}, short(e.who)), e.action, el('code', { class: 'wrap' }, short(e.target)), `${show(e.old)} → ${show(e.new)}`]),
+      entries.map((e) => [when(e.at), key(e.who, false), e.action, key(e.target, true), `${show(e.old)} → ${show(e.new)}`]),
       'No change has been made yet.');
   });
 }

@@ -403,6 +403,9 @@ test('members: a member added by npub with a note and removed; an invite created
   list = await memberList();
   expect(verifyEvent(list)).toBe(true);
   expect(list.tags).not.toContainEqual(['member', key.pubkey]);
+  // The audit names the member it added and removed by its profile's name.
+  await view(page, 'Audit');
+  await expect(page.locator('#audit tbody tr', { hasText: 'member.remove' }).first()).toContainText(`Newcomer ${info.project.name}`);
 });
 
 test('store: the figures, and a compaction started from the page', async ({ page }, info) => {
