@@ -1,10 +1,10 @@
 //! The automatic hold (`moderation.hold_after_reports`): an event enough keys reported is taken
 //! off every read path until an admin decides on it.
 //!
-//! Owns holding and releasing. Holding keeps the event, as stored, in the moderation document
-//! every node shares (`held`), then removes it from the store, so no read path can serve it and
-//! a re-send or a sync is refused while it is held; an admin's dismissal stores it again, a
-//! deletion or a ban lets it go. Reporters are counted once each, only reports made after the
+//! Owns holding and releasing. Holding names the event in the moderation document every node
+//! shares (`held`); every read path then serves it only to its author and the admins (the
+//! viewer's rule, `Viewer::withholds`), until an admin decides: a dismissal releases it, a
+//! deletion or a ban removes it. Reporters are counted once each, only reports made after the
 //! last decision on the event count, and on a relay with a member list only members' reports
 //! (and the admins') count.
 
@@ -12,7 +12,6 @@ use serde_json::json;
 
 use crate::app::AppState;
 use crate::protocol::private::REPORT;
-use crate::protocol::verify::verify;
 use crate::protocol::{Event, EventId, Filter, Timestamp, Viewer};
 
 /// After `report` is stored: holds the event it names if enough keys have reported it now.
@@ -51,10 +50,10 @@ async fn hold_if_due(app: &AppState, id: EventId, needed: usize) -> Result<(), S
     if reporters.len() < needed {
         return Ok(());
     }
-    let Some(stored) = app.store.get(&id, now).map_err(|e| e.to_string())? else { return Ok(()) };
-    let kept = stored.as_str().to_string();
-    app.moderation.update(&app.store, |s| s.held.insert(id, kept)).await.map_err(|e| e.to_string())?;
-    app.store.remove(id).await.map_err(|e| e.to_string())?;
+    if app.store.get(&id, now).map_err(|e| e.to_string())?.is_none() {
+        return Ok(());
+    }
+    app.moderation.update(&app.store, |s| s.held.insert(id, now.0)).await.map_err(|e| e.to_string())?;
     let detail = json!({"reporters": reporters.len()});
     crate::audit::record(
         &app.store,
@@ -69,12 +68,11 @@ async fn hold_if_due(app: &AppState, id: EventId, needed: usize) -> Result<(), S
     .map_err(|e| e.to_string())
 }
 
-/// Lets a held event go; with `restore`, stores it again (an admin found nothing wrong).
-pub async fn release(app: &AppState, id: EventId, restore: bool) -> Result<(), String> {
-    let held = app.moderation.update(&app.store, |s| s.held.remove(&id)).await.map_err(|e| e.to_string())?;
-    let (Some(json), true) = (held, restore) else { return Ok(()) };
-    let event = Event::from_json(&json).map_err(|e| e.to_string())?;
-    let verified = verify(event).map_err(|e| e.to_string())?;
-    app.store.put(verified).await.map_err(|e| e.to_string())?;
+/// Releases a held event (an admin decided on it).
+pub async fn release(app: &AppState, id: EventId) -> Result<(), String> {
+    if !app.moderation.snapshot().held.contains_key(&id) {
+        return Ok(());
+    }
+    app.moderation.update(&app.store, |s| s.held.remove(&id)).await.map_err(|e| e.to_string())?;
     Ok(())
 }

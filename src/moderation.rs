@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::LinkError;
 use crate::cluster::document::SharedDoc;
 use crate::config::{AccessMode, Config, LimitKey, LimitsConfig};
+use crate::protocol::private::HeldIds;
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, PubKey};
 use crate::store::{Store, StoreError};
@@ -60,9 +61,9 @@ pub struct State {
     /// Keys that asked to vanish (NIP-62), with the `created_at` of their request: their events
     /// (and gift wraps to them) dated up to then are refused.
     pub vanished: BTreeMap<PubKey, u64>,
-    /// Events held for review (`moderation.hold_after_reports`), as they were stored: off every
-    /// read path, refused if sent again, until an admin decides.
-    pub held: BTreeMap<EventId, String>,
+    /// Events held for review (`moderation.hold_after_reports`), with when (Unix seconds):
+    /// served only to their author and the admins until an admin decides.
+    pub held: BTreeMap<EventId, u64>,
 }
 
 /// An admin's decision on a report target.
@@ -155,6 +156,8 @@ pub struct Moderation {
     members: HashSet<PubKey>,
     /// `access.mode`.
     mode: AccessMode,
+    /// Where every read path learns which events are held (kept equal to `state.held`).
+    held_ids: HeldIds,
 }
 
 /// Why moderation refused an event: the text after `blocked: ` / `restricted: `.
@@ -171,14 +174,20 @@ pub enum Verdict {
 impl Moderation {
     /// Loads the saved state (empty when none) for `config`; with `shared`, it follows the
     /// nodes' shared copy from the first [`Moderation::refresh`] on.
-    pub fn load(store: &Store, config: &Config, shared: Option<SharedDoc>) -> Result<Moderation, StoreError> {
+    pub fn load(
+        store: &Store,
+        config: &Config,
+        shared: Option<SharedDoc>,
+        held_ids: HeldIds,
+    ) -> Result<Moderation, StoreError> {
         let state = match store.load_setting(SETTING)? {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             None => State::default(),
         };
         let members = config.auth.members.iter().copied().collect();
         let shared = shared.map(|doc| Replica { doc, version: AtomicU64::new(0), busy: tokio::sync::Mutex::new(()) });
-        Ok(Moderation { state: RwLock::new(state), shared, members, mode: config.access.mode })
+        held_ids.set(state.held.keys().copied());
+        Ok(Moderation { state: RwLock::new(state), shared, members, mode: config.access.mode, held_ids })
     }
 
     /// A copy of the current state.
@@ -202,6 +211,7 @@ impl Moderation {
                 Err(poisoned) => poisoned.into_inner(),
             };
             let result = change(&mut guard);
+            self.held_ids.set(guard.held.keys().copied());
             (result, serde_json::to_vec(&*guard).map_err(|e| StoreError::Corrupt(e.to_string()))?)
         };
         store.save_setting(SETTING, bytes).await?;
@@ -260,6 +270,7 @@ impl Moderation {
     }
 
     fn adopt(&self, replica: &Replica, version: u64, state: State) {
+        self.held_ids.set(state.held.keys().copied());
         match self.state.write() {
             Ok(mut s) => *s = state,
             Err(poisoned) => *poisoned.into_inner() = state,

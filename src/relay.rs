@@ -83,13 +83,14 @@ impl Relay {
                 Some(Arc::new(link))
             }
         };
-        let moderation = Moderation::load(&store, &config, link.clone().map(|l| SharedDoc::new(l, "moderation")))?;
+        let private = config.auth.private().with_reports_sealed_for(&config.admin.pubkeys);
+        let shared_doc = link.clone().map(|l| SharedDoc::new(l, "moderation"));
+        let moderation = Moderation::load(&store, &config, shared_doc, private.held().clone())?;
         let limiter = match &link {
             None => Limiter::new(&config.limits, clock),
             Some(link) => Limiter::shared(&config.limits, clock, link.clone()),
         };
         limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
-        let private = config.auth.private().with_reports_sealed_for(&config.admin.pubkeys);
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
         let groups = Arc::new(crate::groups::Registry::load(&store, &config.groups, keys.public_key())?);
         let config_peers = config.sync.peers.clone();

@@ -91,18 +91,10 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
     let mut out = Vec::new();
     for (_, mut entry) in by_target {
         if let Some(id) = EventId::from_hex(&entry.target).filter(|_| entry.is_event) {
-            // Only reports of events this relay holds (stored, or held for review).
-            let held = app.moderation.snapshot().held.get(&id).cloned();
-            let json = match app.store.get(&id, Timestamp::now()).map_err(internal)? {
-                Some(json) => json.as_str().to_string(),
-                None => match held {
-                    Some(json) => {
-                        entry.held = true;
-                        json
-                    }
-                    None => continue,
-                },
-            };
+            // Only reports of events this relay holds.
+            let Some(json) = app.store.get(&id, Timestamp::now()).map_err(internal)? else { continue };
+            entry.held = app.moderation.snapshot().held.contains_key(&id);
+            let json = json.as_str().to_string();
             let event: Event = serde_json::from_str(&json).map_err(internal)?;
             entry.pubkey = Some(event.pubkey);
             entry.event = Some(event);
@@ -208,7 +200,7 @@ pub async fn decide(
         _ => return Err(ApiError::NotFound("the actions are dismiss, delete and ban".into())),
     };
     if let Some(event) = entry.event.as_ref().filter(|_| entry.held) {
-        crate::hold::release(&app, event.id, action == "dismiss").await.map_err(internal)?;
+        crate::hold::release(&app, event.id).await.map_err(internal)?;
     }
     let at = Timestamp::now().0;
     let reviewed = Reviewed { action: action.clone(), at };
@@ -226,10 +218,10 @@ pub async fn decide(
 }
 
 /// Marks `target` decided (`action`) now: NIP-86's `allowevent` and `banevent` answer the queue
-/// (an event held for review is stored again when allowed, let go when banned).
+/// (an event held for review is no longer held).
 pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Result<(), ApiError> {
     if let Some(id) = EventId::from_hex(target) {
-        crate::hold::release(app, id, action == "dismiss").await.map_err(internal)?;
+        crate::hold::release(app, id).await.map_err(internal)?;
     }
     let r = Reviewed { action: action.into(), at: Timestamp::now().0 };
     app.moderation.update(&app.store, |s| s.reviewed.insert(target.to_string(), r)).await.map_err(internal)?;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct ModerationConfig {
     /// Once this many distinct keys (members, on a relay with a member list) have reported an
-    /// event, it is held: taken off every read path until an admin decides. 0: never.
+    /// event, it is held: served only to its author and the admins until an admin decides.
+    /// 0: never.
     pub hold_after_reports: u32,
 }

@@ -8,9 +8,10 @@
 //! every read path (a REQ's stored answer and its live events, COUNT, REST, the frame log of
 //! `hearth dev`) asks the same [`Viewer`] and none of them can drift from the others.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use super::event::{Kind, PubKey, tag_values};
+use super::event::{EventId, Kind, PubKey, tag_values};
 use super::filter::Filter;
 
 /// NIP-17's ephemeral gift wrap: delivered live to its recipient, never stored.
@@ -42,12 +43,40 @@ pub const REPORT: Kind = Kind(1984);
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrivateKinds(Arc<[Kind]>, Sealed);
 
-/// The kinds only their author and the admins read, and the admins.
+/// The kinds only their author and the admins read, the admins, and the events held for review.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Sealed {
     kinds: Arc<[Kind]>,
     admins: Arc<[PubKey]>,
+    held: HeldIds,
 }
+
+/// The events held for review (`moderation.hold_after_reports`): served only to their author and
+/// the admins. A live handle: moderation sets it, every viewer made after reads it.
+#[derive(Clone, Debug, Default)]
+pub struct HeldIds(Arc<RwLock<Arc<HashSet<EventId>>>>);
+
+impl HeldIds {
+    /// Replaces the held events.
+    pub fn set(&self, ids: impl IntoIterator<Item = EventId>) {
+        let ids = Arc::new(ids.into_iter().collect());
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = ids;
+    }
+
+    /// The held events now.
+    fn now(&self) -> Arc<HashSet<EventId>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+impl PartialEq for HeldIds {
+    /// The same handle.
+    fn eq(&self, other: &HeldIds) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for HeldIds {}
 
 impl PrivateKinds {
     /// The private kinds `kinds` (in any order, repeats allowed).
@@ -63,8 +92,13 @@ impl PrivateKinds {
         let mut all = self.0.to_vec();
         all.push(REPORT);
         let mut private = PrivateKinds::new(&all);
-        private.1 = Sealed { kinds: Arc::from([REPORT]), admins: admins.into() };
+        private.1 = Sealed { kinds: Arc::from([REPORT]), admins: admins.into(), held: self.1.held };
         private
+    }
+
+    /// The handle of the events held for review, which moderation keeps up to date.
+    pub fn held(&self) -> &HeldIds {
+        &self.1.held
     }
 
     /// True when events of `kind` are private (sealed ones included).
@@ -101,7 +135,9 @@ impl PrivateKinds {
 
     /// What `reader` (the authenticated pubkey, if any) may read under these kinds.
     pub fn viewer(&self, reader: Option<PubKey>) -> Viewer {
-        Viewer { private: self.clone(), reader, screen: None }
+        let held = self.1.held.now();
+        let held = (!held.is_empty() && !reader.is_some_and(|r| self.is_admin(&r))).then_some(held);
+        Viewer { private: self.clone(), reader, screen: None, held }
     }
 }
 
@@ -137,6 +173,8 @@ pub struct Viewer {
     reader: Option<PubKey>,
     /// The groups withheld from this reader; `None`: none.
     screen: Option<Arc<GroupScreen>>,
+    /// The events held for review, when some are and the reader is no admin.
+    held: Option<Arc<HashSet<EventId>>>,
 }
 
 impl Viewer {
@@ -160,7 +198,13 @@ impl Viewer {
     /// event depends on its tags whatever its kind, and no count or item set may be read from
     /// the index's lists alone.
     pub fn screens(&self) -> bool {
-        self.screen.is_some()
+        self.screen.is_some() || self.held.is_some()
+    }
+
+    /// True when the event `id` by `author` is held for review and this reader is not its author
+    /// (admins are given no held set).
+    pub fn withholds(&self, id: &EventId, author: &PubKey) -> bool {
+        self.held.as_ref().is_some_and(|held| held.contains(id)) && self.reader != Some(*author)
     }
 
     /// True when whether this viewer may read an event of `kind` by `author` depends on its tags
@@ -218,6 +262,21 @@ mod tests {
         assert!(private.only(&serde_json::from_str(r#"{"kinds":[1984]}"#).unwrap()));
         // Direct messages keep their own rule.
         assert!(private.viewer(Some(reported)).may_read(Kind(4), &author, &p(2)));
+    }
+
+    #[test]
+    fn a_held_event_is_its_authors_and_the_admins_only() {
+        let (author, admin, stranger) = (key(1), key(3), key(4));
+        let private = PrivateKinds::new(&[]).with_reports_sealed_for(&[admin]);
+        let id = EventId([9; 32]);
+        assert!(!private.viewer(Some(stranger)).withholds(&id, &author));
+        private.held().set([id]);
+        assert!(private.viewer(Some(stranger)).withholds(&id, &author) && private.viewer(None).withholds(&id, &author));
+        assert!(private.viewer(Some(stranger)).screens());
+        assert!(!private.viewer(Some(author)).withholds(&id, &author));
+        assert!(!private.viewer(Some(admin)).withholds(&id, &author) && !private.viewer(Some(admin)).screens());
+        private.held().set([]);
+        assert!(!private.viewer(Some(stranger)).withholds(&id, &author));
     }
 
     #[test]

@@ -348,7 +348,7 @@ pub(super) fn hit(
     if header.is_expired(now) || !filter.matches_fields(&header.id, &header.pubkey, header.kind, header.created_at) {
         return Ok(None);
     }
-    if viewer.refuses_outright(header.kind) {
+    if viewer.refuses_outright(header.kind) || viewer.withholds(&header.id, &header.pubkey) {
         return Ok(None);
     }
     let parties = viewer.needs_tags(header.kind, &header.pubkey);
@@ -383,7 +383,7 @@ fn readable(
     stored: &[u8],
     damaged: &Damaged,
 ) -> Result<bool, StoreError> {
-    if viewer.refuses_outright(header.kind) {
+    if viewer.refuses_outright(header.kind) || viewer.withholds(&header.id, &header.pubkey) {
         return Ok(false);
     }
     if !viewer.needs_tags(header.kind, &header.pubkey) {

@@ -207,6 +207,7 @@ async fn an_event_enough_members_reported_is_held_until_an_admin_decides() {
         c.access.mode = hearth::config::AccessMode::MembersWrite;
         c.auth.members = vec![alice.public_key(), bob.public_key(), carol.public_key(), mallory.public_key()];
         c.moderation.hold_after_reports = 2;
+        c.admin.pubkeys = vec![keys(9).public_key()];
     })
     .await;
     let mut c = relay.connect().await;
