@@ -43,6 +43,9 @@ async fn a_key_that_asks_to_vanish_is_gone_from_every_read_path_and_stays_gone()
         Vec::<String>::new()
     );
     assert_eq!(a.req_ids("s", vec![json!({"search": "bread"})]).await, Vec::<String>::new());
+    // NIP-77: a reconciliation finds only the request.
+    let (_, need) = crate::sync::reconcile(&mut a, "neg", mine.clone(), &[]).await;
+    assert_eq!(need, vec![request.id.to_hex()]);
     a.send(json!(["COUNT", "c", {"authors": [alice.public_key().to_hex()], "kinds": [0, 1]}])).await;
     assert_eq!(a.recv().await, json!(["COUNT", "c", {"count": 0}]));
     let (status, body) =
