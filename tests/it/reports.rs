@@ -58,6 +58,30 @@ async fn a_report_is_read_by_its_author_and_the_admins_only() {
     assert_eq!(theirs["events"], json!([]));
     let (_, admins) = http(&relay, Method::POST, "/api/v1/query", Some(query), None, Some(&moderator)).await;
     assert_eq!(admins["events"][0]["id"], json!(r.id.to_hex()));
+    // NIP-77: the reported key's reconciliation finds nothing of it, the moderator's finds it.
+    for (who, want) in [(&mallory, vec![]), (&moderator, vec![r.id.to_hex()])] {
+        let mut c = relay.connect().await;
+        c.auth(who, &relay.ws_url()).await;
+        assert_eq!(crate::sync::reconcile(&mut c, "neg", reports.clone(), &[]).await.1, want);
+    }
+    // Live: a report published now reaches the moderator's subscription, not the reported key's.
+    let mut watching_admin = relay.connect().await;
+    watching_admin.auth(&moderator, &relay.ws_url()).await;
+    assert_eq!(
+        watching_admin.req("live", vec![json!({"kinds": [1984], "since": now() + 1})]).await,
+        Vec::<Value>::new()
+    );
+    let mut watching_reported = relay.connect().await;
+    watching_reported.auth(&mallory, &relay.ws_url()).await;
+    assert_eq!(
+        watching_reported.req("live", vec![json!({"kinds": [1984], "since": now() + 1})]).await,
+        Vec::<Value>::new()
+    );
+    let later = report(&carol, now() + 2, Some(&spam), &mallory, "spam", "me too");
+    let mut by_carol = relay.connect().await;
+    assert_ok(&by_carol.publish(&later).await, &later.id.to_hex(), true, "");
+    assert_eq!(watching_admin.recv().await, json!(["EVENT", "live", later]));
+    watching_reported.assert_nothing_before_barrier("a report is not the reported key's to read").await;
     // The reported key cannot count it either.
     let mut c = relay.connect().await;
     c.auth(&mallory, &relay.ws_url()).await;
