@@ -11,23 +11,27 @@ use crate::protocol::nip98::{self, AuthError};
 use crate::protocol::{PubKey, Timestamp};
 
 impl RequestCtx {
-    /// The absolute URL the client requested, as NIP-98's `u` tag must name it: from
-    /// `server.public_url` when set, else from the `Host` header (and `X-Forwarded-Proto` from a
-    /// trusted proxy).
+    /// The absolute URL the client requested, as NIP-98's `u` tag must name it: [`RequestCtx::origin`]
+    /// followed by the path and query.
     pub fn url(&self, app: &AppState) -> String {
         let query = if self.query.is_empty() { String::new() } else { format!("?{}", self.query) };
+        format!("{}{}{query}", self.origin(app), self.path)
+    }
+
+    /// Where the client reached this relay, `scheme://host[:port]` with no path: from
+    /// `server.public_url` when set, else from the `Host` header (and `X-Forwarded-Proto` from a
+    /// trusted proxy).
+    pub fn origin(&self, app: &AppState) -> String {
         let public = app.config.server.public_url.trim_end_matches('/');
         if !public.is_empty() {
-            let base = public.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1);
-            return format!("{base}{}{query}", self.path);
+            return public.replacen("wss://", "https://", 1).replacen("ws://", "http://", 1);
         }
         let trusted = self.peer.is_some_and(|p| app.config.auth.trusted_proxies.contains(&p.ip()));
         let scheme = match self.header("x-forwarded-proto") {
             Some(proto) if trusted => proto.to_string(),
             _ => "http".to_string(),
         };
-        let host = self.header("host").unwrap_or("");
-        format!("{scheme}://{host}{}{query}", self.path)
+        format!("{scheme}://{}", self.header("host").unwrap_or(""))
     }
 
     /// Checks a NIP-98 `Authorization` header, if any: `Ok(None)` without one.

@@ -36,7 +36,7 @@ impl Caller {
 
 /// The host the `server` tags of an authorization must name.
 pub fn host(app: &AppState, ctx: &RequestCtx) -> String {
-    blossom::host_of(&ctx.url(app))
+    blossom::host_of(&ctx.origin(app))
 }
 
 /// Identifies the caller (an authorization for `verb`, else its IP) and bills one `api_calls`.

@@ -178,14 +178,7 @@ pub fn with_cors(mut response: Response<BoxBody>) -> Response<BoxBody> {
 
 /// The blob descriptor of `record`, its URL on this relay.
 pub fn descriptor(app: &AppState, ctx: &RequestCtx, record: &BlobRecord) -> Descriptor {
-    let url = ctx.url(app);
-    let base = url
-        .strip_suffix(&format!(
-            "{}{}",
-            ctx.path,
-            if ctx.query.is_empty() { String::new() } else { format!("?{}", ctx.query) }
-        ))
-        .unwrap_or(&url);
+    let base = ctx.origin(app);
     let file = match extension(&record.media_type) {
         Some(ext) => format!("{}.{ext}", record.sha256),
         None => record.sha256.clone(),

@@ -18,6 +18,7 @@ use super::reply::{MediaError, descriptor, empty, json};
 use crate::app::AppState;
 use crate::blobs::Received;
 use crate::http::RequestCtx;
+use crate::http::front::FrontResponse;
 use crate::limiter::{LimitType, UPLOAD_CELL_BYTES, upload_cells};
 use crate::protocol::Timestamp;
 use crate::protocol::blossom::{AuthError, Authorized, BlobHash, Verb};
@@ -94,11 +95,7 @@ fn day_budget(app: &AppState, caller: &Caller) -> u64 {
 }
 
 /// `HEAD /upload`: whether an upload would be taken, before a byte is sent.
-pub async fn check(
-    app: &AppState,
-    ctx: &RequestCtx,
-    caller: &Caller,
-) -> Result<warp::http::Response<crate::http::front::BoxBody>, MediaError> {
+pub async fn check(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<FrontResponse, MediaError> {
     let auth = access::may_upload(app, caller)?;
     let a = announced(ctx, true)?;
     judge(app, caller, auth, &a)?;
@@ -139,7 +136,7 @@ async fn commit(
     auth: &Authorized,
     received: Received,
     media_type: &str,
-) -> Result<warp::http::Response<crate::http::front::BoxBody>, MediaError> {
+) -> Result<FrontResponse, MediaError> {
     if !auth.covers(&received.hash, false) {
         return Err(MediaError::Unauthorized(AuthError::WrongBlob));
     }
@@ -154,7 +151,7 @@ pub async fn put(
     ctx: &RequestCtx,
     caller: &Caller,
     body: hyper::body::Incoming,
-) -> Result<warp::http::Response<crate::http::front::BoxBody>, MediaError> {
+) -> Result<FrontResponse, MediaError> {
     let auth = access::may_upload(app, caller)?;
     let a = announced(ctx, false)?;
     judge(app, caller, auth, &a)?;
@@ -171,7 +168,7 @@ pub async fn mirror(
     ctx: &RequestCtx,
     caller: &Caller,
     body: hyper::body::Incoming,
-) -> Result<warp::http::Response<crate::http::front::BoxBody>, MediaError> {
+) -> Result<FrontResponse, MediaError> {
     #[derive(serde::Deserialize)]
     struct Mirror {
         url: String,
@@ -231,11 +228,7 @@ pub async fn mirror(
 
 /// `DELETE /<sha256>`: the caller's upload of the blob is forgotten, and its bytes when no
 /// one else uploaded it.
-pub async fn delete(
-    app: &AppState,
-    caller: &Caller,
-    hash: BlobHash,
-) -> Result<warp::http::Response<crate::http::front::BoxBody>, MediaError> {
+pub async fn delete(app: &AppState, caller: &Caller, hash: BlobHash) -> Result<FrontResponse, MediaError> {
     let auth = caller.required(Verb::Delete)?;
     if !auth.covers(&hash, true) {
         return Err(MediaError::Unauthorized(AuthError::WrongBlob));

@@ -19,6 +19,15 @@ pub enum RelayMatch {
 }
 
 impl RelayMatch {
+    /// What names this relay: `public_url` when set (`server.public_url`), else the `host` the
+    /// client reached, if it said one.
+    pub fn of(public_url: &str, host: Option<String>) -> Option<RelayMatch> {
+        match public_url {
+            "" => host.map(RelayMatch::Host),
+            url => Some(RelayMatch::Url(url.to_string())),
+        }
+    }
+
     /// True when the `relay` tag value `tag` names this relay.
     pub fn names(&self, tag: &str) -> bool {
         match self {

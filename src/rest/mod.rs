@@ -192,10 +192,8 @@ async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Resp
         Err(e) => return unreadable(format!("invalid: malformed event: {e}")),
     };
     let id = event.id.to_hex();
-    let relay = match app.config.server.public_url.as_str() {
-        "" => ctx.header("host").map(|h| crate::protocol::nip42::RelayMatch::Host(h.to_string())),
-        url => Some(crate::protocol::nip42::RelayMatch::Url(url.to_string())),
-    };
+    let host = ctx.header("host").map(str::to_string);
+    let relay = crate::protocol::nip42::RelayMatch::of(&app.config.server.public_url, host);
     let outcome = ingest::publish(app, event, Publisher { authed: caller.authed, billed: caller.billed, relay }).await;
     if let Outcome::Refused(Refusal::RateLimited(limited)) = &outcome {
         return Err(ApiError::RateLimited(*limited));

@@ -84,10 +84,7 @@ async fn run(app: &Arc<AppState>, mut sink: Sink, mut stream: Stream, reg: &mut 
         log.connected(reg.id, info.peer);
     }
     let mut session = Session::new(info.client_ip.unwrap_or(client_ip::UNKNOWN), handle::challenge());
-    let relay_match = match app.config.server.public_url.as_str() {
-        "" => info.host.map(RelayMatch::Host),
-        url => Some(RelayMatch::Url(url.to_string())),
-    };
+    let relay_match = RelayMatch::of(&app.config.server.public_url, info.host);
     if !Box::pin(send(&mut sink, &RelayMessage::Auth(session.challenge.clone()), tap)).await {
         return;
     }
