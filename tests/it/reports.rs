@@ -29,6 +29,9 @@ async fn a_report_is_read_by_its_author_and_the_admins_only() {
     let relay = TestRelay::start(|c| {
         generous(c);
         c.admin.pubkeys = vec![moderator.public_key()];
+        // Reports searchable, so that search is one more path they must be withheld on.
+        c.storage.search = true;
+        c.storage.search_kinds.push(hearth::protocol::Kind(1984));
     })
     .await;
     let mut m = relay.connect().await;
@@ -58,6 +61,17 @@ async fn a_report_is_read_by_its_author_and_the_admins_only() {
     assert_eq!(theirs["events"], json!([]));
     let (_, admins) = http(&relay, Method::POST, "/api/v1/query", Some(query), None, Some(&moderator)).await;
     assert_eq!(admins["events"][0]["id"], json!(r.id.to_hex()));
+    // Search (NIP-50): once the index has the report, its words are found for the moderator
+    // only.
+    let mut admin = relay.connect().await;
+    admin.auth(&moderator, &relay.ws_url()).await;
+    crate::search::until_found(&mut admin, "spam", 1).await;
+    assert_eq!(admin.req_ids("s", vec![json!({"search": "spam"})]).await, vec![r.id.to_hex()]);
+    for who in [&mallory, &carol] {
+        let mut c = relay.connect().await;
+        c.auth(who, &relay.ws_url()).await;
+        assert_eq!(c.req_ids("s", vec![json!({"search": "spam"})]).await, Vec::<String>::new(), "{}", who.public_key());
+    }
     // NIP-77: the reported key's reconciliation finds nothing of it, the moderator's finds it.
     for (who, want) in [(&mallory, vec![]), (&moderator, vec![r.id.to_hex()])] {
         let mut c = relay.connect().await;

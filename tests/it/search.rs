@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 /// Until a search for `word` by `c` answers `want` events (the index commits within a second).
-async fn until_found(c: &mut Client, word: &str, want: usize) {
+pub(crate) async fn until_found(c: &mut Client, word: &str, want: usize) {
     let started = Instant::now();
     loop {
         let got = c.req("wait", vec![json!({"search": word})]).await;

@@ -111,6 +111,9 @@ async fn dev_is_ready_at_once_serves_its_seed_logs_every_frame_and_leaves_nothin
         let e = sign(&owner, now(), kind, &all, content);
         assert_ok(&c.publish(&e).await, &e.id.to_hex(), true, "");
     }
+    // A report is its author's and the admins' only: logged without its words.
+    let report = sign(&owner, now(), 1984, &[&["p", &keys(72).public_key().to_hex(), "spam"]], "marmalade");
+    assert_ok(&c.publish(&report).await, &report.id.to_hex(), true, "");
     drop(c);
 
     let dir = dev.data_dir();
@@ -128,6 +131,8 @@ async fn dev_is_ready_at_once_serves_its_seed_logs_every_frame_and_leaves_nothin
     assert!(log.contains("http POST /api/v1/count -> 200"), "{log}");
     assert!(log.contains("kind 9 by") && log.contains("(private group: content withheld)"), "{log}");
     assert!(!log.contains("swordfish"), "{log}");
+    assert!(log.contains("kind 1984 by") && log.contains("(private kind: content withheld)"), "{log}");
+    assert!(!log.contains("marmalade"), "{log}");
     assert!(!dir.exists(), "{} is still there", dir.display());
 }
 
