@@ -87,7 +87,9 @@ pub fn prepare(lim: &Limitation, search: SearchRules, sub_id: &str, filters: &mu
 fn store_failed(e: StoreError) -> QueryError {
     match e {
         StoreError::SearchOff => QueryError::Unsupported(e.to_string()),
-        StoreError::SearchBuilding { .. } | StoreError::Search(_) => QueryError::Unavailable(e.to_string()),
+        StoreError::SearchBuilding { .. } | StoreError::Search(_) | StoreError::Unavailable(_) => {
+            QueryError::Unavailable(e.to_string())
+        }
         e => {
             tracing::error!(error = %e, "query failed");
             QueryError::Store(e)

@@ -1,7 +1,7 @@
 //! `[node]` and the `[limits]` keys of a cluster: several nodes behind one address sharing one
 //! set of quotas through Redis (or Valkey).
 //!
-//! Owns [`NodeConfig`], [`LimiterBackend`], [`RedisUnavailable`], the host name `node.name`
+//! Owns [`NodeConfig`], [`StorageBackend`], [`LimiterBackend`], [`RedisUnavailable`], the host name `node.name`
 //! defaults to, and the check of `limits.redis_url`.
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,17 @@ use serde::{Deserialize, Serialize};
 pub struct NodeConfig {
     /// The name audit entries and the admin page give this node; empty: the host name.
     pub name: String,
+}
+
+/// `storage.backend`: where the events live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageBackend {
+    /// The embedded store in `storage.data_dir`: one node's.
+    #[default]
+    Sled,
+    /// The PostgreSQL database at `storage.postgres_url`, which several nodes may share.
+    Postgres,
 }
 
 /// `limits.backend`: where the quota buckets live.

@@ -168,6 +168,16 @@ impl Config {
         {
             return Err(invalid("limits.redis_url", problem));
         }
+        if self.storage.backend == super::cluster::StorageBackend::Postgres
+            && !(self.storage.postgres_url.starts_with("postgres://")
+                || self.storage.postgres_url.starts_with("postgresql://"))
+        {
+            let problem = "storage.backend is \"postgres\": set it to postgres://user:password@host:port/database";
+            return Err(invalid("storage.postgres_url", problem));
+        }
+        if self.storage.postgres_pool == 0 {
+            return Err(invalid("storage.postgres_pool", "must be a positive number"));
+        }
         if self.limitation.default_limit > self.limitation.max_limit {
             return Err(invalid("limitation.default_limit", "must not exceed limitation.max_limit"));
         }

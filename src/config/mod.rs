@@ -22,7 +22,7 @@ mod reviews;
 mod sections;
 mod sync;
 
-pub use cluster::{LimiterBackend, NodeConfig, RedisUnavailable, host_name, redis_url_problem};
+pub use cluster::{LimiterBackend, NodeConfig, RedisUnavailable, StorageBackend, host_name, redis_url_problem};
 pub use groups::{GroupCreators, GroupsConfig};
 pub use load::ConfigError;
 pub use media::{MediaConfig, Uploaders};

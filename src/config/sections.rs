@@ -167,8 +167,14 @@ impl Default for ServerConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// Directory of the store: the sled database and the event log.
+    /// Directory of the store (the sled database and the event log) and of the node's own files.
     pub data_dir: PathBuf,
+    /// Where the events live: `sled` (embedded) or `postgres` (`postgres_url`). Start-up only.
+    pub backend: super::cluster::StorageBackend,
+    /// The PostgreSQL database, `postgres://user:password@host:port/database`.
+    pub postgres_url: String,
+    /// PostgreSQL connections this node holds at most.
+    pub postgres_pool: u64,
     /// sled page cache, in MiB (the event catalogue; records are read from the event log).
     pub cache_capacity_mb: u64,
     /// Seconds between sweeps that delete expired (NIP-40) events.
@@ -196,6 +202,10 @@ impl StorageConfig {
         crate::store::Tuning {
             cache_capacity_mb: self.cache_capacity_mb,
             index_memory_events: usize::try_from(self.index_memory_events).unwrap_or(usize::MAX),
+            postgres: (self.backend == super::cluster::StorageBackend::Postgres).then(|| crate::store::PgTuning {
+                url: self.postgres_url.clone(),
+                pool: usize::try_from(self.postgres_pool).unwrap_or(usize::MAX),
+            }),
             search: self.search.then(|| crate::store::SearchTuning {
                 kinds: self.search_kinds.clone(),
                 memory_mb: self.search_memory_mb,
@@ -218,6 +228,9 @@ impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             data_dir: PathBuf::from("./data"),
+            backend: super::cluster::StorageBackend::Sled,
+            postgres_url: String::new(),
+            postgres_pool: 16,
             cache_capacity_mb: 32,
             expiration_sweep_secs: 60,
             compact_dead_ratio: 0.5,

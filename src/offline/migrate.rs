@@ -63,6 +63,7 @@ pub async fn migrate(config: Config) -> Result<Migrated, OfflineError> {
             cache_capacity_mb: cache,
             index_memory_events: crate::store::INDEX_MEMORY_EVENTS,
             search: None,
+            postgres: None,
         },
     )?;
     let app = crate::relay::Relay::with_store(config, Arc::new(SystemClock::default()), store)?.app();

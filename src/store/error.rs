@@ -94,6 +94,12 @@ pub enum StoreError {
     /// The search index failed.
     #[error("the search index failed: {0}")]
     Search(String),
+    /// The PostgreSQL backend failed (`storage.backend = "postgres"`).
+    #[error("storage: {0}")]
+    Postgres(String),
+    /// The PostgreSQL server cannot be reached now; the store reconnects by itself.
+    #[error("storage: the database is unreachable ({0}); try again shortly")]
+    Unavailable(String),
 }
 
 impl StoreError {

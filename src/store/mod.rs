@@ -27,7 +27,16 @@
 //!
 //! It knows nothing of connections, quotas or the wire.
 //!
-//! This backend, top to bottom (each floor imports only the floors below it):
+//! Two backends implement it: the embedded one (sled and the event log, below; the default) and
+//! PostgreSQL (`postgres/`, `storage.backend = "postgres"`), which several nodes share. There a
+//! write is durable once its transaction has committed (`synchronous_commit` on); writes of one
+//! replaceable address, or of an event and its deletion, are serialised across nodes; a query's
+//! [`Mark`] counts this node's acknowledged writes and the events other nodes stored as they
+//! reach it ([`Store::arrived`]); compaction is the database's vacuum; the media records are the
+//! node's own (its blobs are files on its disk); an unreachable server is
+//! [`StoreError::Unavailable`] until it is back (the pool reconnects).
+//!
+//! The embedded backend, top to bottom (each floor imports only the floors below it):
 //!
 //! ```text
 //! mod.rs (this API) · check (hearth check / --repair, over this API)
@@ -45,7 +54,9 @@
 mod catalogue;
 pub mod check;
 mod db;
+mod embedded;
 mod error;
+mod export;
 pub mod format;
 pub mod index;
 mod items;
@@ -53,96 +64,121 @@ pub mod media;
 pub mod migrate;
 mod open;
 mod plan;
+pub mod postgres;
 mod progress;
 mod query;
 mod search;
+mod stats;
+mod upkeep;
 mod view;
 mod write;
 
 pub use error::StoreError;
+pub use export::Export;
 pub use index::MEM_EVENTS as INDEX_MEMORY_EVENTS;
 pub use items::Item;
-pub use open::Tuning;
-pub use query::Export;
+pub use open::{PgTuning, Tuning};
+pub use postgres::PgError;
 pub use search::{SEARCH_DIR, SearchTuning};
+pub use stats::StoreStats;
 pub use view::Mark;
 pub use write::apply::PutOutcome;
 pub use write::control::{CompactPolicy, Compacted};
 
 use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLockReadGuard};
+use std::sync::Arc;
 
 use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
-use index::Key;
 use open::Opened;
-use view::View;
-use write::compact::LAST_COMPACTION;
-
-/// What [`Store::stats`] reports.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StoreStats {
-    /// Events stored.
-    pub events: u64,
-    /// Bytes of their frames in the event log.
-    pub live_bytes: u64,
-    /// Bytes of the log that hold no stored event (replaced, deleted, expired, journal frames).
-    pub dead_bytes: u64,
-    /// Bytes of the event log up to its committed end.
-    pub log_bytes: u64,
-    /// Bytes of the catalogue (sled) and the index segments on disk.
-    pub index_bytes: u64,
-    /// How many index segments there are.
-    pub index_segments: usize,
-    /// The event log's generation (how many compactions it has been through).
-    pub log_generation: u64,
-    /// True while a compaction runs.
-    pub compacting: bool,
-    /// The last compaction, if any.
-    pub last_compaction: Option<Compacted>,
-}
+use postgres::Pg;
 
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Opened>,
+    backend: Backend,
+}
+
+/// The backend a store runs on.
+#[derive(Clone)]
+enum Backend {
+    Embedded(Arc<Opened>),
+    Postgres(Arc<Pg>),
 }
 
 impl Store {
     /// Opens (or creates) the database in `dir` and starts the writer thread.
     pub fn open(dir: &Path, cache_capacity_mb: u64) -> Result<Store, StoreError> {
-        Store::open_tuned(dir, Tuning { cache_capacity_mb, index_memory_events: INDEX_MEMORY_EVENTS, search: None })
+        let tuning =
+            Tuning { cache_capacity_mb, index_memory_events: INDEX_MEMORY_EVENTS, search: None, postgres: None };
+        Store::open_tuned(dir, tuning)
     }
 
-    /// [`Store::open`] with every setting.
+    /// [`Store::open`] with every setting: PostgreSQL when `tuning.postgres` names a database
+    /// (`dir` then keeps the node's own files).
     pub fn open_tuned(dir: &Path, tuning: Tuning) -> Result<Store, StoreError> {
-        Ok(Store { inner: Arc::new(open::open_tuned(dir, tuning)?) })
+        let backend = match &tuning.postgres {
+            Some(pg) => Backend::Postgres(Arc::new(Pg::open(dir, pg)?)),
+            None => Backend::Embedded(Arc::new(open::open_tuned(dir, tuning)?)),
+        };
+        Ok(Store { backend })
     }
 
     /// [`Store::open`] of a directory whose migration is unfinished: for the import that
     /// finishes it.
     pub(crate) fn open_migrating(dir: &Path, tuning: Tuning) -> Result<Store, StoreError> {
-        Ok(Store { inner: Arc::new(open::open_migrating(dir, tuning)?) })
+        Ok(Store { backend: Backend::Embedded(Arc::new(open::open_migrating(dir, tuning)?)) })
     }
 
     /// An in-memory store for unit tests.
     pub fn temporary() -> Result<Store, StoreError> {
-        Ok(Store { inner: Arc::new(open::temporary()?) })
+        Ok(Store { backend: Backend::Embedded(Arc::new(open::temporary()?)) })
+    }
+
+    /// "sled" or "postgres".
+    pub fn backend_name(&self) -> &'static str {
+        match &self.backend {
+            Backend::Embedded(_) => "sled",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// True when several nodes may share this store (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
     /// deletion apply. Returns once the outcome is on disk.
     pub async fn put(&self, event: impl Into<Arc<VerifiedEvent>>) -> Result<PutOutcome, StoreError> {
-        self.inner.writes.put(event.into()).await
+        match &self.backend {
+            Backend::Embedded(s) => s.writes.put(event.into()).await,
+            Backend::Postgres(pg) => pg.put(event.into()).await,
+        }
     }
 
     /// Deletes events whose NIP-40 expiration is at or before `now`; returns how many.
     pub async fn sweep_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.inner.writes.sweep_expired(now).await
+        match &self.backend {
+            Backend::Embedded(s) => s.writes.sweep_expired(now).await,
+            Backend::Postgres(pg) => pg.sweep(now).await,
+        }
     }
 
     /// Removes one stored event and its index entries (moderation); true when it was stored.
     pub async fn remove(&self, id: EventId) -> Result<bool, StoreError> {
-        self.inner.writes.remove(id).await
+        match &self.backend {
+            Backend::Embedded(s) => s.writes.remove(id).await,
+            Backend::Postgres(pg) => pg.remove(id).await,
+        }
+    }
+
+    /// The mark of an event another node stored, as it reaches this one for live delivery
+    /// (a shared store's); None for a store of this node alone.
+    pub fn arrived(&self) -> Option<Mark> {
+        match &self.backend {
+            Backend::Embedded(_) => None,
+            Backend::Postgres(pg) => Some(pg.arrived()),
+        }
     }
 
     /// One stored event by id, as the operator sees the store (every event: see
@@ -153,14 +189,17 @@ impl Store {
 
     /// [`Store::get`], if `viewer` may read it (NIP-42 read restrictions).
     pub fn get_as(&self, id: &EventId, now: Timestamp, viewer: &Viewer) -> Result<Option<EventJson>, StoreError> {
-        self.inner.reader.get(id, now, viewer)
+        match &self.backend {
+            Backend::Embedded(s) => s.reader.get(id, now, viewer),
+            Backend::Postgres(pg) => pg.get(id, now, viewer),
+        }
     }
 
     /// Stored events matching any filter, as the operator sees the store (every event: see
     /// [`Store::query_as`]): newest first, ties lowest id first, each filter's `limit` applied to
     /// its own matches (the caller sets and clamps it), no event twice.
     pub fn query(&self, filters: &[Filter], now: Timestamp) -> Result<Vec<EventJson>, StoreError> {
-        self.inner.reader.query(filters, now, &Viewer::everything())
+        Ok(self.query_as(filters, now, &Viewer::everything())?.0)
     }
 
     /// [`Store::query`], and the [`Mark`] of what the query saw.
@@ -176,10 +215,13 @@ impl Store {
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        if filters.iter().any(|f| f.search.is_some()) {
-            return self.searching()?.query(&self.inner.reader, filters, now, viewer);
+        match &self.backend {
+            Backend::Embedded(s) => s.query_as(filters, now, viewer),
+            Backend::Postgres(pg) => {
+                refuse_search(filters)?;
+                pg.query(filters, now, viewer)
+            }
         }
-        self.inner.reader.query_marked(filters, now, viewer)
     }
 
     /// How many stored events match any filter (NIP-45), as the operator sees the store;
@@ -190,10 +232,13 @@ impl Store {
 
     /// [`Store::count`] of what `viewer` may read.
     pub fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
-        if filters.iter().any(|f| f.search.is_some()) {
-            return self.searching()?.count(&self.inner.reader, filters, now, viewer);
+        match &self.backend {
+            Backend::Embedded(s) => s.count_as(filters, now, viewer),
+            Backend::Postgres(pg) => {
+                refuse_search(filters)?;
+                pg.count(filters, now, viewer)
+            }
         }
-        self.inner.reader.count(filters, now, viewer)
     }
 
     /// Every stored event matching `filter` (its `limit` keeps the newest that many), oldest
@@ -203,7 +248,10 @@ impl Store {
         if let Some(refusal) = filter.search_refusal() {
             return Err(StoreError::Search(refusal.into()));
         }
-        self.inner.reader.export(filter, now)
+        match &self.backend {
+            Backend::Embedded(s) => s.reader.export(filter, now),
+            Backend::Postgres(pg) => pg.export(filter, now),
+        }
     }
 
     /// The negentropy items (NIP-77) of `filter` for `viewer`: the created_at and id of every
@@ -219,24 +267,27 @@ impl Store {
         if let Some(refusal) = filter.search_refusal() {
             return Err(StoreError::Search(refusal.into()));
         }
-        self.inner.reader.items(filter, now, viewer, max)
+        match &self.backend {
+            Backend::Embedded(s) => s.reader.items(filter, now, viewer, max),
+            Backend::Postgres(pg) => pg.items(filter, now, viewer, max),
+        }
     }
 
     /// Whether the NIP-50 search index can answer; None when it is not kept (`storage.search`
     /// off).
     pub fn search_state(&self) -> Option<crate::search::SearchState> {
-        self.inner.search.as_ref().map(|s| s.feed.state())
+        self.searching().ok().map(|s| s.feed.state())
     }
 
     /// Events the search index holds (committed); 0 when it is not kept.
     pub fn search_documents(&self) -> u64 {
-        self.inner.search.as_ref().map_or(0, |s| s.index.len())
+        self.searching().map_or(0, |s| s.index.len())
     }
 
     /// Waits until the search index has committed every change the store made before this call
     /// (`hearth search-reindex`, tests); at once when it is not kept.
     pub fn search_flush(&self) {
-        if let Some(searching) = &self.inner.search {
+        if let Ok(searching) = self.searching() {
             searching.feed.flush();
         }
     }
@@ -254,17 +305,29 @@ impl Store {
 
     /// True when an event with this id is stored.
     pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        catalogue::contains(&self.inner.reader.tree, id)
+        match &self.backend {
+            Backend::Embedded(s) => catalogue::contains(&s.reader.tree, id),
+            Backend::Postgres(pg) => pg.contains(id),
+        }
     }
 
     /// How many events by `author` are stored.
     pub fn count_by_author(&self, author: &PubKey) -> Result<usize, StoreError> {
-        self.view().index.len(&Key::Author(*author))
+        match &self.backend {
+            Backend::Embedded(s) => s.count_by_author(author),
+            Backend::Postgres(pg) => pg.count_by_author(author),
+        }
     }
 
-    /// How many events are stored.
+    /// How many events are stored (0, logged, when PostgreSQL cannot be asked).
     pub fn len(&self) -> usize {
-        self.view().index.events() as usize
+        match &self.backend {
+            Backend::Embedded(s) => s.len(),
+            Backend::Postgres(pg) => pg.len().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot count the stored events");
+                0
+            }),
+        }
     }
 
     /// True when no event is stored.
@@ -307,120 +370,6 @@ impl Store {
         self.off_reactor(move |s| s.count_by_author(&author)).await
     }
 
-    /// A named settings document, if saved.
-    pub fn load_setting(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.writes.load_setting(name)
-    }
-
-    /// Saves a named settings document durably.
-    pub async fn save_setting(&self, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
-        self.inner.writes.save_setting(name, value).await
-    }
-
-    /// Appends one entry to the audit log durably.
-    pub async fn append_audit(&self, entry: Vec<u8>) -> Result<(), StoreError> {
-        let seq = self.inner.writes.shared.db.generate_id()?;
-        self.inner.audit.insert(seq.to_be_bytes(), entry)?;
-        self.inner.writes.flush_off_reactor().await
-    }
-
-    /// The media server's records.
-    pub fn media(&self) -> &media::MediaRecords {
-        &self.inner.media
-    }
-
-    /// The newest `limit` audit entries, newest first.
-    pub fn audit_log(&self, limit: usize) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.inner.audit.iter().rev().take(limit).map(|item| Ok(item?.1.to_vec())).collect()
-    }
-
-    /// What the store holds and how much of its log is dead space.
-    pub fn stats(&self) -> Result<StoreStats, StoreError> {
-        let (events, live_bytes, log_bytes, log_generation, segments, segment_bytes) = {
-            let view = self.view();
-            let index = &view.index;
-            (index.events(), index.live_bytes(), view.log.end(), view.generation, index.segments(), index.disk_bytes())
-        };
-        let last_compaction = match self.load_setting(LAST_COMPACTION)? {
-            Some(bytes) => serde_json::from_slice(&bytes).ok(),
-            None => None,
-        };
-        Ok(StoreStats {
-            events,
-            live_bytes,
-            dead_bytes: log_bytes.saturating_sub(live_bytes),
-            log_bytes,
-            index_bytes: self.inner.writes.shared.db.size_on_disk()? + segment_bytes,
-            index_segments: segments,
-            log_generation,
-            compacting: self.is_compacting(),
-            last_compaction,
-        })
-    }
-
-    /// [`Store::stats`] off the async reactor.
-    pub async fn stats_async(&self) -> Result<StoreStats, StoreError> {
-        self.off_reactor(|s| s.stats()).await
-    }
-
-    /// Compacts the event log now, while reads and writes go on; returns when it is done.
-    /// [`StoreError::Compacting`] while another runs.
-    pub async fn compact(&self) -> Result<Compacted, StoreError> {
-        self.inner.writes.compact().await
-    }
-
-    /// Starts a compaction in the background; false when one already runs.
-    pub fn start_compaction(&self) -> bool {
-        let Some(running) = self.inner.writes.claim() else { return false };
-        let store = self.clone();
-        tokio::spawn(async move {
-            match store.inner.writes.compact_claimed(running).await {
-                Err(StoreError::Closed) if store.inner.writes.stopping() => {
-                    tracing::info!("the store stopped during a compaction; the next start finishes or drops it");
-                }
-                Err(e) => tracing::error!(error = %e, "compaction failed"),
-                Ok(_) => {}
-            }
-        });
-        true
-    }
-
-    /// True while a compaction runs (its background remap included).
-    pub fn is_compacting(&self) -> bool {
-        self.inner.writes.is_compacting()
-    }
-
-    /// Resolves once no compaction runs, a remap resumed at open included;
-    /// [`StoreError::Remap`] once a step of that remap fails (a full disk).
-    pub(crate) async fn until_compaction_ends(&self) -> Result<(), StoreError> {
-        self.inner.writes.until_compaction_ends().await
-    }
-
-    /// Sets when the store compacts on its own, and how fast.
-    pub fn set_compaction_policy(&self, policy: CompactPolicy) {
-        self.inner.writes.set_compaction_policy(policy)
-    }
-
-    /// Resolves when the log is due for a compaction under the policy (checked after each write).
-    pub async fn compaction_due(&self) {
-        self.inner.writes.compaction_due().await
-    }
-
-    /// Finishes queued writes, flushes and stops the writer. Later `put`s fail with `Closed`.
-    pub async fn shutdown(&self) -> Result<(), StoreError> {
-        self.inner.writes.shutdown().await
-    }
-
-    /// [`Store::shutdown`], then, off the async reactor, a checkpoint of the catalogue: once this
-    /// is the last handle on the store, sled is opened once more so that the next start reads
-    /// nothing back (see `open::checkpoint`).
-    pub async fn close(self, cache_capacity_mb: u64) -> Result<(), StoreError> {
-        self.shutdown().await?;
-        tokio::task::spawn_blocking(move || open::checkpoint(self.inner, cache_capacity_mb))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))
-    }
-
     /// Runs blocking read work on the blocking pool, off the async reactor.
     async fn off_reactor<T: Send + 'static>(
         &self,
@@ -432,11 +381,27 @@ impl Store {
 
     /// The search index, or why a filter with `search` cannot be answered.
     fn searching(&self) -> Result<&search::Searching, StoreError> {
-        self.inner.search.as_deref().ok_or(StoreError::SearchOff)
+        match &self.backend {
+            Backend::Embedded(s) => s.searching(),
+            Backend::Postgres(_) => Err(StoreError::SearchOff),
+        }
     }
 
-    fn view(&self) -> RwLockReadGuard<'_, View> {
-        self.inner.reader.view.read().unwrap_or_else(PoisonError::into_inner)
+    /// The embedded backend's parts (unit tests of its insides).
+    #[cfg(test)]
+    fn embedded(&self) -> &Arc<Opened> {
+        match &self.backend {
+            Backend::Embedded(s) => s,
+            Backend::Postgres(_) => panic!("not the embedded backend"),
+        }
+    }
+}
+
+/// A filter with `search` on a backend without a search index.
+fn refuse_search(filters: &[Filter]) -> Result<(), StoreError> {
+    match filters.iter().any(|f| f.search.is_some()) {
+        true => Err(StoreError::SearchOff),
+        false => Ok(()),
     }
 }
 

@@ -35,6 +35,18 @@ pub struct Tuning {
     pub index_memory_events: usize,
     /// The search index (NIP-50), when it is kept.
     pub search: Option<SearchTuning>,
+    /// The PostgreSQL database the events live in (`storage.backend = "postgres"`); None: the
+    /// embedded store in the data directory.
+    pub postgres: Option<PgTuning>,
+}
+
+/// How the PostgreSQL backend is opened (`storage.postgres_url`, `storage.postgres_pool`).
+#[derive(Clone, Debug)]
+pub struct PgTuning {
+    /// The database's URL.
+    pub url: String,
+    /// Connections the pool holds at most.
+    pub pool: usize,
 }
 
 /// The parts of one open store.

@@ -14,6 +14,7 @@ use sled::Tree;
 
 use super::catalogue;
 use super::error::StoreError;
+use super::export::{Export, ExportPages};
 use super::format::log::{Log, LogError};
 use super::format::{Serial, keys, record};
 use super::index::Key;
@@ -61,17 +62,6 @@ impl Reader {
             return Ok(None);
         }
         damaged.served(serial, render(&stored))
-    }
-
-    /// Stored events matching any filter: newest first, ties lowest id first, each filter's
-    /// `limit` applied to its own matches (the caller sets and clamps it), no event twice.
-    pub(crate) fn query(
-        &self,
-        filters: &[Filter],
-        now: Timestamp,
-        viewer: &Viewer,
-    ) -> Result<Vec<EventJson>, StoreError> {
-        Ok(self.query_marked(filters, now, viewer)?.0)
     }
 
     /// `Store::query`, and the [`Mark`] of what the query saw.
@@ -209,7 +199,7 @@ impl Reader {
         // Ties in the order they were stored: an import of the export stores them in that order,
         // so exporting the import gives the same lines.
         refs.sort_unstable();
-        Ok(Export { log, refs: refs.into_iter(), damaged: self.damaged.clone() })
+        Ok(Export::paged(Box::new(LogPages { log, refs: refs.into_iter(), damaged: self.damaged.clone() })))
     }
 
     /// The newest `limit` events of one filter in `view`, in order (ties: lowest id first).
@@ -393,24 +383,19 @@ fn readable(
     Ok(tags.is_some_and(|tags| viewer.may_read(header.kind, &header.pubkey, &tags)))
 }
 
-/// A snapshot of stored events being read out in order (`Store::export`).
-pub struct Export {
+/// The embedded backend's export: records of one log, in order.
+struct LogPages {
     log: Arc<Log>,
     refs: std::vec::IntoIter<(Timestamp, Serial, u32)>,
     damaged: Arc<Damaged>,
 }
 
-impl Export {
-    /// How many events are left to read.
-    pub fn remaining(&self) -> usize {
+impl ExportPages for LogPages {
+    fn remaining(&self) -> usize {
         self.refs.len()
     }
-}
 
-impl Iterator for Export {
-    type Item = Result<EventJson, StoreError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+    fn next_event(&mut self) -> Option<Result<EventJson, StoreError>> {
         loop {
             let (_, serial, len) = self.refs.next()?;
             let read = self.log.read_sized(serial, len).map_err(StoreError::from).and_then(|r| render(&r));

@@ -5,6 +5,7 @@ use crate::protocol::verify::verify;
 use std::collections::HashMap;
 
 use crate::protocol::{Event, Filter, Keys, Kind, KindClass, PubKey};
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -20,9 +21,10 @@ impl Store {
     #[cfg(test)]
     pub(crate) async fn compact_until_swapped(&self) {
         self.until_compaction_ends().await.unwrap();
-        self.inner.writes.shared.compaction.hold_remap.store(true, Ordering::Release);
+        self.embedded().writes.shared.compaction.hold_remap.store(true, Ordering::Release);
         assert!(self.start_compaction());
-        while self.inner.writes.shared.view.read().unwrap_or_else(PoisonError::into_inner).places.moved().is_none() {
+        while self.embedded().writes.shared.view.read().unwrap_or_else(PoisonError::into_inner).places.moved().is_none()
+        {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -30,7 +32,7 @@ impl Store {
     /// Lets a held remap go on, and waits until it is done.
     #[cfg(test)]
     pub(crate) async fn release_remap(&self) {
-        self.inner.writes.shared.compaction.hold_remap.store(false, Ordering::Release);
+        self.embedded().writes.shared.compaction.hold_remap.store(false, Ordering::Release);
         self.until_compaction_ends().await.unwrap();
     }
 
@@ -38,7 +40,7 @@ impl Store {
     /// once the store has shut down), so that the directory can be opened again.
     #[cfg(test)]
     pub(crate) async fn until_alone(&self) {
-        while Arc::strong_count(&self.inner) > 1 {
+        while Arc::strong_count(self.embedded()) > 1 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -46,7 +48,7 @@ impl Store {
     /// True while a compaction's remap is unfinished (its moves are still read).
     #[cfg(test)]
     pub(crate) fn remapping(&self) -> bool {
-        self.inner.writes.shared.view.read().unwrap_or_else(PoisonError::into_inner).places.moved().is_some()
+        self.embedded().writes.shared.view.read().unwrap_or_else(PoisonError::into_inner).places.moved().is_some()
     }
 }
 
@@ -340,9 +342,9 @@ async fn a_layout_3_directory_is_converted_at_open_and_every_event_is_found() {
     assert_eq!(ids(&store, r##"{"#t":["a"]}"##), want);
     assert!(matches!(store.put(events[7].clone()).await.unwrap(), PutOutcome::Duplicate));
     let keys_left =
-        store.inner.reader.tree.scan_prefix([keys::ID]).filter(|item| item.as_ref().unwrap().0.len() != 4).count();
+        store.embedded().reader.tree.scan_prefix([keys::ID]).filter(|item| item.as_ref().unwrap().0.len() != 4).count();
     assert_eq!(keys_left, 0);
-    assert_eq!(store.inner.reader.tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [SCHEMA_VERSION]);
+    assert_eq!(store.embedded().reader.tree.get(keys::meta("schema")).unwrap().unwrap().as_ref(), [SCHEMA_VERSION]);
 }
 
 #[tokio::test]
@@ -355,7 +357,7 @@ async fn every_blob_sled_writes_is_synced() {
     for i in 0..40 {
         store.save_setting(&format!("doc-{i:02}"), document.clone()).await.unwrap();
     }
-    let synced = store.inner.writes.shared.durable.as_ref().unwrap().synced_blobs();
+    let synced = store.embedded().writes.shared.durable.as_ref().unwrap().synced_blobs();
     let blobs: Vec<_> = std::fs::read_dir(dir.path().join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(!blobs.is_empty(), "no blob was written: the test no longer covers blobs");
     for blob in blobs {
@@ -602,7 +604,11 @@ impl Rng {
 
 /// A store whose index is mostly in segments of `per_segment` events.
 fn segmented(dir: &Path, per_segment: usize) -> Store {
-    Store::open_tuned(dir, Tuning { cache_capacity_mb: 8, index_memory_events: per_segment, search: None }).unwrap()
+    Store::open_tuned(
+        dir,
+        Tuning { cache_capacity_mb: 8, index_memory_events: per_segment, search: None, postgres: None },
+    )
+    .unwrap()
 }
 
 /// The filters both stores are asked.
@@ -1145,7 +1151,7 @@ async fn events_removed_between_a_compactions_copy_and_its_swap_stay_removed_aft
     for e in &notes {
         store.put(e.clone()).await.unwrap();
     }
-    let control = &store.inner.writes.shared.compaction;
+    let control = &store.embedded().writes.shared.compaction;
     control.hold_swap.store(true, Ordering::Release);
     assert!(store.start_compaction());
     while !control.copied.load(Ordering::Acquire) {
@@ -1276,8 +1282,8 @@ async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again
     let (store, want) = swapped_with_its_remap_held(dir.path(), 14).await;
     // A disk that is full while the catalogue is rewritten: whoever waits for the remap (`hearth
     // compact`, when an open resumed one) hears why instead of waiting for ever, and reads go on.
-    store.inner.writes.shared.compaction.fail_remap.store(true, Ordering::Release);
-    store.inner.writes.shared.compaction.hold_remap.store(false, Ordering::Release);
+    store.embedded().writes.shared.compaction.fail_remap.store(true, Ordering::Release);
+    store.embedded().writes.shared.compaction.hold_remap.store(false, Ordering::Release);
     let failed = store.until_compaction_ends().await;
     let want_error =
         "storage: the rewrite of the catalogue that a cut-off compaction left failed: storage: no space left on device";
@@ -1285,7 +1291,7 @@ async fn a_remap_step_that_fails_ends_the_wait_with_its_error_and_is_tried_again
     assert!(store.remapping());
     assert_eq!(ids(&store, r#"{"kinds":[1]}"#), want);
     // Once there is room again, the writer's next try finishes it.
-    store.inner.writes.shared.compaction.fail_remap.store(false, Ordering::Release);
+    store.embedded().writes.shared.compaction.fail_remap.store(false, Ordering::Release);
     let waited = std::time::Instant::now();
     while store.remapping() {
         assert!(waited.elapsed() < Duration::from_secs(30), "the remap was not tried again");

@@ -38,4 +38,9 @@ impl Mark {
     pub(crate) fn next(self) -> Mark {
         Mark(self.0 + 1)
     }
+
+    /// The mark counted `n` (a backend that counts its own).
+    pub(crate) fn at(n: u64) -> Mark {
+        Mark(n)
+    }
 }

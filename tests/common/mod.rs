@@ -73,6 +73,17 @@ impl TestRelay {
     }
 
     async fn start_inner(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config), real_clock: bool) -> TestRelay {
+        let postgres = match backend() {
+            Backend::Sled => None,
+            Backend::Postgres => Some(database_for(&dir.path().join("data")).await),
+        };
+        let tweak = move |c: &mut Config| {
+            if let Some(url) = postgres {
+                c.storage.backend = hearth::config::StorageBackend::Postgres;
+                c.storage.postgres_url = url;
+            }
+            tweak(c)
+        };
         let options = hearth::testing::Options {
             limits: Some(Config::default().limits),
             manual_clock: !real_clock,
@@ -115,6 +126,35 @@ impl TestRelay {
     pub async fn connect(&self) -> Client {
         Client::connect(&self.ws_url()).await
     }
+}
+
+/// The store a test relay runs on: `HEARTH_TEST_BACKEND=postgres` runs every relay of the test
+/// process on PostgreSQL (one server for the process, a database per data directory, so that a
+/// relay restarted on its directory finds its events); anything else, the embedded store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sled,
+    Postgres,
+}
+
+pub fn backend() -> Backend {
+    match std::env::var("HEARTH_TEST_BACKEND").as_deref() {
+        Ok("postgres") => Backend::Postgres,
+        _ => Backend::Sled,
+    }
+}
+
+/// The PostgreSQL server of this test process (`HEARTH_TEST_BACKEND=postgres`).
+pub async fn postgres() -> &'static hearth::testing::postgres::Postgres {
+    static SERVER: tokio::sync::OnceCell<hearth::testing::postgres::Postgres> = tokio::sync::OnceCell::const_new();
+    SERVER.get_or_init(|| async { hearth::testing::postgres::Postgres::start(false).await.unwrap() }).await
+}
+
+/// The URL of the database of the relay whose data directory is `dir`.
+pub async fn database_for(dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(dir.to_string_lossy().as_bytes());
+    postgres().await.database(&format!("h{}", hex::encode(&hash[..8]))).await.unwrap()
 }
 
 /// A WebSocket client speaking raw JSON frames.

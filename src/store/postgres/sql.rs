@@ -1,0 +1,150 @@
+//! A NIP-01 filter as SQL: the conditions, their parameters, and how a scan pages.
+//!
+//! Owns [`Sql`] (a statement's text and its parameters as they are bound), the tag value as the
+//! `tags` table keys it ([`tag_key`]), and the statements a filter reads with: a page of its
+//! newest matches ([`page`], driven by the `tags_value` index when the filter names tag values,
+//! else by an `events` index), and the condition alone ([`condition`], for a count). The read
+//! path checks every row it gets against the whole filter again (a long value's hash, say), so
+//! these conditions may select more than the filter, never less.
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::types::ToSql;
+
+use crate::protocol::{EventId, Filter, Timestamp};
+
+/// Tag values longer than this (bytes) are keyed by their hash: a b-tree entry has a size limit.
+pub(super) const LONG_VALUE: usize = 256;
+
+/// A statement's text and its parameters.
+#[derive(Default)]
+pub(super) struct Sql {
+    pub(super) text: String,
+    pub(super) params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Sql {
+    /// Binds a parameter; its placeholder.
+    fn bind(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
+        self.params.push(Box::new(value));
+        format!("${}", self.params.len())
+    }
+
+    /// The parameters as the driver takes them.
+    pub(super) fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect()
+    }
+}
+
+/// How the `tags` table keys a value: its bytes, or, over [`LONG_VALUE`], 0xff and its SHA-256
+/// (0xff never starts UTF-8, so a hash cannot equal a short value).
+pub(super) fn tag_key(value: &str) -> Vec<u8> {
+    if value.len() <= LONG_VALUE {
+        return value.as_bytes().to_vec();
+    }
+    let mut key = vec![0xff];
+    key.extend_from_slice(&Sha256::digest(value.as_bytes()));
+    key
+}
+
+/// Where a page resumes: after this event in the order newest first, lowest id first.
+pub(super) type After = (Timestamp, EventId);
+
+/// The columns a scan reads.
+pub(super) const COLUMNS: &str = "e.seq, e.id, e.pubkey, e.kind, e.created_at";
+
+/// The conditions on `e` of `filter` at `now`, but the tag condition named `skip` (which a page
+/// driven by `tags` applies itself), joined with AND.
+fn conditions(sql: &mut Sql, filter: &Filter, now: Timestamp, skip: Option<char>) -> String {
+    let mut parts = Vec::new();
+    if let Some(ids) = &filter.ids {
+        let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.0.to_vec()).collect();
+        parts.push(format!("e.id = ANY({})", sql.bind(ids)));
+    }
+    if let Some(authors) = &filter.authors {
+        let authors: Vec<Vec<u8>> = authors.iter().map(|a| a.0.to_vec()).collect();
+        parts.push(format!("e.pubkey = ANY({})", sql.bind(authors)));
+    }
+    if let Some(kinds) = &filter.kinds {
+        let kinds: Vec<i32> = kinds.iter().map(|k| i32::from(k.0)).collect();
+        parts.push(format!("e.kind = ANY({})", sql.bind(kinds)));
+    }
+    if let Some(since) = filter.since {
+        parts.push(format!("e.created_at >= {}", sql.bind(seconds(since))));
+    }
+    if let Some(until) = filter.until {
+        parts.push(format!("e.created_at <= {}", sql.bind(seconds(until))));
+    }
+    parts.push(format!("(e.expiration IS NULL OR e.expiration > {})", sql.bind(seconds(now))));
+    for (letter, values) in &filter.tags {
+        if Some(*letter) == skip {
+            continue;
+        }
+        let (name, keys) =
+            (sql.bind(letter.to_string()), sql.bind(values.iter().map(|v| tag_key(v)).collect::<Vec<_>>()));
+        parts.push(format!(
+            "EXISTS (SELECT 1 FROM tags x WHERE x.seq = e.seq AND x.name = {name} AND x.value = ANY({keys}))"
+        ));
+    }
+    parts.join(" AND ")
+}
+
+/// The condition of `filter` at `now` alone (a count's `WHERE`), its parameters bound to `sql`.
+pub(super) fn condition(sql: &mut Sql, filter: &Filter, now: Timestamp) -> String {
+    format!("({})", conditions(sql, filter, now, None))
+}
+
+/// A page of `filter`'s newest matches at `now`: at most `size` rows of [`COLUMNS`] (and the
+/// JSON when `json`), after `after`. A filter that names tag values (and no ids) is read from
+/// `tags_value`, its tag with the fewest values driving the scan.
+pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: i64, json: bool) -> Sql {
+    let mut sql = Sql::default();
+    let driver = match &filter.ids {
+        Some(_) => None,
+        None => filter.tags.iter().min_by_key(|(_, values)| values.len()).map(|(letter, values)| (*letter, values)),
+    };
+    let json = if json { ", e.json" } else { "" };
+    let (from, order_by) = match driver {
+        Some((letter, values)) => {
+            let name = sql.bind(letter.to_string());
+            let keys = sql.bind(values.iter().map(|v| tag_key(v)).collect::<Vec<_>>());
+            (format!("tags t JOIN events e ON e.seq = t.seq WHERE t.name = {name} AND t.value = ANY({keys}) AND"), "t")
+        }
+        None => ("events e WHERE".to_string(), "e"),
+    };
+    let conds = conditions(&mut sql, filter, now, driver.map(|(letter, _)| letter));
+    let resume = match after {
+        Some((at, id)) => {
+            let (at, id) = (sql.bind(seconds(at)), sql.bind(id.0.to_vec()));
+            format!(" AND ({order_by}.created_at < {at} OR ({order_by}.created_at = {at} AND {order_by}.id > {id}))")
+        }
+        None => String::new(),
+    };
+    let limit = sql.bind(size);
+    sql.text = format!(
+        "SELECT {COLUMNS}{json} FROM {from} {conds}{resume} ORDER BY {order_by}.created_at DESC, {order_by}.id LIMIT {limit}"
+    );
+    sql
+}
+
+/// A timestamp as the BIGINT columns hold it.
+pub(super) fn seconds(at: Timestamp) -> i64 {
+    i64::try_from(at.0).unwrap_or(i64::MAX)
+}
+
+/// The address key of a replaceable or addressable event: SHA-256 of author, kind and `d`.
+pub(super) fn address_key(pubkey: &crate::protocol::PubKey, kind: crate::protocol::Kind, d: &str) -> Vec<u8> {
+    let mut hash = Sha256::new();
+    hash.update(pubkey.0);
+    hash.update(kind.0.to_be_bytes());
+    hash.update(d.as_bytes());
+    hash.finalize().to_vec()
+}
+
+/// An advisory lock key of 8 bytes of a hash (an event id, an address key).
+pub(super) fn lock_key(hash: &[u8]) -> i64 {
+    let mut bytes = [0u8; 8];
+    for (b, h) in bytes.iter_mut().zip(hash) {
+        *b = *h;
+    }
+    i64::from_be_bytes(bytes)
+}

@@ -1,0 +1,219 @@
+//! A real PostgreSQL for a test: [`Postgres::start`] runs Debian's (or any) `postgres` on a
+//! free port of 127.0.0.1 with a temporary directory, and [`Postgres::database`] gives each
+//! relay a database of its own.
+//!
+//! Owns finding the server's programs (`HEARTH_PG_BIN`, else `pg_config --bindir`, else the
+//! newest `/usr/lib/postgresql/*/bin`), one `initdb` per test process (each server starts from a
+//! copy of it), running the server as the `postgres` user when the test runs as root (PostgreSQL
+//! refuses root), and its end: the server runs under a shell that stops it the moment the test
+//! process lets go of its standard input — on drop, and equally when the test process dies —
+//! so no server outlives its test.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long the server may take to accept connections.
+const READY: Duration = Duration::from_secs(60);
+
+/// A PostgreSQL server for a test; stopped when dropped.
+pub struct Postgres {
+    port: u16,
+    child: Child,
+    /// Held open until the drop: the shell stops the server when it closes.
+    stdin: Option<ChildStdin>,
+    dir: tempfile::TempDir,
+}
+
+/// The programs and the `initdb` every server of this process copies.
+struct Template {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    /// The user the server runs as (`postgres` when the test runs as root).
+    user: Option<String>,
+}
+
+static TEMPLATE: OnceLock<Result<Template, String>> = OnceLock::new();
+
+impl Postgres {
+    /// Starts a server with fsync on (a durability test's) or off (every other test's: a test
+    /// database lives no longer than its process).
+    pub async fn start(fsync: bool) -> Result<Postgres, String> {
+        let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let data = dir.path().join("pgdata");
+        let copied = Command::new("cp").arg("-a").arg(template.dir.path().join("pgdata")).arg(&data).status();
+        if !copied.is_ok_and(|s| s.success()) {
+            return Err("cannot copy the template database directory".into());
+        }
+        own(dir.path(), template.user.as_deref())?;
+        let port = free_port()?;
+        let fsync = if fsync { "on" } else { "off" };
+        let server = format!(
+            "{} -D {} -p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=200 \
+             -c shared_buffers=16MB -c log_min_messages=fatal",
+            template.bin.join("postgres").display(),
+            data.display(),
+            dir.path().display(),
+        );
+        // The shell stops the server (immediate shutdown) once its standard input closes.
+        let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
+        let mut command = as_user(template.user.as_deref(), "sh");
+        command.arg("-c").arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut child = command.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
+        let stdin = child.stdin.take();
+        let server = Postgres { port, child, stdin, dir };
+        server.ready().await?;
+        Ok(server)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `name` (made by [`Postgres::database`]).
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://hearth@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Creates database `name` unless it exists; its URL.
+    pub async fn database(&self, name: &str) -> Result<String, String> {
+        let client = self.connect("postgres").await?;
+        let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await;
+        if exists.map_err(|e| e.to_string())?.is_none() {
+            let create = format!("CREATE DATABASE \"{}\"", name.replace('"', ""));
+            client.batch_execute(&create).await.map_err(|e| e.to_string())?;
+        }
+        Ok(self.url(name))
+    }
+
+    /// A client of database `name`.
+    pub async fn connect(&self, name: &str) -> Result<tokio_postgres::Client, String> {
+        let (client, connection) =
+            tokio_postgres::connect(&self.url(name), tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    /// Stops the server at once (as a crash would) and waits for it.
+    pub fn kill(&mut self) {
+        self.stdin.take();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port and data after [`Postgres::kill`].
+    pub async fn restart(&mut self) -> Result<(), String> {
+        let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
+        let data = self.dir.path().join("pgdata");
+        let server = format!(
+            "{} -D {} -p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 \
+             -c shared_buffers=16MB -c log_min_messages=fatal",
+            template.bin.join("postgres").display(),
+            data.display(),
+            self.port,
+            self.dir.path().display(),
+        );
+        let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
+        let mut command = as_user(template.user.as_deref(), "sh");
+        command.arg("-c").arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        self.child = command.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
+        self.stdin = self.child.stdin.take();
+        self.ready().await
+    }
+
+    /// Waits until the server accepts a connection.
+    async fn ready(&self) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            match self.connect("postgres").await {
+                Ok(_) => return Ok(()),
+                Err(e) if started.elapsed() > READY => return Err(format!("postgres did not start: {e}")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"\n");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Finds the programs and runs `initdb` once.
+fn template() -> Result<Template, String> {
+    let bin = bin_dir().ok_or(
+        "PostgreSQL's programs are not installed: `apt-get install postgresql` (or set HEARTH_PG_BIN to their directory)",
+    )?;
+    let user = is_root().then(|| "postgres".to_string());
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    own(dir.path(), user.as_deref())?;
+    let data = dir.path().join("pgdata");
+    let mut initdb = as_user(user.as_deref(), &bin.join("initdb").to_string_lossy());
+    initdb.args(["-A", "trust", "-U", "hearth", "-E", "UTF8", "--locale=C", "--no-sync", "-D"]).arg(&data);
+    let out = initdb.output().map_err(|e| format!("cannot run initdb: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(Template { bin, dir, user })
+}
+
+fn bin_dir() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("HEARTH_PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let from_config = Command::new("pg_config").arg("--bindir").output().ok().filter(|o| o.status.success());
+    if let Some(out) = from_config {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return Some(dir);
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_string_lossy().parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin): &(u32, PathBuf)| bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `program` run as `user` (when the test runs as root), else as this process's user.
+fn as_user(user: Option<&str>, program: &str) -> Command {
+    match user {
+        Some(user) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", user, "--", program]);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Gives `dir` (recursively) to `user`.
+fn own(dir: &Path, user: Option<&str>) -> Result<(), String> {
+    let Some(user) = user else { return Ok(()) };
+    let status = Command::new("chown").arg("-R").arg(format!("{user}:")).arg(dir).status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        _ => Err(format!("cannot give {} to the {user} user", dir.display())),
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
