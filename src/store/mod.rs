@@ -117,7 +117,7 @@ impl Store {
     /// (`dir` then keeps the node's own files).
     pub fn open_tuned(dir: &Path, tuning: Tuning) -> Result<Store, StoreError> {
         let backend = match &tuning.postgres {
-            Some(pg) => Backend::Postgres(Arc::new(Pg::open(dir, pg)?)),
+            Some(pg) => Backend::Postgres(Arc::new(Pg::open(dir, pg, tuning.search.as_ref())?)),
             None => Backend::Embedded(Arc::new(open::open_tuned(dir, tuning)?)),
         };
         Ok(Store { backend })
@@ -174,10 +174,10 @@ impl Store {
 
     /// The mark of an event another node stored, as it reaches this one for live delivery
     /// (a shared store's); None for a store of this node alone.
-    pub fn arrived(&self) -> Option<Mark> {
+    pub fn arrived(&self, event: &crate::protocol::Event) -> Option<Mark> {
         match &self.backend {
             Backend::Embedded(_) => None,
-            Backend::Postgres(pg) => Some(pg.arrived()),
+            Backend::Postgres(pg) => Some(pg.arrived(event)),
         }
     }
 
@@ -217,10 +217,7 @@ impl Store {
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
         match &self.backend {
             Backend::Embedded(s) => s.query_as(filters, now, viewer),
-            Backend::Postgres(pg) => {
-                refuse_search(filters)?;
-                pg.query(filters, now, viewer)
-            }
+            Backend::Postgres(pg) => pg.query(filters, now, viewer),
         }
     }
 
@@ -234,10 +231,7 @@ impl Store {
     pub fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
         match &self.backend {
             Backend::Embedded(s) => s.count_as(filters, now, viewer),
-            Backend::Postgres(pg) => {
-                refuse_search(filters)?;
-                pg.count(filters, now, viewer)
-            }
+            Backend::Postgres(pg) => pg.count(filters, now, viewer),
         }
     }
 
@@ -276,19 +270,19 @@ impl Store {
     /// Whether the NIP-50 search index can answer; None when it is not kept (`storage.search`
     /// off).
     pub fn search_state(&self) -> Option<crate::search::SearchState> {
-        self.searching().ok().map(|s| s.feed.state())
+        self.search_parts().map(|(_, feed)| feed.state())
     }
 
     /// Events the search index holds (committed); 0 when it is not kept.
     pub fn search_documents(&self) -> u64 {
-        self.searching().map_or(0, |s| s.index.len())
+        self.search_parts().map_or(0, |(index, _)| index.len())
     }
 
     /// Waits until the search index has committed every change the store made before this call
     /// (`hearth search-reindex`, tests); at once when it is not kept.
     pub fn search_flush(&self) {
-        if let Ok(searching) = self.searching() {
-            searching.feed.flush();
+        if let Some((_, feed)) = self.search_parts() {
+            feed.flush();
         }
     }
 
@@ -379,11 +373,11 @@ impl Store {
         tokio::task::spawn_blocking(move || work(&store)).await.map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    /// The search index, or why a filter with `search` cannot be answered.
-    fn searching(&self) -> Result<&search::Searching, StoreError> {
+    /// The search index and its feed, when the store keeps one.
+    fn search_parts(&self) -> Option<(&Arc<crate::search::SearchIndex>, &Arc<crate::search::Feed>)> {
         match &self.backend {
-            Backend::Embedded(s) => s.searching(),
-            Backend::Postgres(_) => Err(StoreError::SearchOff),
+            Backend::Embedded(s) => s.search.as_deref().map(|s| (&s.index, &s.feed)),
+            Backend::Postgres(pg) => pg.search.as_ref().map(|s| (&s.index, &s.feed)),
         }
     }
 
@@ -394,14 +388,6 @@ impl Store {
             Backend::Embedded(s) => s,
             Backend::Postgres(_) => panic!("not the embedded backend"),
         }
-    }
-}
-
-/// A filter with `search` on a backend without a search index.
-fn refuse_search(filters: &[Filter]) -> Result<(), StoreError> {
-    match filters.iter().any(|f| f.search.is_some()) {
-        true => Err(StoreError::SearchOff),
-        false => Ok(()),
     }
 }
 

@@ -68,18 +68,21 @@ impl Store {
         }
     }
 
-    /// Starts a compaction in the background; false when one already runs (or the backend
-    /// compacts on its own: PostgreSQL's autovacuum).
+    /// Starts a compaction in the background (PostgreSQL: a vacuum); false when one already
+    /// runs.
     pub fn start_compaction(&self) -> bool {
         match &self.backend {
             Backend::Embedded(s) => s.start_compaction(),
-            Backend::Postgres(_) => false,
+            Backend::Postgres(pg) => pg.start_vacuum(),
         }
     }
 
     /// True while a compaction runs (its background remap included).
     pub fn is_compacting(&self) -> bool {
-        matches!(&self.backend, Backend::Embedded(s) if s.writes.is_compacting())
+        match &self.backend {
+            Backend::Embedded(s) => s.writes.is_compacting(),
+            Backend::Postgres(pg) => pg.is_vacuuming(),
+        }
     }
 
     /// Resolves once no compaction runs, a remap resumed at open included;

@@ -4,6 +4,8 @@
 //! ```text
 //! mod.rs (this: the handle, its runtime and pool, the settings, audit and export)
 //!   ├─► write  (put, remove, sweep: the NIP-01/09/40 rules as transactions)
+//!   ├─► export (an export's snapshot and pages; waiting for the runtime from any thread)
+//!   ├─► search (NIP-50: the node's index of the shared events, and its read path)
 //!   ├─► read   (query, count, get, items: a filter scanned page by page and checked)
 //!   ├─► sql    (a filter as SQL; tag keys, address keys, lock keys)
 //!   ├─► schema (the migrations, applied at open)
@@ -17,8 +19,10 @@
 //! (a small sled database in `<data_dir>/node`).
 
 mod error;
+mod export;
 mod read;
 mod schema;
+mod search;
 mod sql;
 mod write;
 
@@ -32,15 +36,18 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio::runtime::{Handle, Runtime};
 
 use super::error::StoreError;
-use super::export::{Export, ExportPages};
+use super::export::Export;
 use super::format::durable::Durable;
 use super::media::MediaRecords;
 use super::open::PgTuning;
+use super::search::SearchTuning;
 use super::stats::StoreStats;
 use super::view::Mark;
 use super::write::apply::PutOutcome;
 use super::write::control::Compacted;
-use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
+use crate::protocol::{Event, EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
+use crate::search::Change;
+use export::block;
 
 pub use error::PgError;
 use write::Put;
@@ -53,6 +60,10 @@ pub(crate) struct Pg {
     /// The last mark given (see [`Mark`]): counted by this node, after each commit.
     marks: AtomicU64,
     closed: AtomicBool,
+    /// True while a vacuum this node started runs.
+    vacuuming: Arc<AtomicBool>,
+    /// The node's search index (NIP-50), when `storage.search` is on.
+    pub(crate) search: Option<Arc<search::PgSearch>>,
     /// The node's media records (its blobs are files on its disk).
     pub(crate) media: MediaRecords,
 }
@@ -69,7 +80,7 @@ impl Drop for Pg {
 impl Pg {
     /// Connects to `tuning.url`, applies the schema's migrations, opens the node's records in
     /// `dir`.
-    pub(crate) fn open(dir: &Path, tuning: &PgTuning) -> Result<Pg, PgError> {
+    pub(crate) fn open(dir: &Path, tuning: &PgTuning, searching: Option<&SearchTuning>) -> Result<Pg, StoreError> {
         let mut config = tokio_postgres::Config::from_str(&tuning.url).map_err(|e| PgError::Url(e.to_string()))?;
         // OK true only once the commit is on the server's disk, whatever the server's default.
         config.options("-c synchronous_commit=on");
@@ -100,8 +111,14 @@ impl Pg {
         })??;
         let node = dir.join("node");
         std::fs::create_dir_all(&node).map_err(|e| PgError::Pool(format!("{}: {e}", node.display())))?;
-        let media = open_media(&node).map_err(|e| PgError::Pool(e.to_string()))?;
-        Ok(Pg { runtime: Some(runtime), handle, pool, marks: AtomicU64::new(0), closed: AtomicBool::new(false), media })
+        let media = open_media(&node)?;
+        let search = match searching {
+            Some(tuning) => Some(Arc::new(search::PgSearch::open(dir, tuning, pool.clone(), handle.clone())?)),
+            None => None,
+        };
+        let closed = AtomicBool::new(false);
+        let vacuuming = Arc::default();
+        Ok(Pg { runtime: Some(runtime), handle, pool, marks: AtomicU64::new(0), closed, vacuuming, search, media })
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, and waits for it here.
@@ -109,8 +126,21 @@ impl Pg {
     where
         F: Future<Output = Result<T, PgError>> + Send,
     {
+        self.blocking_with(work)
+    }
+
+    /// [`Pg::blocking`] of work that fails with any error the store's callers can be given.
+    fn blocking_with<T: Send + 'static, E, F>(
+        &self,
+        work: impl FnOnce(Object) -> F + Send + 'static,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, E>> + Send,
+        E: From<PgError> + Into<StoreError> + Send + 'static,
+    {
         let pool = self.pool.clone();
-        block(&self.handle, async move { work(pool.get().await?).await })?.map_err(StoreError::from)
+        let work = async move { work(pool.get().await.map_err(PgError::from)?).await };
+        block(&self.handle, work)?.map_err(Into::into)
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, awaited from any runtime.
@@ -136,13 +166,9 @@ impl Pg {
         Mark::at(self.marks.load(Ordering::Acquire))
     }
 
-    /// A mark for an event another node stored, as it reaches this one (live delivery).
-    pub(crate) fn arrived(&self) -> Mark {
-        self.next_mark()
-    }
-
     pub(crate) async fn put(&self, event: Arc<VerifiedEvent>) -> Result<PutOutcome, StoreError> {
-        let (put, _changes) = self.run(move |mut c| async move { write::put(&mut c, &event).await }).await?;
+        let (put, changes) = self.run(move |mut c| async move { write::put(&mut c, &event).await }).await?;
+        self.index(changes);
         Ok(match put {
             Put::Stored => PutOutcome::Stored(self.next_mark()),
             Put::Duplicate => PutOutcome::Duplicate,
@@ -152,11 +178,36 @@ impl Pg {
     }
 
     pub(crate) async fn remove(&self, id: EventId) -> Result<bool, StoreError> {
-        self.run(move |mut c| async move { write::remove(&mut c, &id).await }).await
+        let removed = self.run(move |mut c| async move { write::remove(&mut c, &id).await }).await?;
+        self.index(vec![Change::Remove(id)]);
+        Ok(removed)
     }
 
     pub(crate) async fn sweep(&self, now: Timestamp) -> Result<usize, StoreError> {
-        Ok(self.run(move |mut c| async move { write::sweep(&mut c, now).await }).await?.len())
+        let ids = self.run(move |mut c| async move { write::sweep(&mut c, now).await }).await?;
+        let n = ids.len();
+        self.index(ids.into_iter().map(Change::Remove).collect());
+        Ok(n)
+    }
+
+    /// An event another node stored, as it reaches this one: into this node's search index (a
+    /// deletion's targets out of it), and the mark it is delivered with.
+    pub(crate) fn arrived(&self, event: &Event) -> Mark {
+        let mut changes = vec![Change::Add(event.clone())];
+        if event.kind == crate::protocol::Kind::DELETION {
+            changes.extend(event.tag_values("e").filter_map(EventId::from_hex).map(Change::Remove));
+        }
+        self.index(changes);
+        self.next_mark()
+    }
+
+    /// Queues changes of the search index, when there is one.
+    fn index(&self, changes: Vec<Change>) {
+        if let Some(search) = &self.search
+            && !changes.is_empty()
+        {
+            search.send(changes);
+        }
     }
 
     pub(crate) fn query(
@@ -165,14 +216,26 @@ impl Pg {
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        let mark = self.mark();
         let (filters, viewer) = (filters.to_vec(), viewer.clone());
+        if filters.iter().any(|f| f.search.is_some()) {
+            let search = self.search.clone().ok_or(StoreError::SearchOff)?;
+            let events =
+                self.blocking_with(move |c| async move { search::query(&search, &c, &filters, now, &viewer).await })?;
+            // The index runs up to a commit behind: a subscription is sent every live event after.
+            return Ok((events, Mark::default()));
+        }
+        let mark = self.mark();
         let events = self.blocking(move |c| async move { read::query(&**c, &filters, now, &viewer).await })?;
         Ok((events, mark))
     }
 
     pub(crate) fn count(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
         let (filters, viewer) = (filters.to_vec(), viewer.clone());
+        if filters.iter().any(|f| f.search.is_some()) {
+            let search = self.search.clone().ok_or(StoreError::SearchOff)?;
+            return self
+                .blocking_with(move |c| async move { search::count(&search, &c, &filters, now, &viewer).await });
+        }
         self.blocking(move |c| async move { read::count(&**c, &filters, now, &viewer).await })
     }
 
@@ -260,14 +323,45 @@ impl Pg {
             index_bytes,
             index_segments: 0,
             log_generation: 0,
-            compacting: false,
+            compacting: self.is_vacuuming(),
             last_compaction,
             backend: "postgres",
         })
     }
 
-    /// `Store::compact`: a `VACUUM (ANALYZE)` of the events and their tags.
+    /// `Store::start_compaction`: a vacuum in the background; false while one runs.
+    pub(crate) fn start_vacuum(self: &Arc<Self>) -> bool {
+        if self.vacuuming.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let pg = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = pg.vacuum_now().await {
+                tracing::error!(error = %e, "the vacuum failed");
+            }
+            pg.vacuuming.store(false, Ordering::Release);
+        });
+        true
+    }
+
+    /// True while a vacuum this node started runs.
+    pub(crate) fn is_vacuuming(&self) -> bool {
+        self.vacuuming.load(Ordering::Acquire)
+    }
+
+    /// `Store::compact`: a vacuum now; [`StoreError::Compacting`] while another runs.
     pub(crate) async fn vacuum(&self) -> Result<Compacted, StoreError> {
+        if self.vacuuming.swap(true, Ordering::AcqRel) {
+            return Err(StoreError::Compacting);
+        }
+        let done = self.vacuum_now().await;
+        self.vacuuming.store(false, Ordering::Release);
+        done
+    }
+
+    /// A `VACUUM (ANALYZE)` of the events and their tags: dead rows' space reused, the
+    /// planner's statistics fresh (PostgreSQL's autovacuum does the same on its own).
+    async fn vacuum_now(&self) -> Result<Compacted, StoreError> {
         let started = std::time::Instant::now();
         let before = self.run(|c| async move { total_bytes(&c).await }).await?;
         self.run(|c| async move { c.batch_execute("VACUUM (ANALYZE) events, tags").await.map_err(PgError::from) })
@@ -306,23 +400,8 @@ impl Pg {
     /// order stored, read in pages from one repeatable-read snapshot.
     pub(crate) fn export(&self, filter: &Filter, now: Timestamp) -> Result<Export, StoreError> {
         let filter = filter.clone();
-        let (client, refs) = self.blocking(move |c| async move {
-            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
-            let everything = Viewer::everything();
-            let hits = read::scan(&**c, &filter, now, &everything, read::limit_of(&filter), usize::MAX);
-            let mut refs: Vec<(Timestamp, i64)> = match hits.await {
-                Ok(hits) => hits.into_iter().map(|h| (h.created_at, h.seq)).collect(),
-                Err(e) => {
-                    let _ = c.batch_execute("ROLLBACK").await;
-                    return Err(e);
-                }
-            };
-            refs.sort_unstable();
-            Ok((c, refs))
-        })?;
-        let pages =
-            Pages { handle: self.handle.clone(), client: Some(client), refs: refs.into_iter(), page: Vec::new() };
-        Ok(Export::paged(Box::new(pages)))
+        let (client, refs) = self.blocking(move |c| async move { export::snapshot(c, &filter, now).await })?;
+        Ok(export::pages(self.handle.clone(), client, refs))
     }
 
     /// Stops taking writes; what runs finishes.
@@ -345,74 +424,4 @@ fn open_media(node: &Path) -> Result<MediaRecords, StoreError> {
     let db = super::db::open_db(node, 8)?;
     let durable = Durable::open(node)?;
     MediaRecords::open(&db, Some(Arc::new(durable)))
-}
-
-/// Runs `future` on `handle`'s runtime and waits for it on this thread (which may be an async
-/// worker of another runtime: the wait blocks it as a sled read would, never the backend's).
-fn block<T: Send + 'static>(handle: &Handle, future: impl Future<Output = T> + Send + 'static) -> Result<T, PgError> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    handle.spawn(async move {
-        let _ = tx.send(future.await);
-    });
-    rx.recv().map_err(|_| PgError::Stopped)
-}
-
-/// An export's pages: the rows' JSON fetched in order, a page at a time, in the snapshot's
-/// transaction, which ends when the export is dropped.
-struct Pages {
-    handle: Handle,
-    client: Option<Object>,
-    refs: std::vec::IntoIter<(Timestamp, i64)>,
-    page: Vec<String>,
-}
-
-/// Events an export page fetches at once.
-const EXPORT_PAGE: usize = 512;
-
-impl ExportPages for Pages {
-    fn remaining(&self) -> usize {
-        self.refs.len() + self.page.len()
-    }
-
-    fn next_event(&mut self) -> Option<Result<EventJson, StoreError>> {
-        loop {
-            if let Some(json) = self.page.pop() {
-                return Some(Ok(EventJson::written_by_hearth(json)));
-            }
-            let seqs: Vec<i64> = self.refs.by_ref().take(EXPORT_PAGE).map(|(_, seq)| seq).collect();
-            if seqs.is_empty() {
-                return None;
-            }
-            let client = self.client.take()?;
-            let fetched = block(&self.handle, async move {
-                let rows = client.query("SELECT seq, json FROM events WHERE seq = ANY($1)", &[&seqs]).await;
-                let rows = rows.map(|rows| {
-                    let mut by_seq: std::collections::HashMap<i64, String> =
-                        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-                    // Newest last, so that pop gives the oldest first.
-                    seqs.iter().rev().filter_map(|s| by_seq.remove(s)).collect::<Vec<String>>()
-                });
-                (client, rows)
-            });
-            match fetched {
-                Ok((client, Ok(page))) => {
-                    self.client = Some(client);
-                    self.page = page;
-                }
-                Ok((_, Err(e))) => return Some(Err(StoreError::from(PgError::from(e)))),
-                Err(e) => return Some(Err(e.into())),
-            }
-        }
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        // The snapshot's transaction ends before the connection goes back to the pool.
-        if let Some(client) = self.client.take() {
-            self.handle.spawn(async move {
-                let _ = client.batch_execute("ROLLBACK").await;
-            });
-        }
-    }
 }

@@ -185,3 +185,10 @@ pub(super) async fn items<C: GenericClient>(
     items.sort_unstable();
     Ok(Some(items))
 }
+
+/// Which of `ids` the database holds.
+pub(super) async fn present<C: GenericClient>(client: &C, ids: &[EventId]) -> Result<HashSet<EventId>, PgError> {
+    let asked: Vec<Vec<u8>> = ids.iter().map(|id| id.0.to_vec()).collect();
+    let rows = client.query("SELECT id FROM events WHERE id = ANY($1)", &[&asked]).await?;
+    Ok(rows.iter().filter_map(|r| event_id(&r.get::<_, Vec<u8>>(0))).collect())
+}
