@@ -44,6 +44,11 @@ pub struct AppState {
     pub moderation: Moderation,
     /// The Redis the nodes share, with `limits.backend = "redis"`.
     pub link: Option<Arc<crate::cluster::Link>>,
+    /// The other nodes' events through Redis (`limits.backend = "redis"`): see `crate::nodes`.
+    pub broadcast: Option<Arc<crate::cluster::broadcast::Broadcast>>,
+    /// The events delivered live lately, so that one reaching this node twice (from the
+    /// broadcast and from a catch-up) is delivered once.
+    pub delivered: ReplayCache,
     /// NIP-98 auth event ids seen within their validity window (each is good for one request).
     pub nip98_seen: ReplayCache,
     /// Cancelled when the relay shuts down.
@@ -76,12 +81,12 @@ pub struct ReplayCache(moka::sync::Cache<EventId, ()>);
 impl ReplayCache {
     /// A cache of at most `capacity` ids, each kept for longer than an auth event is valid.
     pub fn new(capacity: u64) -> ReplayCache {
-        ReplayCache(
-            moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(Duration::from_secs(2 * nip98::WINDOW_SECS + 10))
-                .build(),
-        )
+        ReplayCache::keeping(capacity, Duration::from_secs(2 * nip98::WINDOW_SECS + 10))
+    }
+
+    /// A cache of at most `capacity` ids, each kept for `ttl`.
+    pub fn keeping(capacity: u64, ttl: Duration) -> ReplayCache {
+        ReplayCache(moka::sync::Cache::builder().max_capacity(capacity).time_to_live(ttl).build())
     }
 
     /// True the first time `id` is seen.

@@ -240,7 +240,7 @@ pub(crate) async fn settle(
         return Settled::Expired;
     }
     if verified.kind.is_ephemeral() {
-        app.fanout.publish(&verified, None);
+        crate::nodes::deliver(app, &std::sync::Arc::new(verified), None);
         return Settled::Live;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With
@@ -270,7 +270,7 @@ pub(crate) async fn settle(
         Ok(PutOutcome::Stored(mark)) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
             app.stats.stored();
-            app.fanout.publish(&verified, Some(mark));
+            crate::nodes::deliver(app, &verified, Some(mark));
             Settled::Stored
         }
         Ok(PutOutcome::Duplicate) => {

@@ -48,6 +48,7 @@ pub(crate) mod membership;
 pub(crate) mod metrics;
 pub(crate) mod moderation;
 pub(crate) mod nip11;
+pub(crate) mod nodes;
 pub mod offline;
 pub mod protocol;
 pub(crate) mod query;

@@ -199,7 +199,7 @@ async fn last_list_at(app: &AppState) -> u64 {
 async fn publish_own(app: &AppState, event: Event) -> Result<(), String> {
     let verified = std::sync::Arc::new(crate::protocol::verify::verify(event).map_err(|e| e.to_string())?);
     match app.store.put(verified.clone()).await.map_err(|e| e.to_string())? {
-        crate::store::PutOutcome::Stored(mark) => app.fanout.publish(&verified, Some(mark)),
+        crate::store::PutOutcome::Stored(mark) => crate::nodes::deliver(app, &verified, Some(mark)),
         other => tracing::debug!(outcome = ?other, "the relay's membership event was not stored"),
     }
     Ok(())

@@ -99,6 +99,8 @@ impl Relay {
             blobs: Arc::new(blobs),
             limiter: Arc::new(limiter),
             moderation,
+            broadcast: link.clone().map(|l| Arc::new(crate::cluster::broadcast::Broadcast::new(l))),
+            delivered: ReplayCache::keeping(100_000, crate::nodes::REMEMBERED),
             link,
             nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
             slots: Arc::new(Slots::new(config.server.max_subscriptions_per_ip, config.server.max_subscriptions_total)),
@@ -155,6 +157,7 @@ impl Relay {
             let token = app.shutdown.clone();
             app.tasks.spawn(async move { link.watch(token).await });
             app.tasks.spawn(keep_following_shared_state(app.clone()));
+            app.tasks.spawn(crate::nodes::listen(app.clone()));
         }
         crate::sync::peers::spawn(&app);
         // Both listeners keep sockets under the same caps and timeouts (each its own count).

@@ -45,6 +45,8 @@ const FLOORS: &[&[&str]] = &[
     // NIP-29: what a group event does, and the relay's answers to it.
     // NIP-62: a request to vanish carried out; the automatic hold of reported events.
     &["membership", "groups::publish", "vanish", "hold"],
+    // Live delivery across nodes: the one way an accepted event goes live, and the other nodes'.
+    &["nodes"],
     // The shared state and what it holds.
     &["app"],
     &["nip11", "frames", "stats", "identity", "sync::status"],

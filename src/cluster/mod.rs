@@ -8,6 +8,7 @@
 //! Redis is its users': the limiter's buckets (`limiter::shared`) and the shared documents
 //! ([`document`]). It imports nothing of hearth.
 
+pub mod broadcast;
 pub mod document;
 
 use std::future::Future;
@@ -60,6 +61,7 @@ pub struct LinkStatus {
 
 /// The connection to the shared Redis.
 pub struct Link {
+    client: redis::Client,
     conn: ConnectionManager,
     timeout: Duration,
     prefix: String,
@@ -85,10 +87,11 @@ impl Link {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(200));
-        let conn =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| LinkError::Redis(e.to_string()))?;
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(|e| LinkError::Redis(e.to_string()))?;
         metrics::gauge!("hearth_redis_up").set(1.0);
         Ok(Link {
+            client,
             conn,
             timeout,
             prefix: prefix.to_string(),
@@ -112,6 +115,16 @@ impl Link {
     /// A connection handle for one call (cheap: the manager is shared).
     pub fn connection(&self) -> ConnectionManager {
         self.conn.clone()
+    }
+
+    /// A new publish/subscribe connection (a subscriber holds one of its own).
+    pub async fn pubsub(&self) -> Result<redis::aio::PubSub, LinkError> {
+        let connect = self.client.get_async_pubsub();
+        match tokio::time::timeout(self.timeout.max(Duration::from_millis(500)), connect).await {
+            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Err(e)) => Err(LinkError::Redis(e.to_string())),
+            Err(_) => Err(LinkError::Redis("timed out connecting".into())),
+        }
     }
 
     /// True while Redis is reachable.

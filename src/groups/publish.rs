@@ -361,7 +361,7 @@ async fn store_own(app: &AppState, event: Event) -> Result<PutOutcome, ()> {
     };
     match app.store.put(verified.clone()).await {
         Ok(PutOutcome::Stored(mark)) => {
-            app.fanout.publish(&verified, Some(mark));
+            crate::nodes::deliver(app, &verified, Some(mark));
             Ok(PutOutcome::Stored(mark))
         }
         Ok(other) => Ok(other),

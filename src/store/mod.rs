@@ -181,6 +181,18 @@ impl Store {
         }
     }
 
+    /// The events a shared store (PostgreSQL) stored at or after `since` (Unix seconds, on the
+    /// database's clock), oldest first, at most `max`: what a node that lost the live feed
+    /// catches up with. None for a store of this node alone.
+    pub async fn stored_since(&self, since: f64, max: i64) -> Result<Option<Vec<EventJson>>, StoreError> {
+        match &self.backend {
+            Backend::Embedded(_) => Ok(None),
+            Backend::Postgres(pg) => {
+                Ok(Some(pg.stored_since(since, max).await?.into_iter().map(EventJson::written_by_hearth).collect()))
+            }
+        }
+    }
+
     /// One stored event by id, as the operator sees the store (every event: see
     /// [`Store::get_as`]); expired events are not served, nor a damaged record.
     pub fn get(&self, id: &EventId, now: Timestamp) -> Result<Option<EventJson>, StoreError> {

@@ -16,7 +16,7 @@ use super::binary::{Running, hearth, start_with};
 use crate::common::*;
 
 /// A `redis-server` of one test's own.
-struct Redis {
+pub(crate) struct Redis {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
@@ -44,7 +44,7 @@ fn pong(port: u16) -> bool {
 }
 
 impl Redis {
-    fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         install_redis();
         let mut redis = Redis { child: None, port: free_port(), dir: tempfile::tempdir().unwrap() };
         redis.run();
@@ -52,7 +52,7 @@ impl Redis {
     }
 
     /// Starts it (again) on its port, with nothing saved: a restart loses what it held.
-    fn run(&mut self) {
+    pub(crate) fn run(&mut self) {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -70,14 +70,14 @@ impl Redis {
     }
 
     /// `kill -9`.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 }
@@ -89,13 +89,13 @@ impl Drop for Redis {
 }
 
 /// One node: the binary with the Redis backend, its own data directory, admin token `t`.
-struct Node {
-    _running: Running,
-    addr: String,
+pub(crate) struct Node {
+    pub(crate) running: Running,
+    pub(crate) addr: String,
     _dir: tempfile::TempDir,
 }
 
-fn node_at(url: &str, name: &str, env: &[(&str, &str)]) -> Node {
+pub(crate) fn node_at(url: &str, name: &str, env: &[(&str, &str)]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let mut all =
         vec![("HEARTH_LIMITS__BACKEND", "redis"), ("HEARTH_LIMITS__REDIS_URL", url), ("HEARTH_NODE__NAME", name)];
@@ -106,7 +106,7 @@ fn node_at(url: &str, name: &str, env: &[(&str, &str)]) -> Node {
     all.push(("HEARTH_LIMITS__REDIS_TIMEOUT_MS", "2000"));
     all.extend_from_slice(env);
     let (running, addr) = start_with(dir.path(), &all);
-    Node { _running: running, addr, _dir: dir }
+    Node { running, addr, _dir: dir }
 }
 
 fn node(redis: &Redis, name: &str, env: &[(&str, &str)]) -> Node {
@@ -114,11 +114,16 @@ fn node(redis: &Redis, name: &str, env: &[(&str, &str)]) -> Node {
 }
 
 impl Node {
-    fn ws(&self) -> String {
+    pub(crate) fn ws(&self) -> String {
         format!("ws://{}", self.addr)
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value, Option<String>) {
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value, Option<String>) {
         let mut req = reqwest::Client::new().request(method, format!("http://{}{path}", self.addr)).bearer_auth("t");
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body.to_string());

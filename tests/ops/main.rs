@@ -19,6 +19,7 @@ mod fuzz_corpus;
 mod groups;
 mod limiter;
 mod media;
+mod nodes;
 mod search;
 mod sockets;
 mod switch;

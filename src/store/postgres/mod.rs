@@ -255,6 +255,14 @@ impl Pg {
         self.blocking(move |c| async move { read::items(&**c, &filter, now, &viewer, max).await })
     }
 
+    /// The events this database stored at or after `since` (Unix seconds, its own clock), in
+    /// the order stored, at most `max`: a node's catch-up after it lost the live feed.
+    pub(crate) async fn stored_since(&self, since: f64, max: i64) -> Result<Vec<String>, StoreError> {
+        let select = "SELECT json FROM events WHERE stored_at >= to_timestamp($1) ORDER BY seq LIMIT $2";
+        self.run(move |c| async move { Ok(c.query(select, &[&since, &max]).await?.iter().map(|r| r.get(0)).collect()) })
+            .await
+    }
+
     pub(crate) fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
         let id = id.0.to_vec();
         self.blocking(

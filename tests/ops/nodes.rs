@@ -1,0 +1,221 @@
+//! Two nodes on one PostgreSQL and one Redis (`storage.backend = "postgres"`,
+//! `limits.backend = "redis"`): the real `hearth` binary, twice, against a real PostgreSQL
+//! (`hearth::testing::postgres`, Debian's package) and a real `redis-server`, each started by the
+//! test on free ports with temporary directories. An event accepted by one node reaches the live
+//! subscribers of the other and its REQ at once; ephemeral events cross; a NIP-29 member put on one
+//! node writes on the other; a node killed mid-publishing loses no acknowledged event; Redis
+//! restarted, the other node catches up; PostgreSQL stopped, writes are refused with `error:`
+//! (never `OK true`) and REST answers 503, and both come back without a restart.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::cluster::{Node, Redis, node_at};
+use crate::common::*;
+use hearth::protocol::{Event, Keys};
+use hearth::testing::postgres::Postgres;
+
+/// The same relay key on every node: they sign the same NIP-29 state and NIP-43 lists.
+const RELAY_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+
+/// A node of the relay on `db` and `redis`.
+fn pg_node(redis: &Redis, db: &str, name: &str) -> Node {
+    let env = [
+        ("HEARTH_STORAGE__BACKEND", "postgres"),
+        ("HEARTH_STORAGE__POSTGRES_URL", db),
+        ("HEARTH_RELAY__SECRET_KEY", RELAY_KEY),
+        ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "1000"),
+        ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "100000"),
+        ("HEARTH_LIMITS__AGENT__WS_EVENTS_PER_SEC", "1000"),
+        ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "100000"),
+    ];
+    node_at(&redis.url(), name, &env)
+}
+
+/// A PostgreSQL with an empty database for the relay; its URL.
+async fn database() -> (Postgres, String) {
+    let pg = Postgres::start(false).await.unwrap();
+    let url = pg.database("relay").await.unwrap();
+    (pg, url)
+}
+
+/// The next EVENT frame of subscription `sub` (other frames skipped), within a deadline.
+async fn next_event(c: &mut Client, sub: &str) -> Value {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let frame = c.recv_within(left).await.unwrap_or_else(|| panic!("no EVENT on {sub} in time"));
+        if frame[0] == "EVENT" && frame[1] == sub {
+            return frame;
+        }
+    }
+}
+
+/// Subscribes `c` to `filter` as `sub` and waits for its EOSE.
+async fn subscribe(c: &mut Client, sub: &str, filter: Value) {
+    c.send(json!(["REQ", sub, filter])).await;
+    let deadline = Instant::now() + STEP;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let frame = c.recv_within(left).await.expect("no EOSE in time");
+        if frame == json!(["EOSE", sub]) {
+            return;
+        }
+    }
+}
+
+fn to_group(who: &Keys, kind: u16, g: &str, tags: &[&[&str]], content: &str) -> Event {
+    let h = ["h", g];
+    let mut all: Vec<&[&str]> = vec![&h];
+    all.extend_from_slice(tags);
+    sign(who, now(), kind, &all, content)
+}
+
+#[test]
+fn a_note_typing_and_a_group_member_cross_from_one_node_to_the_other_at_once() {
+    let redis = Redis::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_pg, db) = rt.block_on(database());
+    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    rt.block_on(async {
+        let (alice, bob) = (keys(1), keys(2));
+        let mut on_b = Client::connect(&b.ws()).await;
+        subscribe(&mut on_b, "live", json!({"kinds": [1, 20001]})).await;
+        let mut on_a = Client::connect(&a.ws()).await;
+        let note = sign(&alice, now(), 1, &[], "hello from node A");
+        assert_ok(&on_a.publish(&note).await, &note.id.to_hex(), true, "");
+        let got = next_event(&mut on_b, "live").await;
+        assert_eq!(got[2]["id"], json!(note.id.to_hex()));
+        assert_eq!(got[2]["content"], "hello from node A");
+        // B's REQ serves it at once: one store.
+        let mut reader = Client::connect(&b.ws()).await;
+        assert_eq!(reader.req_ids("r", vec![json!({"ids": [note.id.to_hex()]})]).await, vec![note.id.to_hex()]);
+        // Typing (ephemeral) crosses too, and is never stored.
+        let typing = sign(&alice, now(), 20001, &[], "typing");
+        assert_ok(&on_a.publish(&typing).await, &typing.id.to_hex(), true, "");
+        assert_eq!(next_event(&mut on_b, "live").await[2]["id"], json!(typing.id.to_hex()));
+        assert!(reader.req_ids("t", vec![json!({"ids": [typing.id.to_hex()]})]).await.is_empty());
+        // A group made on A, Bob put in on A, Bob writes on B.
+        let mut admin = Client::connect(&a.ws()).await;
+        assert_eq!(admin.auth(&alice, &a.ws()).await[2], true);
+        for e in [
+            to_group(&alice, 9007, "club", &[], ""),
+            to_group(&alice, 9002, "club", &[&["name", "Club"], &["closed"], &["restricted"]], ""),
+        ] {
+            assert_ok(&admin.publish(&e).await, &e.id.to_hex(), true, "");
+        }
+        let mut bob_b = Client::connect(&b.ws()).await;
+        assert_eq!(bob_b.auth(&bob, &b.ws()).await[2], true);
+        let early = to_group(&bob, 9, "club", &[], "may I?");
+        let refused =
+            "restricted: not a member of this group: only its members write to it; send a join request (kind 9021)";
+        assert_eq!(bob_b.publish(&early).await, json!(["OK", early.id.to_hex(), false, refused]));
+        let put = to_group(&alice, 9000, "club", &[&["p", &bob.public_key().to_hex()]], "");
+        assert_ok(&admin.publish(&put).await, &put.id.to_hex(), true, "");
+        let said = to_group(&bob, 9, "club", &[], "in on B");
+        let deadline = Instant::now() + STEP;
+        loop {
+            let said = to_group(&bob, 9, "club", &[], &format!("in on B {}", Instant::now().elapsed().as_nanos()));
+            let frame = bob_b.publish(&said).await;
+            if frame[2] == true {
+                break;
+            }
+            assert_eq!(frame[3], refused, "{frame}");
+            assert!(Instant::now() < deadline, "node B never took the member node A put in");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_ok(&bob_b.publish(&said).await, &said.id.to_hex(), true, "");
+    });
+}
+
+#[test]
+fn a_node_killed_mid_publishing_loses_no_acknowledged_event_and_the_other_serves_each() {
+    let redis = Redis::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_pg, db) = rt.block_on(database());
+    let (mut a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    rt.block_on(async {
+        let alice = keys(1);
+        let mut on_a = Client::connect(&a.ws()).await;
+        let mut acked = Vec::new();
+        for i in 0..40u64 {
+            let e = sign(&alice, now() - 100 + i, 1, &[], &format!("before the kill {i}"));
+            // Sent without waiting; the OKs that come back before the kill are the promises.
+            on_a.send(json!(["EVENT", e])).await;
+            acked.push(e.id.to_hex());
+        }
+        let mut promised = Vec::new();
+        while promised.len() < 20 {
+            let frame = on_a.recv().await;
+            if frame[0] == "OK" && frame[2] == true {
+                promised.push(frame[1].as_str().unwrap().to_string());
+            }
+        }
+        a.running.0.kill().unwrap();
+        a.running.0.wait().unwrap();
+        let mut on_b = Client::connect(&b.ws()).await;
+        let served = on_b.req_ids("all", vec![json!({"ids": promised.clone()})]).await;
+        let (mut served, mut promised) = (served, promised);
+        served.sort();
+        promised.sort();
+        assert_eq!(served, promised, "an event node A acknowledged is missing on node B");
+        assert!(acked.len() >= promised.len());
+    });
+}
+
+#[test]
+fn redis_restarted_the_other_node_catches_up_and_postgres_stopped_refuses_writes_until_it_is_back() {
+    let mut redis = Redis::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut pg, db) = rt.block_on(database());
+    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    rt.block_on(async {
+        let alice = keys(1);
+        let mut on_b = Client::connect(&b.ws()).await;
+        subscribe(&mut on_b, "live", json!({"kinds": [1]})).await;
+        let mut on_a = Client::connect(&a.ws()).await;
+        redis.kill();
+        let missed = sign(&alice, now(), 1, &[], "sent while Redis was away");
+        assert_ok(&on_a.publish(&missed).await, &missed.id.to_hex(), true, "");
+        redis.run();
+        // The subscription that stayed open on B gets it from the store once Redis is back.
+        assert_eq!(next_event(&mut on_b, "live").await[2]["id"], json!(missed.id.to_hex()));
+        // Live delivery resumes.
+        let after = sign(&alice, now(), 1, &[], "after Redis came back");
+        assert_ok(&on_a.publish(&after).await, &after.id.to_hex(), true, "");
+        assert_eq!(next_event(&mut on_b, "live").await[2]["id"], json!(after.id.to_hex()));
+
+        pg.kill();
+        let refused = sign(&alice, now(), 1, &[], "while PostgreSQL is down");
+        let frame = on_a.publish(&refused).await;
+        assert_eq!(frame[2], false, "{frame}");
+        assert!(frame[3].as_str().unwrap().starts_with("error: "), "{frame}");
+        let query = reqwest::Client::new()
+            .post(format!("http://{}/api/v1/query", a.addr))
+            .json(&json!({"filters": [{"kinds": [1]}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(query.status(), 503);
+        pg.restart().await.unwrap();
+        let back = sign(&alice, now(), 1, &[], "PostgreSQL is back");
+        let deadline = Instant::now() + STEP * 2;
+        loop {
+            let probe = sign(&alice, now(), 1, &[], &format!("probe {}", Instant::now().elapsed().as_nanos()));
+            let frame = on_a.publish(&probe).await;
+            if frame[2] == true {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node A did not recover: {frame}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_ok(&on_a.publish(&back).await, &back.id.to_hex(), true, "");
+        let mut reader = Client::connect(&b.ws()).await;
+        let ids = reader
+            .req_ids("r", vec![json!({"ids": [missed.id.to_hex(), back.id.to_hex(), refused.id.to_hex()]})])
+            .await;
+        assert!(ids.contains(&missed.id.to_hex()) && ids.contains(&back.id.to_hex()));
+        assert!(!ids.contains(&refused.id.to_hex()), "an event refused with error: was stored");
+    });
+}
