@@ -375,6 +375,12 @@ mod tests {
                 "`limits.human.ws_burst_window_secs` must be at most 3600",
             ),
             ("HEARTH_STORAGE__COMPACT_DEAD_RATIO", "1.5", "storage.compact_dead_ratio"),
+            (
+                "HEARTH_STORAGE__BACKEND",
+                "postgres",
+                "`storage.postgres_url` storage.backend is \"postgres\": set it to postgres://",
+            ),
+            ("HEARTH_STORAGE__BACKEND", "mysql", "storage.backend"),
         ];
         for (k, v, named) in cases {
             let err = Config::load(None, &env(&[(k, v)])).unwrap_err().to_string();

@@ -144,8 +144,19 @@ pub fn backend() -> Backend {
     }
 }
 
+/// Installs Debian's PostgreSQL when its programs are missing (`tests/postgres/install.sh`).
+pub fn install_postgres() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/postgres/install.sh");
+        let status = std::process::Command::new("bash").arg(script).status().unwrap();
+        assert!(status.success(), "tests/postgres/install.sh could not install postgresql");
+    });
+}
+
 /// The PostgreSQL server of this test process (`HEARTH_TEST_BACKEND=postgres`).
 pub async fn postgres() -> &'static hearth::testing::postgres::Postgres {
+    install_postgres();
     static SERVER: tokio::sync::OnceCell<hearth::testing::postgres::Postgres> = tokio::sync::OnceCell::const_new();
     SERVER.get_or_init(|| async { hearth::testing::postgres::Postgres::start(false).await.unwrap() }).await
 }

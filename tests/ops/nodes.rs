@@ -35,6 +35,7 @@ fn pg_node(redis: &Redis, db: &str, name: &str) -> Node {
 
 /// A PostgreSQL with an empty database for the relay; its URL.
 async fn database() -> (Postgres, String) {
+    install_postgres();
     let pg = Postgres::start(false).await.unwrap();
     let url = pg.database("relay").await.unwrap();
     (pg, url)
