@@ -9,7 +9,8 @@
 //! folded again from the shared store, so every node judges the next group event alike. Bans,
 //! members and live settings already follow the shared document (`relay`'s follower).
 //!
-//! A node that loses Redis catches up when it is back: with a shared store (PostgreSQL) every
+//! An event this node could not send waits (in order) and goes out once Redis takes it again. A
+//! node that loses Redis catches up when it is back: with a shared store (PostgreSQL) every
 //! event stored since a little before the loss is read and delivered (those already delivered
 //! left out), so a subscription that stayed open misses no acknowledged event. Ephemeral events
 //! sent while Redis was away are gone, as ephemeral events are.
@@ -71,6 +72,11 @@ pub async fn listen(app: Arc<AppState>) {
                     let json = tokio::select! {
                         _ = app.shutdown.cancelled() => return,
                         json = stream.next() => json,
+                        // This node's own events that Redis could not take yet go out now.
+                        _ = tokio::time::sleep(RETRY), if broadcast.has_waiting() => {
+                            let _ = broadcast.retry().await;
+                            continue;
+                        }
                     };
                     let Some(json) = json else { break };
                     arrived(&app, &json).await;

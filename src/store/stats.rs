@@ -4,7 +4,7 @@
 
 use super::write::control::Compacted;
 
-/// What [`Store::stats`] reports.
+/// What [`crate::store::Store::stats`] reports.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StoreStats {
     /// Events stored.

@@ -21,6 +21,7 @@ const READY: Duration = Duration::from_secs(60);
 /// A PostgreSQL server for a test; stopped when dropped.
 pub struct Postgres {
     port: u16,
+    fsync: bool,
     child: Child,
     /// Held open until the drop: the shell stops the server when it closes.
     stdin: Option<ChildStdin>,
@@ -50,21 +51,8 @@ impl Postgres {
         }
         own(dir.path(), template.user.as_deref())?;
         let port = free_port()?;
-        let fsync = if fsync { "on" } else { "off" };
-        let server = format!(
-            "{} -D {} -p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=200 \
-             -c shared_buffers=16MB -c log_min_messages=fatal",
-            template.bin.join("postgres").display(),
-            data.display(),
-            dir.path().display(),
-        );
-        // The shell stops the server (immediate shutdown) once its standard input closes.
-        let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
-        let mut command = as_user(template.user.as_deref(), "sh");
-        command.arg("-c").arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
-        let mut child = command.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
-        let stdin = child.stdin.take();
-        let server = Postgres { port, child, stdin, dir };
+        let (child, stdin) = serve(template, dir.path(), port, fsync)?;
+        let server = Postgres { port, fsync, child, stdin, dir };
         server.ready().await?;
         Ok(server)
     }
@@ -109,20 +97,7 @@ impl Postgres {
     /// Starts the server again on the same port and data after [`Postgres::kill`].
     pub async fn restart(&mut self) -> Result<(), String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
-        let data = self.dir.path().join("pgdata");
-        let server = format!(
-            "{} -D {} -p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 \
-             -c shared_buffers=16MB -c log_min_messages=fatal",
-            template.bin.join("postgres").display(),
-            data.display(),
-            self.port,
-            self.dir.path().display(),
-        );
-        let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
-        let mut command = as_user(template.user.as_deref(), "sh");
-        command.arg("-c").arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
-        self.child = command.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
-        self.stdin = self.child.stdin.take();
+        (self.child, self.stdin) = serve(template, self.dir.path(), self.port, self.fsync)?;
         self.ready().await
     }
 
@@ -146,6 +121,25 @@ impl Drop for Postgres {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Runs the server of `dir/pgdata` on `port` under the shell that stops it (an immediate
+/// shutdown) once its standard input closes.
+fn serve(template: &Template, dir: &Path, port: u16, fsync: bool) -> Result<(Child, Option<ChildStdin>), String> {
+    let fsync = if fsync { "on" } else { "off" };
+    let server = format!(
+        "{} -D {} -p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=200 \
+         -c shared_buffers=16MB -c log_min_messages=fatal",
+        template.bin.join("postgres").display(),
+        dir.join("pgdata").display(),
+        dir.display(),
+    );
+    let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
+    let mut command = as_user(template.user.as_deref(), "sh");
+    command.arg("-c").arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = command.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
+    let stdin = child.stdin.take();
+    Ok((child, stdin))
 }
 
 /// Finds the programs and runs `initdb` once.

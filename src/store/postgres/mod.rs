@@ -12,7 +12,7 @@
 //!   └─► error  (PgError, and what a client is told of it)
 //! ```
 //!
-//! Owns [`Pg`]: a tokio-postgres connection pool (deadpool) on a runtime of its own, so the
+//! Owns `Pg`: a tokio-postgres connection pool (deadpool) on a runtime of its own, so the
 //! store's blocking forms can wait for it from any thread (an async worker, a blocking task, an
 //! offline command) and its async forms from any runtime; and [`PgError`]. What stays on the
 //! node's own disk is what belongs to the node: the media records beside the node's blob files
