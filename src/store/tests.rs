@@ -52,17 +52,17 @@ impl Store {
     }
 }
 
-fn keys(n: u8) -> Keys {
+pub(super) fn keys(n: u8) -> Keys {
     Keys::from_bytes([n; 32]).unwrap()
 }
 
-fn signed(k: &Keys, at: u64, kind: u16, tags: &[&[&str]]) -> VerifiedEvent {
+pub(super) fn signed(k: &Keys, at: u64, kind: u16, tags: &[&[&str]]) -> VerifiedEvent {
     let tags = tags.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
     verify(k.sign(Timestamp(at), Kind(kind), tags, "c")).unwrap()
 }
 
 /// What a put did, without the mark a stored event got (which a model does not know).
-fn outcome(o: &PutOutcome) -> &'static str {
+pub(super) fn outcome(o: &PutOutcome) -> &'static str {
     match o {
         PutOutcome::Stored(_) => "stored",
         PutOutcome::Duplicate => "duplicate",
@@ -71,7 +71,7 @@ fn outcome(o: &PutOutcome) -> &'static str {
     }
 }
 
-fn ids(store: &Store, filter: &str) -> Vec<EventId> {
+pub(super) fn ids(store: &Store, filter: &str) -> Vec<EventId> {
     let f: Filter = serde_json::from_str(filter).unwrap();
     store
         .query(&[f], Timestamp(2_000_000_000))
@@ -591,10 +591,10 @@ async fn a_shutdown_abandons_a_compaction_copy_and_the_next_open_removes_its_fil
 }
 
 /// A small seeded generator (xorshift64*), so that a failing sequence can be run again.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -612,7 +612,7 @@ fn segmented(dir: &Path, per_segment: usize) -> Store {
 }
 
 /// The filters both stores are asked.
-fn probes(authors: &[Keys], some_ids: &[EventId]) -> Vec<String> {
+pub(super) fn probes(authors: &[Keys], some_ids: &[EventId]) -> Vec<String> {
     let mut out = vec![
         "{}".to_string(),
         r#"{"limit":7}"#.into(),
@@ -649,7 +649,7 @@ fn query_items(store: &Store, filter: &Filter, viewer: &Viewer) -> Vec<Item> {
 }
 
 /// Every probe answers the same on both stores, and they hold the same events.
-fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys], some_ids: &[EventId], when: &str) {
+pub(super) fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys], some_ids: &[EventId], when: &str) {
     for probe in probes(authors, some_ids) {
         assert_eq!(ids(segmented, &probe), ids(reference, &probe), "{probe} {when}");
         let f: Filter = serde_json::from_str(&probe).unwrap();
@@ -686,7 +686,11 @@ fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys], some_ids
         assert_eq!(segmented.count_by_author(&pk).unwrap(), reference.count_by_author(&pk).unwrap(), "{when}");
     }
     let (a, b) = (segmented.stats().unwrap(), reference.stats().unwrap());
-    assert_eq!((a.events, a.live_bytes), (b.events, b.live_bytes), "{when}");
+    assert_eq!(a.events, b.events, "{when}");
+    // Bytes are the embedded store's own measure (PostgreSQL's tables count theirs).
+    if a.backend == b.backend {
+        assert_eq!(a.live_bytes, b.live_bytes, "{when}");
+    }
 }
 
 #[tokio::test]
@@ -875,8 +879,9 @@ async fn a_count_from_the_lists_alone_leaves_out_expired_events_and_counts_each_
 #[derive(Default)]
 struct Model {
     live: HashMap<EventId, Event>,
-    /// NIP-09 `e` deletions: the id, by whom.
-    tombstones: HashMap<EventId, PubKey>,
+    /// NIP-09 `e` deletions: the id, by whom (each key that asked: another key's request must
+    /// not lift the author's).
+    tombstones: HashMap<EventId, std::collections::HashSet<PubKey>>,
     /// NIP-09 `a` deletions: the address, up to when.
     deleted_addresses: HashMap<(PubKey, u16, String), u64>,
 }
@@ -894,7 +899,7 @@ impl Model {
         if self.live.contains_key(&e.id) {
             return PutOutcome::Duplicate;
         }
-        if self.tombstones.get(&e.id) == Some(&e.pubkey) {
+        if self.tombstones.get(&e.id).is_some_and(|by| by.contains(&e.pubkey)) {
             return PutOutcome::Deleted;
         }
         if let Some(address) = Model::address(e) {
@@ -928,7 +933,7 @@ impl Model {
                 }
                 None => {}
             }
-            self.tombstones.insert(id, deletion.pubkey);
+            self.tombstones.entry(id).or_default().insert(deletion.pubkey);
         }
         for value in deletion.tag_values("a") {
             let mut parts = value.splitn(3, ':');

@@ -8,7 +8,7 @@
 //! | `i`    | the id's first 20 bits (3 bytes)      | (id + stored place: the serial, its generation's parity in the top bit) × the ids of that bucket: `catalogue` |
 //! | `r`    | pubkey + kind + d                     | id + created_at                |
 //! | `x`    | expiration + id                       | —                              |
-//! | `d`    | id (tombstone)                        | deleting pubkey                |
+//! | `d`    | id (tombstone)                        | deleting pubkeys (32 bytes each)|
 //! | `D`    | pubkey + kind + d (address tombstone) | deletion created_at            |
 //! | `z`    | serial (in the current generation)    | frame bytes (u32): a removed event that an index segment still lists, or whose record is in the log's tail (after the segments) |
 //! | `m`    | name                                  | metadata: `schema` version, `log_end`, `log_gen`, `index`, `parity`, `remap` (the writer's `remap`) |

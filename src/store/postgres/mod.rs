@@ -433,3 +433,14 @@ fn open_media(node: &Path) -> Result<MediaRecords, StoreError> {
     let durable = Durable::open(node)?;
     MediaRecords::open(&db, Some(Arc::new(durable)))
 }
+
+/// The statement and parameters of a filter's first page (tests read its plan).
+#[cfg(test)]
+pub(crate) fn explain_page(
+    filter: &Filter,
+    now: Timestamp,
+    size: i64,
+) -> (String, Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>) {
+    let sql = sql::page(filter, now, None, size, true);
+    (sql.text, sql.params)
+}

@@ -106,8 +106,13 @@ pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: 
     let (from, order_by) = match driver {
         Some((letter, values)) => {
             let name = sql.bind(letter.to_string());
-            let keys = sql.bind(values.iter().map(|v| tag_key(v)).collect::<Vec<_>>());
-            (format!("tags t JOIN events e ON e.seq = t.seq WHERE t.name = {name} AND t.value = ANY({keys}) AND"), "t")
+            // One value is one range of `tags_value`, read in its order (no sort); several are
+            // several ranges, merged by a sort of what they hold.
+            let value = match values.as_slice() {
+                [one] => format!("t.value = {}", sql.bind(tag_key(one))),
+                many => format!("t.value = ANY({})", sql.bind(many.iter().map(|v| tag_key(v)).collect::<Vec<_>>())),
+            };
+            (format!("tags t JOIN events e ON e.seq = t.seq WHERE t.name = {name} AND {value} AND"), "t")
         }
         None => ("events e WHERE".to_string(), "e"),
     };

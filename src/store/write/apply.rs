@@ -97,11 +97,11 @@ pub(crate) fn put(p: &mut Pending, event: &Event, replayed: Option<Serial>) -> R
     if pending_get(p, &event.id)?.is_some() {
         return Ok(PutOutcome::Duplicate);
     }
-    if let Some(deleter) = p.get(&keys::tombstone(&event.id))?
-        && (deleter.as_ref() == event.pubkey.0
-            || wrap_recipient(&event.tags, event.kind).is_some_and(|r| deleter.as_ref() == r.0))
-    {
-        return Ok(PutOutcome::Deleted);
+    if let Some(deleters) = p.get(&keys::tombstone(&event.id))? {
+        let recipient = wrap_recipient(&event.tags, event.kind);
+        if deleters.chunks(32).any(|d| d == event.pubkey.0 || recipient.is_some_and(|r| d == r.0)) {
+            return Ok(PutOutcome::Deleted);
+        }
     }
     if let Some(address) = address_of(event) {
         if let Some(tombstone_key) = address_tombstone_of(event)
@@ -160,7 +160,14 @@ fn delete_targets(p: &mut Pending, deletion: &Event) -> Result<(), StoreError> {
             }
             remove_into(p, &id)?;
         }
-        p.insert(keys::tombstone(&id), author.0);
+        // Every key that asked is kept (32 bytes each): another key's request for the same id
+        // must not lift its author's.
+        let key = keys::tombstone(&id);
+        let mut deleters = p.get(&key)?.map(|v| v.to_vec()).unwrap_or_default();
+        if !deleters.chunks(32).any(|d| d == author.0) {
+            deleters.extend_from_slice(&author.0);
+            p.insert(key, deleters);
+        }
     }
     for value in deletion.tag_values("a") {
         let Some((kind, pubkey, d)) = parse_address(value) else { continue };
@@ -291,6 +298,18 @@ mod tests {
         assert!(!stored(&tree, &mine));
         assert!(stored(&tree, &theirs), "another author's event is not deleted");
         assert!(stored(&tree, &deletion), "the deletion itself is stored");
+        assert!(matches!(group(&tree, &log, |p| put_one(p, &mine)), PutOutcome::Deleted));
+    }
+
+    #[test]
+    fn another_keys_deletion_of_a_deleted_id_does_not_lift_its_authors_tombstone() {
+        let (_db, tree, log) = store();
+        let (alice, mallory) = (keys(3), keys(4));
+        let mine = alice.sign(Timestamp(10), Kind(1), vec![], "mine");
+        group(&tree, &log, |p| put_one(p, &mine));
+        let target = || vec![tag("e", &mine.id.to_hex())];
+        group(&tree, &log, |p| put_one(p, &alice.sign(Timestamp(11), Kind::DELETION, target(), "")));
+        group(&tree, &log, |p| put_one(p, &mallory.sign(Timestamp(12), Kind::DELETION, target(), "")));
         assert!(matches!(group(&tree, &log, |p| put_one(p, &mine)), PutOutcome::Deleted));
     }
 

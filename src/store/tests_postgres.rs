@@ -1,0 +1,215 @@
+//! The PostgreSQL backend against the contract: the same writes as the embedded store, the same
+//! answers; two handles on one database (two nodes) writing one address, or an event and its
+//! deletion, at once; long tag values; a `#p` filter with a `limit` read from one index range.
+
+use std::sync::Arc;
+
+use super::tests::{Rng, ids, keys, outcome, same_answers, signed};
+use super::*;
+use crate::protocol::{Event, Keys, Kind};
+use crate::testing::postgres::Postgres;
+
+/// Installs Debian's PostgreSQL when it is missing (`tests/postgres/install.sh`).
+fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/postgres/install.sh");
+        let status = std::process::Command::new("bash").arg(script).status().unwrap();
+        assert!(status.success(), "tests/postgres/install.sh could not install postgresql");
+    });
+}
+
+/// A server with database `name`, and a store on it (with a data directory of its own).
+async fn server(name: &str) -> (Postgres, String) {
+    install();
+    let pg = Postgres::start(false).await.unwrap();
+    let url = pg.database(name).await.unwrap();
+    (pg, url)
+}
+
+fn open(url: &str, dir: &Path, search: bool) -> Store {
+    let tuning = Tuning {
+        cache_capacity_mb: 8,
+        index_memory_events: INDEX_MEMORY_EVENTS,
+        search: search.then(|| SearchTuning { kinds: vec![Kind(1)], memory_mb: 15 }),
+        postgres: Some(PgTuning { url: url.to_string(), pool: 4 }),
+    };
+    Store::open_tuned(dir, tuning).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_answers_exactly_as_the_embedded_store_through_the_same_writes() {
+    let (_pg, url) = server("contract").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut pg = open(&url, dir.path(), false);
+    let reference = Store::temporary().unwrap();
+    let authors: Vec<Keys> = (1..=4).map(keys).collect();
+    let mut rng = Rng(0x5eed_2026_1205);
+    let mut stored: Vec<EventId> = Vec::new();
+    let tags = ["a", "b", "c"];
+    for step in 0..300u64 {
+        let k = &authors[rng.below(4) as usize];
+        let at = 1000 + rng.below(400);
+        let t = tags[rng.below(3) as usize];
+        let event = match rng.below(11) {
+            0 => signed(k, at, 0, &[]),
+            1 => signed(k, at, 30023, &[&["d", tags[rng.below(2) as usize]], &["t", t]]),
+            2 if !stored.is_empty() => {
+                let target = stored[rng.below(stored.len() as u64) as usize].to_hex();
+                signed(k, at, 5, &[&["e", &target]])
+            }
+            3 => signed(k, at, 1, &[&["t", t], &["expiration", &(1000 + rng.below(600)).to_string()]]),
+            4 => signed(k, at, 1, &[&["t", t], &["p", "x"]]),
+            5 => signed(k, at, 4, &[&["p", &authors[rng.below(4) as usize].public_key().to_hex()]]),
+            6 => {
+                let address = format!("30023:{}:{}", k.public_key().to_hex(), tags[rng.below(2) as usize]);
+                signed(k, at, 5, &[&["a", &address]])
+            }
+            _ => signed(k, at, 1, &[&["t", t]]),
+        };
+        stored.push(event.id);
+        // Sent twice at times: the second is a duplicate on both.
+        let again = rng.below(15) == 0;
+        let (a, b) = (pg.put(event.clone()).await, reference.put(event.clone()).await);
+        assert_eq!(outcome(&a.unwrap()), outcome(&b.unwrap()), "put at step {step}");
+        if again {
+            let (a, b) = (pg.put(event.clone()).await, reference.put(event).await);
+            assert_eq!(outcome(&a.unwrap()), outcome(&b.unwrap()), "put again at step {step}");
+        }
+        if rng.below(25) == 0 {
+            let id = stored[rng.below(stored.len() as u64) as usize];
+            assert_eq!(pg.remove(id).await.unwrap(), reference.remove(id).await.unwrap(), "remove at step {step}");
+        }
+        if rng.below(40) == 0 {
+            let now = Timestamp(1000 + rng.below(600));
+            assert_eq!(pg.sweep_expired(now).await.unwrap(), reference.sweep_expired(now).await.unwrap());
+        }
+        if step % 50 == 49 {
+            let recent = &stored[stored.len().saturating_sub(20)..];
+            same_answers(&pg, &reference, &authors, recent, &format!("at step {step}"));
+        }
+        if step % 120 == 119 {
+            // A restart of the node: everything is in the database.
+            pg.shutdown().await.unwrap();
+            drop(pg);
+            pg = open(&url, dir.path(), false);
+        }
+    }
+    // Export: every event, oldest first, the same set as the embedded store's.
+    let export = |s: &Store| -> Vec<String> {
+        let all = s.export(&Filter::default(), Timestamp(2_000_000_000)).unwrap();
+        all.map(|e| Event::from_json(e.unwrap().as_str()).unwrap().id.to_hex()).collect()
+    };
+    let (mut a, mut b) = (export(&pg), export(&reference));
+    assert_eq!(a.len(), b.len());
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_writing_one_address_at_once_keep_the_newest_version_everywhere() {
+    let (_pg, url) = server("races").await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let nodes = [open(&url, d1.path(), false), open(&url, d2.path(), false)];
+    let alice = keys(9);
+    // 40 versions of one profile and of one addressable event, sent to both nodes at once.
+    let mut writes = Vec::new();
+    for n in 0..40u64 {
+        for (kind, tags) in [(0u16, vec![]), (30023, vec![vec!["d".to_string(), "post".to_string()]])] {
+            let e = Arc::new(
+                crate::protocol::verify::verify(alice.sign(Timestamp(1000 + n), Kind(kind), tags, &n.to_string()))
+                    .unwrap(),
+            );
+            let node = nodes[(n % 2) as usize].clone();
+            writes.push(tokio::spawn(async move { node.put(e).await.map(|o| outcome(&o)) }));
+        }
+    }
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    for node in &nodes {
+        let pk = alice.public_key().to_hex();
+        let profile = ids(node, &format!(r#"{{"authors":["{pk}"],"kinds":[0]}}"#));
+        let post = ids(node, &format!(r#"{{"authors":["{pk}"],"kinds":[30023]}}"#));
+        assert_eq!(profile.len(), 1, "one version of the profile");
+        assert_eq!(post.len(), 1, "one version of the post");
+        let newest = alice.sign(Timestamp(1039), Kind(0), vec![], "39");
+        assert_eq!(profile[0], newest.id, "the newest profile won");
+    }
+    // An older version now is superseded on either node.
+    let old = crate::protocol::verify::verify(alice.sign(Timestamp(1001), Kind(0), vec![], "late")).unwrap();
+    assert_eq!(outcome(&nodes[1].put(old).await.unwrap()), "superseded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_and_its_deletion_racing_on_two_nodes_always_end_deleted() {
+    let (_pg, url) = server("deletions").await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (open(&url, d1.path(), false), open(&url, d2.path(), false));
+    let bob = keys(10);
+    for n in 0..30u64 {
+        let note =
+            Arc::new(crate::protocol::verify::verify(bob.sign(Timestamp(2000 + n), Kind(1), vec![], "oops")).unwrap());
+        let tags = vec![vec!["e".to_string(), note.id.to_hex()]];
+        let deletion =
+            Arc::new(crate::protocol::verify::verify(bob.sign(Timestamp(2100 + n), Kind(5), tags, "")).unwrap());
+        let (na, nb) = (a.clone(), b.clone());
+        let (n1, d1) = (note.clone(), deletion.clone());
+        let (x, y) =
+            tokio::join!(tokio::spawn(async move { na.put(n1).await }), tokio::spawn(async move { nb.put(d1).await }));
+        x.unwrap().unwrap();
+        y.unwrap().unwrap();
+        assert!(
+            !a.contains(&note.id).unwrap() && !b.contains(&note.id).unwrap(),
+            "round {n}: the note outlived its deletion"
+        );
+        assert_eq!(outcome(&a.put(note.clone()).await.unwrap()), "deleted", "round {n}");
+    }
+    // Another key's deletion of the same id neither deletes it nor lifts the tombstone.
+    let mallory = keys(11);
+    let note = crate::protocol::verify::verify(bob.sign(Timestamp(3000), Kind(1), vec![], "mine")).unwrap();
+    assert_eq!(outcome(&a.put(note.clone()).await.unwrap()), "stored");
+    let forged = vec![vec!["e".to_string(), note.id.to_hex()]];
+    a.put(crate::protocol::verify::verify(mallory.sign(Timestamp(3001), Kind(5), forged, "")).unwrap()).await.unwrap();
+    assert!(b.contains(&note.id).unwrap(), "another key's deletion removed it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one_index_range() {
+    let (pg, url) = server("tags").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let k = keys(12);
+    let long = "x".repeat(10_000);
+    let other = format!("{}y", "x".repeat(9_999));
+    let found = signed(&k, 1000, 1, &[&["t", &long]]);
+    store.put(found.clone()).await.unwrap();
+    store.put(signed(&k, 1001, 1, &[&["t", &other]])).await.unwrap();
+    let filter = serde_json::json!({"#t": [long]}).to_string();
+    assert_eq!(ids(&store, &filter), vec![found.id]);
+    // Enough rows that the planner prefers an index; the plan of a #p read with a limit.
+    let someone = keys(13).public_key().to_hex();
+    for n in 0..2000u64 {
+        let p = if n % 100 == 0 { someone.clone() } else { keys((n % 200) as u8 + 20).public_key().to_hex() };
+        store.put(signed(&k, 2000 + n, 1, &[&["p", &p]])).await.unwrap();
+    }
+    let client = pg.connect("tags").await.unwrap();
+    client.batch_execute("ANALYZE").await.unwrap();
+    let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
+    let sql = postgres::explain_page(&f, Timestamp(2_000_000_000), 5);
+    let args: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = sql.1.iter().map(|p| p.as_ref() as _).collect();
+    let plan: Vec<String> =
+        client.query(&format!("EXPLAIN {}", sql.0), &args).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort"), "the rows come in index order, no sort: {plan}");
+    assert_eq!(ids(&store, &f_json(&someone)).len(), 5);
+}
+
+fn f_json(p: &str) -> String {
+    format!(r##"{{"#p":["{p}"],"limit":5}}"##)
+}
