@@ -1,4 +1,5 @@
-//! The `hearth` client subcommands: `keygen`, `publish`, `req`, `count`.
+//! The `hearth` client subcommands: `keygen`, `publish`, `req`, `count`; and the open-file limit
+//! the relay raises at start.
 //!
 //! Owns argument handling, key loading and output: JSON lines on stdout, human messages on
 //! stderr, and exit codes that tell refused, invalid and network failures apart. The protocol
@@ -257,6 +258,25 @@ pub async fn count(relay: &str, rest: bool, keys: Option<Keys>, filter: &str) ->
             eprintln!("hearth: {why}");
             REFUSED
         }
+    }
+}
+
+/// Open files beyond the connections: the store's files, the listeners, the blocking pool's.
+const FD_MARGIN: u64 = 64;
+
+/// Raises the soft open-file limit to the hard one (a soft limit of 1024 is common, and a relay
+/// at its cap of connections would otherwise fail every accept), and warns when even that is
+/// below `server.max_connections` plus a margin.
+pub fn raise_fd_limit(max_connections: usize) {
+    let wanted = (max_connections as u64).saturating_add(FD_MARGIN);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            limit,
+            wanted,
+            "the open-file limit is below server.max_connections plus a margin; raise the hard limit (ulimit -Hn) or lower server.max_connections"
+        ),
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
     }
 }
 

@@ -118,7 +118,13 @@ enum Command {
     /// (migration.jsonl in the data directory) and imported by today's rules; prints
     /// {"from","to","carried","import"}. Run it again if it was cut off. Back the directory up
     /// first: an older hearth cannot read it afterwards. The relay must not be running.
-    Migrate,
+    Migrate {
+        /// Move the embedded store into the PostgreSQL database `storage.postgres_url` names
+        /// (which must hold no event): every event, setting, member, group and audit entry.
+        /// Prints {"events","stored","settings","audit","media"}. Then set storage.backend.
+        #[arg(long, value_name = "BACKEND", value_parser = ["postgres"])]
+        to: Option<String>,
+    },
     /// Rebuild the NIP-50 search index (data/search) from the stored events; prints
     /// {"events","seconds"}. The relay must not be running.
     SearchReindex,
@@ -190,7 +196,9 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             return offline(Offline::Sync { peer, local, filter, direction, dry_run }, config).await;
         }
         Command::Compact => return offline(Offline::Compact, config).await,
-        Command::Migrate => return offline(Offline::Migrate, config).await,
+        Command::Migrate { to } => {
+            return offline(if to.is_some() { Offline::ToPostgres } else { Offline::Migrate }, config).await;
+        }
         Command::SearchReindex => return offline(Offline::SearchReindex, config).await,
         Command::Check { repair } => return offline(Offline::Check { repair }, config).await,
     };
@@ -244,6 +252,7 @@ enum Offline {
         repair: bool,
     },
     Migrate,
+    ToPostgres,
     SearchReindex,
 }
 
@@ -302,6 +311,10 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
                 _ => offline::OK,
             }
         }),
+        Offline::ToPostgres => offline::to_postgres(config).await.map(|moved| {
+            println!("{}", serde_json::to_string(&moved).unwrap_or_default());
+            if moved.stored == moved.events { offline::OK } else { offline::INVALID }
+        }),
         Offline::Compact => offline::compact(config).await.map(|done| {
             println!("{}", serde_json::to_string(&done).unwrap_or_default());
             offline::OK
@@ -331,25 +344,6 @@ async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode
 /// each connection's own task); tokio's default of 512 threads let a pipelined ingest grow it to
 /// hundreds of threads on two cores, each with its own stack and malloc arena.
 const BLOCKING_THREADS_PER_CORE: usize = 4;
-
-/// Open files beyond the connections: the store's files, the listeners, the blocking pool's.
-const FD_MARGIN: u64 = 64;
-
-/// Raises the soft open-file limit to the hard one (a soft limit of 1024 is common, and a relay
-/// at its cap of connections would otherwise fail every accept), and warns when even that is
-/// below `server.max_connections` plus a margin.
-fn raise_fd_limit(max_connections: usize) {
-    let wanted = (max_connections as u64).saturating_add(FD_MARGIN);
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) if limit < wanted => tracing::warn!(
-            limit,
-            wanted,
-            "the open-file limit is below server.max_connections plus a margin; raise the hard limit (ulimit -Hn) or lower server.max_connections"
-        ),
-        Ok(limit) => tracing::debug!(limit, "open-file limit"),
-        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
-    }
-}
 
 /// jemalloc's own count of the heap, for `/metrics` (its statistics are cached until the epoch
 /// is advanced).
@@ -395,7 +389,7 @@ async fn run() -> ExitCode {
         Err(code) => return code,
     };
     let addr = config.server.bind;
-    raise_fd_limit(config.server.max_connections);
+    hearth::cli::raise_fd_limit(config.server.max_connections);
     let shutdown = match shutdown_signal() {
         Ok(s) => s,
         Err(e) => {

@@ -14,12 +14,14 @@ pub mod media;
 mod migrate;
 mod reindex;
 mod sync;
+mod to_postgres;
 
 pub use export::export;
 pub use import::{ImportSummary, import};
 pub use migrate::{Migrated, migrate};
 pub use reindex::{Reindexed, search_reindex};
 pub use sync::sync;
+pub use to_postgres::{MovedToPostgres, to_postgres};
 
 use crate::config::Config;
 use crate::store::StoreError;

@@ -404,6 +404,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
-mod tests_postgres;
+pub(crate) mod tests;

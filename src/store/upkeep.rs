@@ -14,6 +14,14 @@ impl Store {
         }
     }
 
+    /// Every settings document, by name (`hearth migrate --to postgres`).
+    pub fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        match &self.backend {
+            Backend::Embedded(s) => s.writes.settings(),
+            Backend::Postgres(pg) => pg.settings(),
+        }
+    }
+
     /// Saves a named settings document durably.
     pub async fn save_setting(&self, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
         match &self.backend {

@@ -220,3 +220,91 @@ fn redis_restarted_the_other_node_catches_up_and_postgres_stopped_refuses_writes
         assert!(!ids.contains(&refused.id.to_hex()), "an event refused with error: was stored");
     });
 }
+
+#[test]
+fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry() {
+    use super::binary::{hearth, sigterm, start_with};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_pg, db) = rt.block_on(database());
+    let dir = tempfile::tempdir().unwrap();
+    let admin = [("HEARTH_ADMIN__TOKEN", "t"), ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "100000")];
+    let (alice, bob, carol) = (keys(1), keys(2), keys(3));
+    let (mut running, addr) = start_with(dir.path(), &admin);
+    let ws = format!("ws://{addr}");
+    let admin_call = |method: reqwest::Method, path: String| {
+        let url = format!("http://{addr}{path}");
+        reqwest::Client::new().request(method, url).bearer_auth("t").json(&json!({})).send()
+    };
+    let mut before: Vec<String> = rt.block_on(async {
+        let mut c = Client::connect(&ws).await;
+        assert_eq!(c.auth(&alice, &ws).await[2], true);
+        let note = sign(&alice, now() - 10, 1, &[], "carried over");
+        let gone = sign(&alice, now() - 9, 1, &[], "deleted before the move");
+        let profile = sign(&alice, now() - 8, 0, &[], r#"{"name":"alice"}"#);
+        for e in [&note, &gone, &profile] {
+            assert_ok(&c.publish(e).await, &e.id.to_hex(), true, "");
+        }
+        let deletion = sign(&alice, now() - 7, 5, &[&["e", &gone.id.to_hex()]], "");
+        assert_ok(&c.publish(&deletion).await, &deletion.id.to_hex(), true, "");
+        for e in [
+            to_group(&alice, 9007, "club", &[], ""),
+            to_group(&alice, 9002, "club", &[&["name", "Club"], &["closed"], &["restricted"]], ""),
+            to_group(&alice, 9000, "club", &[&["p", &bob.public_key().to_hex()]], ""),
+        ] {
+            assert_ok(&c.publish(&e).await, &e.id.to_hex(), true, "");
+        }
+        // Members of the relay (and audit entries), by the admin API: from now on only they write.
+        for who in [&bob, &carol] {
+            let put = admin_call(reqwest::Method::PUT, format!("/admin/v1/members/{}", who.public_key().to_hex()));
+            assert_eq!(put.await.unwrap().status(), 200);
+        }
+        c.req_ids("all", vec![json!({})]).await
+    });
+    assert_eq!(sigterm(&mut running).code(), Some(0));
+    let out = hearth()
+        .args(["migrate", "--to", "postgres"])
+        .env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data"))
+        .env("HEARTH_STORAGE__POSTGRES_URL", &db)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let moved: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(moved["events"], moved["stored"], "{moved}");
+    assert!(moved["settings"].as_u64().unwrap() >= 1 && moved["audit"].as_u64().unwrap() >= 1, "{moved}");
+    // Into a database that holds events already: refused, naming the fix.
+    let again = hearth()
+        .args(["migrate", "--to", "postgres"])
+        .env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data"))
+        .env("HEARTH_STORAGE__POSTGRES_URL", &db)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("move into an empty database"));
+    let pg_env = [admin[0], admin[1], ("HEARTH_STORAGE__BACKEND", "postgres"), ("HEARTH_STORAGE__POSTGRES_URL", &db)];
+    let (_running, addr) = start_with(dir.path(), &pg_env);
+    let ws = format!("ws://{addr}");
+    rt.block_on(async {
+        let mut c = Client::connect(&ws).await;
+        let mut after = c.req_ids("all", vec![json!({})]).await;
+        after.sort();
+        before.sort();
+        assert_eq!(after, before, "the events served after the move");
+        // The group's member (a member of the relay) still writes; a stranger does not.
+        let mut b = Client::connect(&ws).await;
+        assert_eq!(b.auth(&bob, &ws).await[2], true);
+        let said = to_group(&bob, 9, "club", &[], "still in");
+        assert_ok(&b.publish(&said).await, &said.id.to_hex(), true, "");
+        let stranger = sign(&keys(4), now(), 1, &[], "let me in");
+        let refused =
+            json!(["OK", stranger.id.to_hex(), false, "restricted: only members of this relay may publish here"]);
+        assert_eq!(Client::connect(&ws).await.publish(&stranger).await, refused);
+        let get = |path: &str| {
+            let call = reqwest::Client::new().get(format!("http://{addr}{path}")).bearer_auth("t").send();
+            async move { call.await.unwrap().json::<Value>().await.unwrap() }
+        };
+        let members = get("/admin/v1/members").await.to_string();
+        assert!(members.contains(&carol.public_key().to_hex()), "{members}");
+        let audit = get("/admin/v1/audit").await.to_string();
+        assert!(audit.contains(&carol.public_key().to_hex()), "{audit}");
+    });
+}

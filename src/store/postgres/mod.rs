@@ -295,6 +295,13 @@ impl Pg {
         })
     }
 
+    pub(crate) fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.blocking(move |c| async move {
+            let rows = c.query("SELECT name, value FROM settings ORDER BY name", &[]).await?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     pub(crate) async fn save_setting(&self, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
         let name = name.to_string();
         let upsert = "INSERT INTO settings (name, value) VALUES ($1, $2) \
@@ -434,13 +441,5 @@ fn open_media(node: &Path) -> Result<MediaRecords, StoreError> {
     MediaRecords::open(&db, Some(Arc::new(durable)))
 }
 
-/// The statement and parameters of a filter's first page (tests read its plan).
 #[cfg(test)]
-pub(crate) fn explain_page(
-    filter: &Filter,
-    now: Timestamp,
-    size: i64,
-) -> (String, Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>) {
-    let sql = sql::page(filter, now, None, size, true);
-    (sql.text, sql.params)
-}
+mod tests;

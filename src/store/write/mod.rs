@@ -99,6 +99,16 @@ impl Writes {
         Ok(self.settings.get(name)?.map(|v| v.to_vec()))
     }
 
+    /// Every settings document, by name.
+    pub(crate) fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.settings.iter() {
+            let (name, value) = item?;
+            out.push((String::from_utf8_lossy(&name).into_owned(), value.to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Saves a named settings document durably.
     pub(crate) async fn save_setting(&self, name: &str, value: Vec<u8>) -> Result<(), StoreError> {
         self.settings.insert(name, value)?;

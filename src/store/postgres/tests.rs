@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use super::tests::{Rng, ids, keys, outcome, same_answers, signed};
-use super::*;
 use crate::protocol::{Event, Keys, Kind};
+use crate::store::tests::{Rng, ids, keys, outcome, same_answers, signed};
+use crate::store::*;
 use crate::testing::postgres::Postgres;
+use std::path::Path;
 
 /// Installs Debian's PostgreSQL when it is missing (`tests/postgres/install.sh`).
 fn install() {
@@ -197,10 +198,10 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
     let client = pg.connect("tags").await.unwrap();
     client.batch_execute("ANALYZE").await.unwrap();
     let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
-    let sql = postgres::explain_page(&f, Timestamp(2_000_000_000), 5);
-    let args: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = sql.1.iter().map(|p| p.as_ref() as _).collect();
+    let sql = super::sql::page(&f, Timestamp(2_000_000_000), None, 5, true);
+    let args = sql.args();
     let plan: Vec<String> =
-        client.query(&format!("EXPLAIN {}", sql.0), &args).await.unwrap().iter().map(|r| r.get(0)).collect();
+        client.query(&format!("EXPLAIN {}", sql.text), &args).await.unwrap().iter().map(|r| r.get(0)).collect();
     let plan = plan.join("\n");
     assert!(
         plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
