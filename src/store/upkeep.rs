@@ -122,10 +122,7 @@ impl Store {
     pub async fn shutdown(&self) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Embedded(s) => s.writes.shutdown().await,
-            Backend::Postgres(pg) => {
-                pg.shutdown();
-                Ok(())
-            }
+            Backend::Postgres(pg) => pg.shutdown().await,
         }
     }
 

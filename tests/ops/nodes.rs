@@ -308,3 +308,14 @@ fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry(
         assert!(audit.contains(&carol.public_key().to_hex()), "{audit}");
     });
 }
+
+#[test]
+fn the_cluster_example_configurations_load_with_postgres_and_redis() {
+    for node in ["a", "b"] {
+        let path = format!("{}/deploy/cluster/node-{node}.toml", env!("CARGO_MANIFEST_DIR"));
+        let config = hearth::config::Config::load(Some(std::path::Path::new(&path)), &Default::default()).unwrap();
+        assert_eq!(config.storage.backend, hearth::config::StorageBackend::Postgres, "{path}");
+        assert_eq!(config.limits.backend, hearth::config::LimiterBackend::Redis, "{path}");
+        assert_eq!(config.node.name, format!("node-{node}"));
+    }
+}

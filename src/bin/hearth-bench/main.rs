@@ -192,6 +192,14 @@ enum Cmd {
         #[arg(long, default_value = "cluster-events.jsonl")]
         file: PathBuf,
     },
+    /// The PostgreSQL store beside the embedded one: ingest, the query mix and a fan-out on each,
+    /// ingest over two nodes on one PostgreSQL, and the cross-node delivery latency (Redis).
+    Postgres {
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        #[arg(long, default_value = "postgres-events.jsonl")]
+        file: PathBuf,
+    },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
     /// clients publish notes, profile versions and deletions (a third of the kills a moment
     /// after a SIGTERM, into the stop); after each restart checks that
@@ -240,6 +248,7 @@ async fn main() -> ExitCode {
         Cmd::Sync { events, file } => drive::sync(events, &file).await,
         Cmd::Search { events, file } => drive::search(events, &file).await,
         Cmd::Cluster { events, file } => drive::cluster(events, &file).await,
+        Cmd::Postgres { events, file } => drive::postgres(events, &file).await,
         Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,

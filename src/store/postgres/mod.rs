@@ -54,7 +54,7 @@ use write::Put;
 
 /// One open PostgreSQL store.
 pub(crate) struct Pg {
-    runtime: Option<Runtime>,
+    _runtime: Background,
     handle: Handle,
     pool: Pool,
     /// The last mark given (see [`Mark`]): counted by this node, after each commit.
@@ -68,10 +68,13 @@ pub(crate) struct Pg {
     pub(crate) media: MediaRecords,
 }
 
-impl Drop for Pg {
+/// The backend's runtime, shut down without waiting when it is dropped: a store may be dropped
+/// (or fail to open) inside an async task, where a runtime's blocking drop is refused.
+struct Background(Option<Runtime>);
+
+impl Drop for Background {
     fn drop(&mut self) {
-        // A runtime cannot be dropped where blocking is refused (a store dropped in an async task).
-        if let Some(runtime) = self.runtime.take() {
+        if let Some(runtime) = self.0.take() {
             runtime.shutdown_background();
         }
     }
@@ -97,6 +100,7 @@ impl Pg {
             .build()
             .map_err(|e| PgError::Pool(e.to_string()))?;
         let handle = runtime.handle().clone();
+        let runtime = Background(Some(runtime));
         let pool = Pool::builder(manager)
             .max_size(tuning.pool.max(2))
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -118,7 +122,7 @@ impl Pg {
         };
         let closed = AtomicBool::new(false);
         let vacuuming = Arc::default();
-        Ok(Pg { runtime: Some(runtime), handle, pool, marks: AtomicU64::new(0), closed, vacuuming, search, media })
+        Ok(Pg { _runtime: runtime, handle, pool, marks: AtomicU64::new(0), closed, vacuuming, search, media })
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, and waits for it here.
@@ -419,9 +423,16 @@ impl Pg {
         Ok(export::pages(self.handle.clone(), client, refs))
     }
 
-    /// Stops taking writes; what runs finishes.
-    pub(crate) fn shutdown(&self) {
+    /// Stops taking writes (what runs finishes) and stops the search index's feed, which commits
+    /// what it holds and lets the index go (a restart in this process opens it again).
+    pub(crate) async fn shutdown(&self) -> Result<(), StoreError> {
         self.closed.store(true, Ordering::Release);
+        if let Some(search) = self.search.clone() {
+            tokio::task::spawn_blocking(move || search.feed.stop())
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))?;
+        }
+        Ok(())
     }
 }
 

@@ -40,10 +40,24 @@ impl PgSearch {
         let failed = |e: crate::search::SearchError| StoreError::Search(e.to_string());
         let index = Arc::new(SearchIndex::open(&dir.join(SEARCH_DIR), memory).map_err(failed)?.holding(&tuning.kinds));
         let kinds: Vec<i32> = tuning.kinds.iter().map(|k| i32::from(k.0)).collect();
-        let source: Source = Box::new(move |apply| rebuild(&pool, &handle, &kinds, apply));
-        let catch_up = CatchUp { from_scratch: true, source };
-        let feed = Feed::start(index.clone(), Position::default(), tuning.kinds.clone(), Some(catch_up))
-            .map_err(StoreError::Io)?;
+        // A database with nothing to index: an empty index is in step at once (no rebuild for a
+        // search to wait on).
+        let (asking, wanted) = (pool.clone(), kinds.clone());
+        let empty = block(&handle, async move {
+            let client = asking.get().await.map_err(PgError::from)?;
+            let row =
+                client.query_one("SELECT NOT EXISTS (SELECT 1 FROM events WHERE kind = ANY($1))", &[&wanted]).await?;
+            Ok::<bool, PgError>(row.get(0))
+        })??;
+        let catch_up = if empty {
+            index.clear().map_err(failed)?;
+            None
+        } else {
+            let source: Source = Box::new(move |apply| rebuild(&pool, &handle, &kinds, apply));
+            Some(CatchUp { from_scratch: true, source })
+        };
+        let feed =
+            Feed::start(index.clone(), Position::default(), tuning.kinds.clone(), catch_up).map_err(StoreError::Io)?;
         Ok(PgSearch { index, feed: Arc::new(feed) })
     }
 

@@ -24,14 +24,14 @@ const PRINCIPALS: u32 = 10_000;
 const FLOOD: Duration = Duration::from_secs(5);
 
 /// A `redis-server` of the bench's own, killed when dropped.
-struct Redis {
+pub(super) struct Redis {
     child: Child,
     port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Redis {
-    fn start() -> Res<Redis> {
+    pub(super) fn start() -> Res<Redis> {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis/install.sh");
         let installed = Command::new("bash").arg(script).status().map_err(err)?;
         if !installed.success() {
@@ -56,7 +56,7 @@ impl Redis {
         Ok(Redis { child, port, _dir: dir })
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
