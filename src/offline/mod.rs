@@ -31,6 +31,7 @@ pub use dir::{FAILED, INVALID, OK, OfflineError, UNUSABLE};
 /// Rewrites the configured data directory's event log without the space of replaced, deleted
 /// and expired events ([`crate::store::check::compact`]).
 pub async fn compact(config: Config) -> Result<crate::store::Compacted, OfflineError> {
+    embedded_only(&config, "compact", "VACUUM (PostgreSQL's own; POST /admin/v1/store/compact runs one)")?;
     let dir = existing(&config)?;
     Ok(crate::store::check::compact(&dir, config.storage.cache_capacity_mb).await?)
 }
@@ -43,6 +44,7 @@ pub async fn check(
     config: Config,
     repair: bool,
 ) -> Result<(crate::store::check::Repaired, media::MediaChecked), OfflineError> {
+    embedded_only(&config, "check", "PostgreSQL's own checks (amcheck, pg_dump)")?;
     let dir = existing(&config)?;
     let cache = config.storage.cache_capacity_mb;
     let events = if repair {
@@ -90,4 +92,15 @@ pub fn exported_media(blobs: u64, media: Option<&std::path::Path>) -> u8 {
         eprintln!("hearth export: {blobs} blobs and their records written to {}", dir.display());
     }
     OK
+}
+
+/// Refuses a command that reads the embedded store's own files when the events live in
+/// PostgreSQL, naming what to use there.
+fn embedded_only(config: &Config, command: &str, instead: &str) -> Result<(), OfflineError> {
+    match config.storage.backend {
+        crate::config::StorageBackend::Sled => Ok(()),
+        crate::config::StorageBackend::Postgres => Err(OfflineError::Unusable(format!(
+            "hearth {command} reads the embedded store's files, and storage.backend is \"postgres\": use {instead}"
+        ))),
+    }
 }

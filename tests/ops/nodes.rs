@@ -281,6 +281,16 @@ fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry(
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("move into an empty database"));
     let pg_env = [admin[0], admin[1], ("HEARTH_STORAGE__BACKEND", "postgres"), ("HEARTH_STORAGE__POSTGRES_URL", &db)];
+    // `hearth export` reads the configured backend: every event, from PostgreSQL.
+    let exported =
+        hearth().arg("export").env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data")).envs(pg_env).output().unwrap();
+    assert_eq!(exported.status.code(), Some(0), "{}", String::from_utf8_lossy(&exported.stderr));
+    assert_eq!(String::from_utf8_lossy(&exported.stdout).lines().count(), before.len());
+    // `hearth check` reads the embedded store's files: refused, naming what to use instead.
+    let checked =
+        hearth().arg("check").env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data")).envs(pg_env).output().unwrap();
+    assert_eq!(checked.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&checked.stderr).contains("storage.backend is \"postgres\""));
     let (_running, addr) = start_with(dir.path(), &pg_env);
     let ws = format!("ws://{addr}");
     rt.block_on(async {

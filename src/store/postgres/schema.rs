@@ -12,7 +12,9 @@
 //! event, with the event's time and id beside it, so that a `#p` filter with a `limit` is one
 //! range scan of `tags_value`; values over [`super::sql::LONG_VALUE`] bytes are kept as their
 //! hash); `tombstones` and `address_tombstones` (NIP-09: what stays deleted); `settings`,
-//! `audit`.
+//! `audit`. And `hearth_put`, the NIP-01/09 rules of one put as one statement (one round trip,
+//! its own transaction): see `write`. Migration 2 added it and `events.recipient` (a gift wrap's
+//! one recipient, who may delete it).
 
 use tokio_postgres::Client;
 
@@ -22,7 +24,8 @@ use super::error::PgError;
 const MIGRATION_LOCK: i64 = 0x6865_6172_7468_0001;
 
 /// Every migration, in order; the schema version is how many have run.
-pub(super) const MIGRATIONS: &[&str] = &[r#"
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE events (
     seq        BIGSERIAL PRIMARY KEY,
     id         BYTEA NOT NULL UNIQUE,
@@ -67,7 +70,80 @@ CREATE TABLE audit (
     seq   BIGSERIAL PRIMARY KEY,
     entry BYTEA NOT NULL
 );
-"#];
+"#,
+    r#"
+ALTER TABLE events ADD COLUMN recipient BYTEA;
+CREATE FUNCTION hearth_put(
+    p_id BYTEA, p_pubkey BYTEA, p_kind INTEGER, p_created_at BIGINT, p_expiration BIGINT,
+    p_address BYTEA, p_json TEXT, p_recipient BYTEA, p_tag_names TEXT[], p_tag_values BYTEA[],
+    p_locks BIGINT[], p_e_targets BYTEA[], p_a_targets BYTEA[]
+) RETURNS TABLE (outcome TEXT, removed BYTEA[]) LANGUAGE plpgsql AS $$
+DECLARE
+    lock_key BIGINT;
+    current_id BYTEA;
+    current_at BIGINT;
+    deleted_until BIGINT;
+    new_seq BIGINT;
+    target BYTEA;
+    gone BYTEA[] := '{}';
+    gone_id BYTEA;
+BEGIN
+    FOREACH lock_key IN ARRAY p_locks LOOP
+        PERFORM pg_advisory_xact_lock(lock_key);
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM events WHERE id = p_id) THEN
+        RETURN QUERY SELECT 'duplicate'::TEXT, gone;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM tombstones WHERE id = p_id AND (deleter = p_pubkey OR deleter = p_recipient)) THEN
+        RETURN QUERY SELECT 'deleted'::TEXT, gone;
+        RETURN;
+    END IF;
+    IF p_address IS NOT NULL THEN
+        SELECT deleted_at INTO deleted_until FROM address_tombstones WHERE address = p_address;
+        IF FOUND AND p_created_at <= deleted_until THEN
+            RETURN QUERY SELECT 'deleted'::TEXT, gone;
+            RETURN;
+        END IF;
+        SELECT id, created_at INTO current_id, current_at FROM events WHERE address = p_address;
+        IF FOUND THEN
+            -- Newest wins; at equal created_at the lowest id wins.
+            IF current_at > p_created_at OR (current_at = p_created_at AND current_id < p_id) THEN
+                RETURN QUERY SELECT 'superseded'::TEXT, gone;
+                RETURN;
+            END IF;
+            DELETE FROM events WHERE id = current_id;
+            gone := gone || current_id;
+        END IF;
+    END IF;
+    INSERT INTO events (id, pubkey, kind, created_at, expiration, address, json, recipient)
+        VALUES (p_id, p_pubkey, p_kind, p_created_at, p_expiration, p_address, p_json, p_recipient)
+        RETURNING seq INTO new_seq;
+    INSERT INTO tags (seq, name, value, created_at, id)
+        SELECT new_seq, n, v, p_created_at, p_id FROM unnest(p_tag_names, p_tag_values) AS x(n, v)
+        ON CONFLICT DO NOTHING;
+    -- NIP-09: the author's own targets (a gift wrap's, its recipient's), never a deletion.
+    FOREACH target IN ARRAY p_e_targets LOOP
+        DELETE FROM events WHERE id = target AND kind <> 5 AND (pubkey = p_pubkey OR recipient = p_pubkey)
+            RETURNING id INTO gone_id;
+        IF FOUND THEN
+            gone := gone || gone_id;
+        END IF;
+        INSERT INTO tombstones (id, deleter) VALUES (target, p_pubkey) ON CONFLICT DO NOTHING;
+    END LOOP;
+    FOREACH target IN ARRAY p_a_targets LOOP
+        INSERT INTO address_tombstones (address, deleted_at) VALUES (target, p_created_at)
+            ON CONFLICT (address) DO UPDATE
+            SET deleted_at = GREATEST(address_tombstones.deleted_at, EXCLUDED.deleted_at);
+        FOR gone_id IN DELETE FROM events WHERE address = target AND created_at <= p_created_at RETURNING id LOOP
+            gone := gone || gone_id;
+        END LOOP;
+    END LOOP;
+    RETURN QUERY SELECT 'stored'::TEXT, gone;
+END
+$$;
+"#,
+];
 
 /// Applies the migrations this database has not had; refuses one a newer hearth wrote.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), PgError> {

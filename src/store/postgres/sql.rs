@@ -57,16 +57,13 @@ pub(super) const COLUMNS: &str = "e.seq, e.id, e.pubkey, e.kind, e.created_at";
 fn conditions(sql: &mut Sql, filter: &Filter, now: Timestamp, skip: Option<char>) -> String {
     let mut parts = Vec::new();
     if let Some(ids) = &filter.ids {
-        let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.0.to_vec()).collect();
-        parts.push(format!("e.id = ANY({})", sql.bind(ids)));
+        parts.push(one_of(sql, "e.id", ids.iter().map(|id| id.0.to_vec()).collect()));
     }
     if let Some(authors) = &filter.authors {
-        let authors: Vec<Vec<u8>> = authors.iter().map(|a| a.0.to_vec()).collect();
-        parts.push(format!("e.pubkey = ANY({})", sql.bind(authors)));
+        parts.push(one_of(sql, "e.pubkey", authors.iter().map(|a| a.0.to_vec()).collect()));
     }
     if let Some(kinds) = &filter.kinds {
-        let kinds: Vec<i32> = kinds.iter().map(|k| i32::from(k.0)).collect();
-        parts.push(format!("e.kind = ANY({})", sql.bind(kinds)));
+        parts.push(one_of(sql, "e.kind", kinds.iter().map(|k| i32::from(k.0)).collect()));
     }
     if let Some(since) = filter.since {
         parts.push(format!("e.created_at >= {}", sql.bind(seconds(since))));
@@ -88,6 +85,16 @@ fn conditions(sql: &mut Sql, filter: &Filter, now: Timestamp, skip: Option<char>
     parts.join(" AND ")
 }
 
+/// `column` equal to one of `values`: one value bound alone (the planner then reads one range
+/// of an index, in its order: `= ANY` of an array it cannot see makes it sort), several as an
+/// array.
+fn one_of<T: ToSql + Sync + Send + Clone + 'static>(sql: &mut Sql, column: &str, values: Vec<T>) -> String {
+    match values.as_slice() {
+        [one] => format!("{column} = {}", sql.bind(one.clone())),
+        _ => format!("{column} = ANY({})", sql.bind(values)),
+    }
+}
+
 /// The condition of `filter` at `now` alone (a count's `WHERE`), its parameters bound to `sql`.
 pub(super) fn condition(sql: &mut Sql, filter: &Filter, now: Timestamp) -> String {
     format!("({})", conditions(sql, filter, now, None))
@@ -106,12 +113,7 @@ pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: 
     let (from, order_by) = match driver {
         Some((letter, values)) => {
             let name = sql.bind(letter.to_string());
-            // One value is one range of `tags_value`, read in its order (no sort); several are
-            // several ranges, merged by a sort of what they hold.
-            let value = match values.as_slice() {
-                [one] => format!("t.value = {}", sql.bind(tag_key(one))),
-                many => format!("t.value = ANY({})", sql.bind(many.iter().map(|v| tag_key(v)).collect::<Vec<_>>())),
-            };
+            let value = one_of(&mut sql, "t.value", values.iter().map(|v| tag_key(v)).collect());
             (format!("tags t JOIN events e ON e.seq = t.seq WHERE t.name = {name} AND {value} AND"), "t")
         }
         None => ("events e WHERE".to_string(), "e"),
