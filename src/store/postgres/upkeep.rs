@@ -1,0 +1,116 @@
+//! The PostgreSQL backend's upkeep: what it reports of itself, and its vacuum.
+//!
+//! Owns these methods of `Pg` (`Store::stats`, `Store::compact`, `Store::start_compaction`):
+//! the tables' and indexes' sizes, and a `VACUUM (ANALYZE)` now or in the background, one at a
+//! time, its report saved as the last compaction.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use deadpool_postgres::Object;
+
+use super::Pg;
+use super::error::PgError;
+use crate::protocol::Timestamp;
+use crate::store::error::StoreError;
+use crate::store::stats::StoreStats;
+use crate::store::write::control::Compacted;
+
+/// The settings document of the last vacuum (`Store::stats`' last compaction).
+const LAST_VACUUM: &str = "postgres_last_vacuum";
+
+/// Bytes of the events and tags tables with their indexes.
+async fn total_bytes(c: &Object) -> Result<u64, PgError> {
+    let row = c.query_one("SELECT pg_total_relation_size('events') + pg_total_relation_size('tags')", &[]).await?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
+impl Pg {
+    /// `Store::stats`: the events, the tables' bytes and their indexes'.
+    pub(crate) fn stats(&self) -> Result<StoreStats, StoreError> {
+        let (events, table_bytes, index_bytes) = self.sizes()?;
+        let last_compaction = match self.load_setting(LAST_VACUUM)? {
+            Some(bytes) => serde_json::from_slice(&bytes).ok(),
+            None => None,
+        };
+        Ok(StoreStats {
+            events,
+            live_bytes: table_bytes,
+            dead_bytes: 0,
+            log_bytes: table_bytes,
+            index_bytes,
+            index_segments: 0,
+            log_generation: 0,
+            compacting: self.is_vacuuming(),
+            last_compaction,
+            backend: "postgres",
+        })
+    }
+
+    /// `Store::start_compaction`: a vacuum in the background; false while one runs.
+    pub(crate) fn start_vacuum(self: &Arc<Self>) -> bool {
+        if self.vacuuming.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let pg = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = pg.vacuum_now().await {
+                tracing::error!(error = %e, "the vacuum failed");
+            }
+            pg.vacuuming.store(false, Ordering::Release);
+        });
+        true
+    }
+
+    /// True while a vacuum this node started runs.
+    pub(crate) fn is_vacuuming(&self) -> bool {
+        self.vacuuming.load(Ordering::Acquire)
+    }
+
+    /// `Store::compact`: a vacuum now; [`StoreError::Compacting`] while another runs.
+    pub(crate) async fn vacuum(&self) -> Result<Compacted, StoreError> {
+        if self.vacuuming.swap(true, Ordering::AcqRel) {
+            return Err(StoreError::Compacting);
+        }
+        let done = self.vacuum_now().await;
+        self.vacuuming.store(false, Ordering::Release);
+        done
+    }
+
+    /// A `VACUUM (ANALYZE)` of the events and their tags: dead rows' space reused, the
+    /// planner's statistics fresh (PostgreSQL's autovacuum does the same on its own).
+    async fn vacuum_now(&self) -> Result<Compacted, StoreError> {
+        let started = std::time::Instant::now();
+        let before = self.run(|c| async move { total_bytes(&c).await }).await?;
+        self.run(|c| async move { c.batch_execute("VACUUM (ANALYZE) events, tags").await.map_err(PgError::from) })
+            .await?;
+        let after = self.run(|c| async move { total_bytes(&c).await }).await?;
+        let done = Compacted {
+            at: Timestamp::now().0,
+            before_bytes: before,
+            after_bytes: after,
+            seconds: started.elapsed().as_secs_f64(),
+            writes_paused_ms: 0.0,
+            reads_paused_ms: 0.0,
+        };
+        let json = serde_json::to_vec(&done).map_err(|e| StoreError::Postgres(e.to_string()))?;
+        self.save_setting(LAST_VACUUM, json).await?;
+        Ok(done)
+    }
+
+    /// (events, bytes of the events table and its tags, bytes of their indexes).
+    fn sizes(&self) -> Result<(u64, u64, u64), StoreError> {
+        self.blocking(move |c| async move {
+            let row = c
+                .query_one(
+                    "SELECT (SELECT count(*) FROM events), \
+                     pg_table_size('events') + pg_table_size('tags'), \
+                     pg_indexes_size('events') + pg_indexes_size('tags')",
+                    &[],
+                )
+                .await?;
+            let n = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+            Ok((n(0), n(1), n(2)))
+        })
+    }
+}
