@@ -611,6 +611,31 @@ fn segmented(dir: &Path, per_segment: usize) -> Store {
     .unwrap()
 }
 
+/// One write of a seeded mix over `authors`: profiles, addressable posts, notes with tags, an
+/// expiry or a `p`, direct messages, deletions of a stored id or of an address.
+pub(super) fn random_write(rng: &mut Rng, authors: &[Keys], stored: &[EventId]) -> VerifiedEvent {
+    let tags = ["a", "b", "c"];
+    let k = &authors[rng.below(authors.len() as u64) as usize];
+    let at = 1000 + rng.below(400);
+    let t = tags[rng.below(3) as usize];
+    match rng.below(11) {
+        0 => signed(k, at, 0, &[]),
+        1 => signed(k, at, 30023, &[&["d", tags[rng.below(2) as usize]], &["t", t]]),
+        2 if !stored.is_empty() => {
+            let target = stored[rng.below(stored.len() as u64) as usize].to_hex();
+            signed(k, at, 5, &[&["e", &target]])
+        }
+        3 => signed(k, at, 1, &[&["t", t], &["expiration", &(1000 + rng.below(600)).to_string()]]),
+        4 => signed(k, at, 1, &[&["t", t], &["p", "x"]]),
+        5 => signed(k, at, 4, &[&["p", &authors[rng.below(authors.len() as u64) as usize].public_key().to_hex()]]),
+        6 => {
+            let address = format!("30023:{}:{}", k.public_key().to_hex(), tags[rng.below(2) as usize]);
+            signed(k, at, 5, &[&["a", &address]])
+        }
+        _ => signed(k, at, 1, &[&["t", t]]),
+    }
+}
+
 /// The filters both stores are asked.
 pub(super) fn probes(authors: &[Keys], some_ids: &[EventId]) -> Vec<String> {
     let mut out = vec![
@@ -705,23 +730,8 @@ async fn an_index_in_segments_answers_exactly_as_one_in_memory_through_removals_
     let mut held_until = None;
     let reference = Store::temporary().unwrap();
     let mut stored: Vec<EventId> = Vec::new();
-    let tags = ["a", "b", "c"];
     for step in 0..400u64 {
-        let k = &authors[rng.below(4) as usize];
-        let at = 1000 + rng.below(400);
-        let t = tags[rng.below(3) as usize];
-        let event = match rng.below(10) {
-            0 => signed(k, at, 0, &[]),
-            1 => signed(k, at, 30023, &[&["d", tags[rng.below(2) as usize]], &["t", t]]),
-            2 if !stored.is_empty() => {
-                let target = stored[rng.below(stored.len() as u64) as usize].to_hex();
-                signed(k, at, 5, &[&["e", &target]])
-            }
-            3 => signed(k, at, 1, &[&["t", t], &["expiration", &(1000 + rng.below(600)).to_string()]]),
-            4 => signed(k, at, 1, &[&["t", t], &["p", "x"]]),
-            5 => signed(k, at, 4, &[&["p", &authors[rng.below(4) as usize].public_key().to_hex()]]),
-            _ => signed(k, at, 1, &[&["t", t]]),
-        };
+        let event = random_write(&mut rng, &authors, &stored);
         stored.push(event.id);
         let (a, b) = (seg.put(event.clone()).await, reference.put(event).await);
         assert_eq!(outcome(&a.unwrap()), outcome(&b.unwrap()), "put at step {step}");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::protocol::{Event, Keys, Kind};
-use crate::store::tests::{Rng, ids, keys, outcome, same_answers, signed};
+use crate::store::tests::{Rng, ids, keys, outcome, random_write, same_answers, signed};
 use crate::store::*;
 use crate::testing::postgres::Postgres;
 use std::path::Path;
@@ -47,27 +47,8 @@ async fn postgres_answers_exactly_as_the_embedded_store_through_the_same_writes(
     let authors: Vec<Keys> = (1..=4).map(keys).collect();
     let mut rng = Rng(0x5eed_2026_1205);
     let mut stored: Vec<EventId> = Vec::new();
-    let tags = ["a", "b", "c"];
     for step in 0..300u64 {
-        let k = &authors[rng.below(4) as usize];
-        let at = 1000 + rng.below(400);
-        let t = tags[rng.below(3) as usize];
-        let event = match rng.below(11) {
-            0 => signed(k, at, 0, &[]),
-            1 => signed(k, at, 30023, &[&["d", tags[rng.below(2) as usize]], &["t", t]]),
-            2 if !stored.is_empty() => {
-                let target = stored[rng.below(stored.len() as u64) as usize].to_hex();
-                signed(k, at, 5, &[&["e", &target]])
-            }
-            3 => signed(k, at, 1, &[&["t", t], &["expiration", &(1000 + rng.below(600)).to_string()]]),
-            4 => signed(k, at, 1, &[&["t", t], &["p", "x"]]),
-            5 => signed(k, at, 4, &[&["p", &authors[rng.below(4) as usize].public_key().to_hex()]]),
-            6 => {
-                let address = format!("30023:{}:{}", k.public_key().to_hex(), tags[rng.below(2) as usize]);
-                signed(k, at, 5, &[&["a", &address]])
-            }
-            _ => signed(k, at, 1, &[&["t", t]]),
-        };
+        let event = random_write(&mut rng, &authors, &stored);
         stored.push(event.id);
         // Sent twice at times: the second is a duplicate on both.
         let again = rng.below(15) == 0;
