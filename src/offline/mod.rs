@@ -44,8 +44,10 @@ pub async fn check(
     config: Config,
     repair: bool,
 ) -> Result<(crate::store::check::Repaired, media::MediaChecked), OfflineError> {
-    embedded_only(&config, "check", "PostgreSQL's own checks (amcheck, pg_dump)")?;
     let dir = existing(&config)?;
+    if config.storage.backend == crate::config::StorageBackend::Postgres {
+        return check_database(config, &dir, repair).await;
+    }
     let cache = config.storage.cache_capacity_mb;
     let events = if repair {
         let repaired = crate::store::check::repair(&dir, cache).await?;
@@ -92,6 +94,26 @@ pub fn exported_media(blobs: u64, media: Option<&std::path::Path>) -> u8 {
         eprintln!("hearth export: {blobs} blobs and their records written to {}", dir.display());
     }
     OK
+}
+
+/// `hearth check` of a PostgreSQL store: its events (`check::check_database`; with `repair`,
+/// the bad ones removed and checked again), and the node's blobs against their records.
+async fn check_database(
+    config: Config,
+    dir: &std::path::Path,
+    repair: bool,
+) -> Result<(crate::store::check::Repaired, media::MediaChecked), OfflineError> {
+    let app = dir::open(config, false)?;
+    let events = match repair {
+        true => crate::store::check::repair_database(&app.store).await,
+        false => crate::store::check::check_database(&app.store)
+            .await
+            .map(|found| found.map(|found| crate::store::check::Repaired { after: found.clone(), found })),
+    };
+    let blobs = media::check(&app, dir, repair).await;
+    crate::app::AppState::close(app).await?;
+    let events = events?.ok_or_else(|| OfflineError::Unusable("the store is not PostgreSQL's".into()))?;
+    Ok((events, blobs?))
 }
 
 /// Refuses a command that reads the embedded store's own files when the events live in

@@ -104,6 +104,43 @@ pub struct Checked {
     pub problems: Vec<Problem>,
 }
 
+/// Checks a PostgreSQL store without changing it: every event's JSON decoded and verified
+/// against its row, every tombstone honoured (`Store::check_database`). None for the embedded
+/// store ([`check`] reads its files).
+pub async fn check_database(store: &super::Store) -> Result<Option<Checked>, StoreError> {
+    use super::postgres::Flaw;
+    let Some((events, flaws)) = store.check_database().await? else { return Ok(None) };
+    let problems = flaws
+        .into_iter()
+        .map(|flaw| match flaw {
+            Flaw::Unreadable { id, seq, .. } => {
+                Problem::UnreadableRecord { id, serial: u64::try_from(seq).unwrap_or(0) }
+            }
+            Flaw::WrongId { id, found, .. } => Problem::WrongRecord { id, found },
+            Flaw::Deleted { id } => Problem::DeletedEventStored { id },
+        })
+        .collect();
+    Ok(Some(Checked { events, frames: events, problems }))
+}
+
+/// [`check_database`], then every event it named removed, then a check again.
+pub async fn repair_database(store: &super::Store) -> Result<Option<Repaired>, StoreError> {
+    let Some(found) = check_database(store).await? else { return Ok(None) };
+    for problem in &found.problems {
+        let id = match problem {
+            Problem::UnreadableRecord { id, .. }
+            | Problem::WrongRecord { id, .. }
+            | Problem::DeletedEventStored { id } => id,
+            _ => continue,
+        };
+        if let Some(id) = EventId::from_hex(id) {
+            store.remove(id).await?;
+        }
+    }
+    let after = check_database(store).await?.unwrap_or_else(|| found.clone());
+    Ok(Some(Repaired { found, after }))
+}
+
 /// Checks the store in `dir` (which no relay may hold) without changing it.
 pub fn check(dir: &Path, cache_capacity_mb: u64) -> Result<Checked, StoreError> {
     let db = open_db(dir, cache_capacity_mb)?;

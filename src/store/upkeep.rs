@@ -136,4 +136,13 @@ impl Store {
             .await
             .map_err(|e| StoreError::Task(e.to_string()))
     }
+
+    /// `hearth check` of a PostgreSQL store: the events read and what is wrong with them; None
+    /// for the embedded store (its check reads its files: `check::check`).
+    pub async fn check_database(&self) -> Result<Option<(u64, Vec<super::postgres::Flaw>)>, StoreError> {
+        match &self.backend {
+            Backend::Embedded(_) => Ok(None),
+            Backend::Postgres(pg) => Ok(Some(pg.check().await?)),
+        }
+    }
 }

@@ -225,7 +225,7 @@ fn redis_restarted_the_other_node_catches_up_and_postgres_stopped_refuses_writes
 fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry() {
     use super::binary::{hearth, sigterm, start_with};
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_pg, db) = rt.block_on(database());
+    let (pg, db) = rt.block_on(database());
     let dir = tempfile::tempdir().unwrap();
     let admin = [("HEARTH_ADMIN__TOKEN", "t"), ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "100000")];
     let (alice, bob, carol) = (keys(1), keys(2), keys(3));
@@ -286,12 +286,7 @@ fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry(
         hearth().arg("export").env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data")).envs(pg_env).output().unwrap();
     assert_eq!(exported.status.code(), Some(0), "{}", String::from_utf8_lossy(&exported.stderr));
     assert_eq!(String::from_utf8_lossy(&exported.stdout).lines().count(), before.len());
-    // `hearth check` reads the embedded store's files: refused, naming what to use instead.
-    let checked =
-        hearth().arg("check").env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data")).envs(pg_env).output().unwrap();
-    assert_eq!(checked.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&checked.stderr).contains("storage.backend is \"postgres\""));
-    let (_running, addr) = start_with(dir.path(), &pg_env);
+    let (mut running, addr) = start_with(dir.path(), &pg_env);
     let ws = format!("ws://{addr}");
     rt.block_on(async {
         let mut c = Client::connect(&ws).await;
@@ -317,6 +312,37 @@ fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry(
         let audit = get("/admin/v1/audit").await.to_string();
         assert!(audit.contains(&carol.public_key().to_hex()), "{audit}");
     });
+    assert_eq!(sigterm(&mut running).code(), Some(0));
+    // `hearth check` of the database: clean; then a row whose JSON is damaged and a deleted
+    // event put back behind the store's back are found, and --repair removes them.
+    let check = |repair: bool| {
+        let mut command = hearth();
+        command.arg("check").env("HEARTH_STORAGE__DATA_DIR", dir.path().join("data")).envs(pg_env);
+        if repair {
+            command.arg("--repair");
+        }
+        let out = command.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, report) = check(false);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("\"problems\":0"), "{report}");
+    rt.block_on(async {
+        let client = pg.connect("relay").await.unwrap();
+        let victim = hex::decode(&before[0]).unwrap();
+        client.execute("UPDATE events SET json = 'not json' WHERE id = $1", &[&victim]).await.unwrap();
+        let deleted = hex::decode(&before[1]).unwrap();
+        let author: Vec<u8> =
+            client.query_one("SELECT pubkey FROM events WHERE id = $1", &[&deleted]).await.unwrap().get(0);
+        client.execute("INSERT INTO tombstones (id, deleter) VALUES ($1, $2)", &[&deleted, &author]).await.unwrap();
+    });
+    let (code, report) = check(false);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains("unreadable_record") && report.contains("deleted_event_stored"), "{report}");
+    let (code, report) = check(true);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("\"remaining\":0"), "{report}");
+    assert_eq!(check(false).0, Some(0));
 }
 
 #[test]

@@ -21,6 +21,7 @@
 
 mod error;
 mod export;
+mod flaw;
 mod read;
 mod schema;
 mod search;
@@ -50,6 +51,7 @@ use crate::search::Change;
 use export::block;
 
 pub use error::PgError;
+pub use flaw::Flaw;
 use write::Put;
 
 /// One open PostgreSQL store.

@@ -2,7 +2,7 @@
 //!
 //! Owns these methods of `Pg` (`Store::stats`, `Store::compact`, `Store::start_compaction`):
 //! the tables' and indexes' sizes, and a `VACUUM (ANALYZE)` now or in the background, one at a
-//! time, its report saved as the last compaction.
+//! time, its report saved as the last compaction; and `hearth check` of the database.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,6 +11,7 @@ use deadpool_postgres::Object;
 
 use super::Pg;
 use super::error::PgError;
+use super::flaw::Flaw;
 use crate::protocol::Timestamp;
 use crate::store::error::StoreError;
 use crate::store::stats::StoreStats;
@@ -112,5 +113,41 @@ impl Pg {
             let n = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
             Ok((n(0), n(1), n(2)))
         })
+    }
+
+    /// `hearth check` of the database: every stored event's JSON decoded and verified (its id
+    /// and signature) against its row, and every NIP-09 tombstone honoured; what is wrong, by
+    /// row. The events read (in pages of `seq`) come back too.
+    pub(crate) async fn check(&self) -> Result<(u64, Vec<Flaw>), StoreError> {
+        let (mut events, mut flaws, mut after) = (0u64, Vec::new(), 0i64);
+        loop {
+            let page = "SELECT seq, id, json FROM events WHERE seq > $1 ORDER BY seq LIMIT 1000";
+            let rows = self.run(move |c| async move { Ok(c.query(page, &[&after]).await?) }).await?;
+            let Some(last) = rows.last() else { break };
+            after = last.get(0);
+            for row in &rows {
+                events += 1;
+                let (seq, id, json): (i64, Vec<u8>, String) = (row.get(0), row.get(1), row.get(2));
+                let id = hex::encode(&id);
+                match crate::protocol::Event::from_json(&json).map_err(|e| e.to_string()) {
+                    Ok(event) if event.id.to_hex() != id => {
+                        flaws.push(Flaw::WrongId { id, seq, found: event.id.to_hex() })
+                    }
+                    Ok(event) => {
+                        if let Err(e) = crate::protocol::verify::verify(event) {
+                            flaws.push(Flaw::Unreadable { id, seq, reason: e.to_string() });
+                        }
+                    }
+                    Err(reason) => flaws.push(Flaw::Unreadable { id, seq, reason }),
+                }
+            }
+        }
+        let deleted = "SELECT e.id FROM events e JOIN tombstones t ON t.id = e.id \
+                       AND (t.deleter = e.pubkey OR t.deleter = e.recipient) \
+                       UNION SELECT e.id FROM events e JOIN address_tombstones a ON a.address = e.address \
+                       AND e.created_at <= a.deleted_at";
+        let rows = self.run(move |c| async move { Ok(c.query(deleted, &[]).await?) }).await?;
+        flaws.extend(rows.iter().map(|r| Flaw::Deleted { id: hex::encode(r.get::<_, Vec<u8>>(0)) }));
+        Ok((events, flaws))
     }
 }
