@@ -22,6 +22,7 @@ const READY: Duration = Duration::from_secs(60);
 pub struct Postgres {
     port: u16,
     fsync: bool,
+    buffers_mb: u32,
     child: Child,
     /// Held open until the drop: the shell stops the server when it closes.
     stdin: Option<ChildStdin>,
@@ -42,6 +43,12 @@ impl Postgres {
     /// Starts a server with fsync on (a durability test's) or off (every other test's: a test
     /// database lives no longer than its process).
     pub async fn start(fsync: bool) -> Result<Postgres, String> {
+        Postgres::start_tuned(fsync, 16).await
+    }
+
+    /// [`Postgres::start`] with `shared_buffers` of `buffers_mb` MiB (a benchmark's: a test's
+    /// server keeps 16).
+    pub async fn start_tuned(fsync: bool, buffers_mb: u32) -> Result<Postgres, String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let data = dir.path().join("pgdata");
@@ -51,8 +58,8 @@ impl Postgres {
         }
         own(dir.path(), template.user.as_deref())?;
         let port = free_port()?;
-        let (child, stdin) = serve(template, dir.path(), port, fsync)?;
-        let server = Postgres { port, fsync, child, stdin, dir };
+        let (child, stdin) = serve(template, dir.path(), port, fsync, buffers_mb)?;
+        let server = Postgres { port, fsync, buffers_mb, child, stdin, dir };
         server.ready().await?;
         Ok(server)
     }
@@ -97,7 +104,7 @@ impl Postgres {
     /// Starts the server again on the same port and data after [`Postgres::kill`].
     pub async fn restart(&mut self) -> Result<(), String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
-        (self.child, self.stdin) = serve(template, self.dir.path(), self.port, self.fsync)?;
+        (self.child, self.stdin) = serve(template, self.dir.path(), self.port, self.fsync, self.buffers_mb)?;
         self.ready().await
     }
 
@@ -125,11 +132,17 @@ impl Drop for Postgres {
 
 /// Runs the server of `dir/pgdata` on `port` under the shell that stops it (an immediate
 /// shutdown) once its standard input closes.
-fn serve(template: &Template, dir: &Path, port: u16, fsync: bool) -> Result<(Child, Option<ChildStdin>), String> {
+fn serve(
+    template: &Template,
+    dir: &Path,
+    port: u16,
+    fsync: bool,
+    buffers_mb: u32,
+) -> Result<(Child, Option<ChildStdin>), String> {
     let fsync = if fsync { "on" } else { "off" };
     let server = format!(
         "{} -D {} -p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=200 \
-         -c shared_buffers=16MB -c log_min_messages=fatal",
+         -c shared_buffers={buffers_mb}MB -c log_min_messages=fatal",
         template.bin.join("postgres").display(),
         dir.join("pgdata").display(),
         dir.display(),
