@@ -63,7 +63,7 @@ pub(crate) struct Pg {
     marks: AtomicU64,
     closed: AtomicBool,
     /// True while a vacuum this node started runs.
-    vacuuming: Arc<AtomicBool>,
+    vacuuming: AtomicBool,
     /// The node's search index (NIP-50), when `storage.search` is on.
     pub(crate) search: Option<Arc<search::PgSearch>>,
     /// The node's media records (its blobs are files on its disk).
@@ -116,14 +116,14 @@ impl Pg {
             schema::migrate(&mut client).await
         })??;
         let node = dir.join("node");
-        std::fs::create_dir_all(&node).map_err(|e| PgError::Pool(format!("{}: {e}", node.display())))?;
+        std::fs::create_dir_all(&node).map_err(|source| StoreError::Open { path: node.clone(), source })?;
         let media = open_media(&node)?;
         let search = match searching {
             Some(tuning) => Some(Arc::new(search::PgSearch::open(dir, tuning, pool.clone(), handle.clone())?)),
             None => None,
         };
         let closed = AtomicBool::new(false);
-        let vacuuming = Arc::default();
+        let vacuuming = AtomicBool::new(false);
         Ok(Pg { _runtime: runtime, handle, pool, marks: AtomicU64::new(0), closed, vacuuming, search, media })
     }
 

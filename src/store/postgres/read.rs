@@ -46,7 +46,7 @@ pub(super) async fn scan<C: GenericClient>(
     let mut after: Option<After> = None;
     loop {
         let size = want.saturating_sub(hits.len()).clamp(16, PAGE);
-        let sql = sql::page(filter, now, after, i64::try_from(size).unwrap_or(i64::MAX), true);
+        let sql = sql::page(filter, now, after, i64::try_from(size).unwrap_or(i64::MAX));
         let rows = client.query(&sql.text, &sql.args()).await?;
         let full = rows.len() == size;
         for row in &rows {

@@ -49,8 +49,8 @@ pub(super) fn tag_key(value: &str) -> Vec<u8> {
 /// Where a page resumes: after this event in the order newest first, lowest id first.
 pub(super) type After = (Timestamp, EventId);
 
-/// The columns a scan reads.
-pub(super) const COLUMNS: &str = "e.seq, e.id, e.pubkey, e.kind, e.created_at";
+/// The columns a scan reads (the JSON last: every row is checked against the whole filter).
+pub(super) const COLUMNS: &str = "e.seq, e.id, e.pubkey, e.kind, e.created_at, e.json";
 
 /// The conditions on `e` of `filter` at `now`, but the tag condition named `skip` (which a page
 /// driven by `tags` applies itself), joined with AND.
@@ -100,16 +100,15 @@ pub(super) fn condition(sql: &mut Sql, filter: &Filter, now: Timestamp) -> Strin
     format!("({})", conditions(sql, filter, now, None))
 }
 
-/// A page of `filter`'s newest matches at `now`: at most `size` rows of [`COLUMNS`] (and the
-/// JSON when `json`), after `after`. A filter that names tag values (and no ids) is read from
+/// A page of `filter`'s newest matches at `now`: at most `size` rows of [`COLUMNS`], after
+/// `after`. A filter that names tag values (and no ids) is read from
 /// `tags_value`, its tag with the fewest values driving the scan.
-pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: i64, json: bool) -> Sql {
+pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: i64) -> Sql {
     let mut sql = Sql::default();
     let driver = match &filter.ids {
         Some(_) => None,
         None => filter.tags.iter().min_by_key(|(_, values)| values.len()).map(|(letter, values)| (*letter, values)),
     };
-    let json = if json { ", e.json" } else { "" };
     let (from, order_by) = match driver {
         Some((letter, values)) => {
             let name = sql.bind(letter.to_string());
@@ -128,7 +127,7 @@ pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: 
     };
     let limit = sql.bind(size);
     sql.text = format!(
-        "SELECT {COLUMNS}{json} FROM {from} {conds}{resume} ORDER BY {order_by}.created_at DESC, {order_by}.id LIMIT {limit}"
+        "SELECT {COLUMNS} FROM {from} {conds}{resume} ORDER BY {order_by}.created_at DESC, {order_by}.id LIMIT {limit}"
     );
     sql
 }

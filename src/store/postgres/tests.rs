@@ -179,7 +179,7 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
     let client = pg.connect("tags").await.unwrap();
     client.batch_execute("ANALYZE").await.unwrap();
     let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
-    let sql = super::sql::page(&f, Timestamp(2_000_000_000), None, 5, true);
+    let sql = super::sql::page(&f, Timestamp(2_000_000_000), None, 5);
     let args = sql.args();
     let plan: Vec<String> =
         client.query(&format!("EXPLAIN {}", sql.text), &args).await.unwrap().iter().map(|r| r.get(0)).collect();
