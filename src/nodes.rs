@@ -45,10 +45,12 @@ pub fn deliver(app: &AppState, event: &Arc<VerifiedEvent>, mark: Option<Mark>) {
         Ok(json) => json,
         Err(e) => return tracing::error!(error = %e, "an event could not be written out for the other nodes"),
     };
-    // The client's OK does not wait for Redis: a node that misses it catches up from the store.
+    // Queued here, so the other nodes get this node's events in the order it accepted them; the
+    // client's OK does not wait for Redis (what waits goes out when Redis is back).
+    broadcast.queue(&json);
     tokio::spawn(async move {
-        if let Err(e) = broadcast.send(&json).await {
-            tracing::debug!(error = %e, "an event was not sent to the other nodes");
+        if let Err(e) = broadcast.retry().await {
+            tracing::debug!(error = %e, "an event waits for Redis to reach the other nodes");
         }
     });
 }

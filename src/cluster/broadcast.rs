@@ -6,6 +6,7 @@
 //! subscription's stream of the other nodes' events. A message is `<node id>\n<event JSON>`.
 //! A message that cannot be sent (Redis down, or this node not yet aware it is back) waits in
 //! order, up to [`MAX_WAITING`], and goes out before the next one and at each [`Broadcast::retry`].
+//! Messages are queued in the order a node accepted their events and sent in that order.
 //! What the events mean is the caller's (`crate::nodes`); this knows only bytes.
 
 use std::collections::VecDeque;
@@ -45,18 +46,15 @@ impl Broadcast {
         &self.node
     }
 
-    /// Sends one event's JSON to every other node, after those still waiting; when Redis cannot
-    /// take it, it waits for [`Broadcast::retry`] (the error says why).
-    pub async fn send(&self, json: &str) -> Result<(), LinkError> {
-        {
-            let mut waiting = self.waiting();
-            if waiting.len() == MAX_WAITING {
-                waiting.pop_front();
-                tracing::warn!("too many events wait for Redis; the oldest is dropped from live delivery");
-            }
-            waiting.push_back(format!("{}\n{json}", self.node));
+    /// Queues one event's JSON for every other node, after those still waiting (in the order
+    /// queued, whichever task sends them); [`Broadcast::retry`] sends.
+    pub fn queue(&self, json: &str) {
+        let mut waiting = self.waiting();
+        if waiting.len() == MAX_WAITING {
+            waiting.pop_front();
+            tracing::warn!("too many events wait for Redis; the oldest is dropped from live delivery");
         }
-        self.retry().await
+        waiting.push_back(format!("{}\n{json}", self.node));
     }
 
     /// Sends the messages waiting, oldest first, until one fails.

@@ -355,3 +355,50 @@ fn the_cluster_example_configurations_load_with_postgres_and_redis() {
         assert_eq!(config.node.name, format!("node-{node}"));
     }
 }
+
+#[test]
+fn a_private_message_crossing_nodes_reaches_its_recipient_and_no_stranger() {
+    let redis = Redis::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_pg, db) = rt.block_on(database());
+    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    rt.block_on(async {
+        let (alice, bob, mallory) = (keys(1), keys(2), keys(3));
+        let filter = json!({"kinds": [1, 4, 1059]});
+        // Bob (authenticated) and a stranger (authenticated as someone else) and an anonymous
+        // reader, all on node B.
+        let mut readers = Vec::new();
+        for who in [Some(&bob), Some(&mallory), None] {
+            let mut c = Client::connect(&b.ws()).await;
+            if let Some(k) = who {
+                assert_eq!(c.auth(k, &b.ws()).await[2], true);
+            }
+            subscribe(&mut c, "live", filter.clone()).await;
+            readers.push(c);
+        }
+        let mut on_a = Client::connect(&a.ws()).await;
+        assert_eq!(on_a.auth(&alice, &a.ws()).await[2], true);
+        let bob_hex = bob.public_key().to_hex();
+        let to_bob: &[&[&str]] = &[&["p", &bob_hex]];
+        let dm = sign(&alice, now(), 4, to_bob, "for bob only");
+        let wrap = sign(&keys(9), now(), 1059, to_bob, "sealed for bob");
+        let note = sign(&alice, now(), 1, &[], "for everyone, after the private ones");
+        for e in [&dm, &wrap, &note] {
+            assert_ok(&on_a.publish(e).await, &e.id.to_hex(), true, "");
+        }
+        // Bob gets all three, in order; the others only the note (it came last from node A, so
+        // nothing private is still on its way to them).
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(next_event(&mut readers[0], "live").await[2]["id"].as_str().unwrap().to_string());
+        }
+        assert_eq!(got, vec![dm.id.to_hex(), wrap.id.to_hex(), note.id.to_hex()]);
+        for reader in &mut readers[1..] {
+            assert_eq!(next_event(reader, "live").await[2]["id"], json!(note.id.to_hex()));
+        }
+        // And B's stored answers hold the same line.
+        let mut stranger = Client::connect(&b.ws()).await;
+        assert_eq!(stranger.auth(&mallory, &b.ws()).await[2], true);
+        assert_eq!(stranger.req_ids("s", vec![filter.clone()]).await, vec![note.id.to_hex()]);
+    });
+}
