@@ -240,7 +240,7 @@ pub(crate) async fn settle(
         return Settled::Expired;
     }
     if verified.kind.is_ephemeral() {
-        crate::nodes::deliver(app, &std::sync::Arc::new(verified), None);
+        crate::nodes::deliver(app, &verified, None);
         return Settled::Live;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With

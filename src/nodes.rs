@@ -37,8 +37,11 @@ const RETRY: Duration = Duration::from_millis(250);
 
 /// Delivers an event this node accepted: to this node's subscribers (`mark`: where the store
 /// made it visible; None for an ephemeral event), then to the other nodes.
-pub fn deliver(app: &AppState, event: &Arc<VerifiedEvent>, mark: Option<Mark>) {
-    app.delivered.first_use(event.id);
+pub fn deliver(app: &AppState, event: &VerifiedEvent, mark: Option<Mark>) {
+    // Remembered only where other nodes' events arrive, to deliver each once.
+    if app.broadcast.is_some() {
+        app.delivered.first_use(event.id);
+    }
     app.fanout.publish(event, mark);
     let Some(broadcast) = app.broadcast.clone() else { return };
     let json = match event.to_json() {

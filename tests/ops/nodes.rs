@@ -41,6 +41,25 @@ async fn database() -> (Postgres, String) {
     (pg, url)
 }
 
+/// Two nodes (`node-a`, `node-b`) of one relay on a PostgreSQL and a Redis of their own, and the
+/// runtime the test's clients run on.
+struct Cluster {
+    rt: tokio::runtime::Runtime,
+    a: Node,
+    b: Node,
+    pg: Postgres,
+    redis: Redis,
+}
+
+/// (Bind every field: one left to `..` would be dropped, its server stopped, at once.)
+fn cluster() -> Cluster {
+    let redis = Redis::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pg, db) = rt.block_on(database());
+    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    Cluster { rt, a, b, pg, redis }
+}
+
 /// The next EVENT frame of subscription `sub` (other frames skipped), within a deadline.
 async fn next_event(c: &mut Client, sub: &str) -> Value {
     let deadline = Instant::now() + STEP;
@@ -75,10 +94,7 @@ fn to_group(who: &Keys, kind: u16, g: &str, tags: &[&[&str]], content: &str) -> 
 
 #[test]
 fn a_note_typing_and_a_group_member_cross_from_one_node_to_the_other_at_once() {
-    let redis = Redis::start();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_pg, db) = rt.block_on(database());
-    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    let Cluster { rt, a, b, pg: _pg, redis: _redis } = cluster();
     rt.block_on(async {
         let (alice, bob) = (keys(1), keys(2));
         let mut on_b = Client::connect(&b.ws()).await;
@@ -132,10 +148,7 @@ fn a_note_typing_and_a_group_member_cross_from_one_node_to_the_other_at_once() {
 
 #[test]
 fn a_node_killed_mid_publishing_loses_no_acknowledged_event_and_the_other_serves_each() {
-    let redis = Redis::start();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_pg, db) = rt.block_on(database());
-    let (mut a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    let Cluster { rt, mut a, b, pg: _pg, redis: _redis } = cluster();
     rt.block_on(async {
         let alice = keys(1);
         let mut on_a = Client::connect(&a.ws()).await;
@@ -167,10 +180,7 @@ fn a_node_killed_mid_publishing_loses_no_acknowledged_event_and_the_other_serves
 
 #[test]
 fn redis_restarted_the_other_node_catches_up_and_postgres_stopped_refuses_writes_until_it_is_back() {
-    let mut redis = Redis::start();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (mut pg, db) = rt.block_on(database());
-    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    let Cluster { rt, a, b, mut pg, mut redis } = cluster();
     rt.block_on(async {
         let alice = keys(1);
         let mut on_b = Client::connect(&b.ws()).await;
@@ -358,10 +368,7 @@ fn the_cluster_example_configurations_load_with_postgres_and_redis() {
 
 #[test]
 fn a_private_message_crossing_nodes_reaches_its_recipient_and_no_stranger() {
-    let redis = Redis::start();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (_pg, db) = rt.block_on(database());
-    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    let Cluster { rt, a, b, pg: _pg, redis: _redis } = cluster();
     rt.block_on(async {
         let (alice, bob, mallory) = (keys(1), keys(2), keys(3));
         let filter = json!({"kinds": [1, 4, 1059]});
