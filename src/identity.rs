@@ -64,6 +64,14 @@ fn generate(path: &Path) -> Result<Keys, IdentityError> {
             break keys;
         }
     };
+    keep(path, &keys)?;
+    tracing::info!(pubkey = %keys.public_key().to_hex(), file = %path.display(), "generated the relay's own key");
+    Ok(keys)
+}
+
+/// Keeps `keys` at `path` (hex, readable by its owner only), durably: written beside it, synced,
+/// renamed into place, the folder synced.
+pub fn keep(path: &Path, keys: &Keys) -> Result<(), IdentityError> {
     let file = |source| IdentityError::File { path: path.to_path_buf(), source };
     let partial = path.with_extension("key.partial");
     let mut options = std::fs::OpenOptions::new();
@@ -76,8 +84,7 @@ fn generate(path: &Path) -> Result<Keys, IdentityError> {
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(file)?;
     }
-    tracing::info!(pubkey = %keys.public_key().to_hex(), file = %path.display(), "generated the relay's own key");
-    Ok(keys)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 pub(crate) mod admin;
 pub(crate) mod app;
 pub(crate) mod audit;
+pub mod backup;
 pub mod blobs;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -145,6 +145,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/v1/relay"),
     ("GET", "/admin/v1/audit"),
     ("GET", "/admin/v1/export"),
+    ("GET", "/admin/v1/backup"),
     ("GET", "/admin/v1/store"),
     ("POST", "/admin/v1/store/compact"),
     ("GET", "/admin/v1/members"),

@@ -44,7 +44,8 @@ const FLOORS: &[&[&str]] = &[
     // NIP-43: join and leave requests, invites, the relay's signed member list.
     // NIP-29: what a group event does, and the relay's answers to it.
     // NIP-62: a request to vanish carried out; the automatic hold of reported events.
-    &["membership", "groups::publish", "vanish", "hold"],
+    // A whole community's backup read out of the shared state.
+    &["membership", "groups::publish", "vanish", "hold", "backup"],
     // Live delivery across nodes: the one way an accepted event goes live, and the other nodes'.
     &["nodes"],
     // The shared state and what it holds.

@@ -6,6 +6,7 @@
 //! never bill the caller's quotas; failed credentials are throttled per IP.
 
 mod auth;
+mod backup;
 mod groups;
 mod invites;
 mod limits;
@@ -101,6 +102,14 @@ pub fn routes(app: Arc<AppState>) -> Route {
         .and(with_app(app.clone()))
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, store::compact));
+    // GET /admin/v1/backup
+    let backup = base
+        .and(warp::path("backup"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, backup::backup));
     // GET /admin/v1/export
     let export = base
         .and(warp::path("export"))
@@ -347,6 +356,7 @@ pub fn routes(app: Arc<AppState>) -> Route {
         relay.boxed(),
         audit_log.boxed(),
         export.boxed(),
+        backup.boxed(),
         store_stats.boxed(),
         store_compact.boxed(),
         groups_list.boxed(),

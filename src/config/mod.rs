@@ -12,6 +12,7 @@
 //! clamps); **limits** (`[limits]`) are the admission limiter's quotas (rates per tier, handler
 //! permits), which no NIP describes.
 
+mod access;
 mod cluster;
 mod de;
 mod groups;
@@ -22,6 +23,7 @@ mod reviews;
 mod sections;
 mod sync;
 
+pub use access::{AccessConfig, AccessMode};
 pub use cluster::{LimiterBackend, NodeConfig, RedisUnavailable, StorageBackend, host_name, redis_url_problem};
 pub use groups::{GroupCreators, GroupsConfig};
 pub use load::ConfigError;

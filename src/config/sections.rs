@@ -34,7 +34,7 @@ pub struct Config {
     /// `[admin]`: the admin API.
     pub admin: AdminConfig,
     /// `[access]`: who may write and read (NIP-43 membership).
-    pub access: AccessConfig,
+    pub access: super::access::AccessConfig,
     /// `[relay]`: the relay's own identity.
     pub relay: RelayConfig,
     /// `[sync]`: NIP-77 negentropy sessions and the peers kept in step.
@@ -59,32 +59,6 @@ pub struct RelayConfig {
     /// The relay's own secret key (hex or nsec), which signs its NIP-43 events and is NIP-11's
     /// `self`; empty: one generated at the first start and kept in the data directory.
     pub secret_key: String,
-}
-
-/// `[access]`
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AccessConfig {
-    /// Who may publish and who may read.
-    pub mode: AccessMode,
-    /// The relay publishes its members: a kind 13534 list, and kind 8000 / 8001 on each add /
-    /// remove, signed by its own key (NIP-43). Off by default: it makes every member public.
-    pub publish_members: bool,
-}
-
-/// `access.mode`: who may publish and who may read. Members are `auth.members` and the list the
-/// admin API and NIP-86 keep (`/admin/v1/members`, `allowpubkey`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AccessMode {
-    /// Anyone reads; anyone publishes, unless the member list is not empty (then only members
-    /// do, as before there were modes).
-    #[default]
-    Public,
-    /// Only members publish; anyone reads the public kinds.
-    MembersWrite,
-    /// Reading and publishing both need NIP-42 AUTH (NIP-98 over REST) as a member.
-    MembersOnly,
 }
 
 /// `[admin]`

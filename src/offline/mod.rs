@@ -1,4 +1,4 @@
-//! Operations on a data directory while no relay runs: `hearth export`, `hearth import`,
+//! Operations on a data directory while no relay runs: `hearth backup`, `hearth restore`, `hearth export`, `hearth import`,
 //! `hearth compact`, `hearth check`, `hearth migrate` and `hearth search-reindex`; and `hearth sync`, which runs here, or
 //! in the relay that holds the directory.
 //!
@@ -7,6 +7,7 @@
 //! The work itself is the store's ([`crate::store::Store::export`]) and the publish path's
 //! rules (`ingest::settle`), so an import decides what the relay would have decided.
 
+mod backup;
 mod dir;
 mod export;
 mod import;
@@ -16,6 +17,7 @@ mod reindex;
 mod sync;
 mod to_postgres;
 
+pub use backup::{Restored, backup, restore};
 pub use export::export;
 pub use import::{ImportSummary, import};
 pub use migrate::{Migrated, migrate};

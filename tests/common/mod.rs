@@ -368,7 +368,18 @@ pub async fn http(
     bearer: Option<&str>,
     signer: Option<&Keys>,
 ) -> (reqwest::StatusCode, Value) {
-    let url = relay.http_url(path);
+    http_at(&relay.http_url(path), method, body, bearer, signer).await
+}
+
+/// [`http`] at a whole URL (a relay this process did not start: the `hearth` binary's).
+pub async fn http_at(
+    url: &str,
+    method: reqwest::Method,
+    body: Option<Value>,
+    bearer: Option<&str>,
+    signer: Option<&Keys>,
+) -> (reqwest::StatusCode, Value) {
+    let url = url.to_string();
     let text = body.as_ref().map(Value::to_string).unwrap_or_default();
     let mut req = reqwest::Client::new().request(method.clone(), &url);
     if body.is_some() {

@@ -8,6 +8,7 @@
 mod common;
 
 mod admission;
+mod backup;
 mod bench_smoke;
 mod binary;
 mod client;

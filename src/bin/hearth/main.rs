@@ -7,6 +7,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod offline;
+use offline::{Offline, offline};
+
 /// jemalloc, with the background purge thread `.cargo/config.toml` configures, gives the memory
 /// of closed connections back to the system within seconds; glibc's malloc kept all of it in its
 /// arenas after a flood of sockets closed. Only the binary sets it: a crate that embeds the
@@ -102,6 +105,24 @@ enum Command {
         #[arg(long)]
         media: Option<PathBuf>,
     },
+    /// Write the whole community (events, media, members, invites, bans, settings, the audit
+    /// log, the relay's key) into DIR, a new folder; prints the manifest. Offline on the
+    /// configured data directory, or from a running relay with --relay (and admin.token).
+    Backup {
+        /// The folder to write (must not exist yet, or be empty).
+        dir: PathBuf,
+        /// The running relay to back up, e.g. http://127.0.0.1:7777 (its admin API, with
+        /// admin.token); without it the relay must not be running.
+        #[arg(long, value_name = "HTTP_URL")]
+        relay: Option<String>,
+    },
+    /// Bring a backup folder (`hearth backup`) back into the configured data directory, which
+    /// must be empty: the same relay key, members, settings, audit log, events and media.
+    /// Prints {"relay_pubkey","events","stored","settings","audit","uploads"}.
+    Restore {
+        /// The backup folder.
+        dir: PathBuf,
+    },
     /// Rewrite the event log without the space of replaced, deleted and expired events; prints
     /// {"before_bytes","after_bytes","seconds"}. The relay must not be running.
     Compact,
@@ -196,6 +217,8 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             return offline(Offline::Sync { peer, local, filter, direction, dry_run }, config).await;
         }
         Command::Compact => return offline(Offline::Compact, config).await,
+        Command::Backup { dir, relay } => return offline(Offline::Backup { dir, relay }, config).await,
+        Command::Restore { dir } => return offline(Offline::Restore { dir }, config).await,
         Command::Migrate { to } => {
             return offline(if to.is_some() { Offline::ToPostgres } else { Offline::Migrate }, config).await;
         }
@@ -206,7 +229,7 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
 }
 
 /// The relay's configuration: `--config`, else `./relay.toml` or the defaults, under `HEARTH_…`.
-fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config, ExitCode> {
+pub(crate) fn load_config(path: Option<&std::path::Path>) -> Result<hearth::config::Config, ExitCode> {
     let env: HashMap<String, String> = std::env::vars().collect();
     hearth::config::Config::load(path, &env).map_err(|e| {
         eprintln!("hearth: {e}");
@@ -228,116 +251,6 @@ async fn dev(options: hearth::dev::DevOptions, config: Option<&std::path::Path>)
         }
     };
     ExitCode::from(hearth::dev::run(options, config, shutdown).await)
-}
-
-/// The subcommands that work on the data directory of the configuration, not on a relay.
-enum Offline {
-    Export {
-        filter: Option<String>,
-        media: Option<PathBuf>,
-    },
-    Import {
-        file: Option<PathBuf>,
-        media: Option<PathBuf>,
-    },
-    Sync {
-        peer: String,
-        local: Option<String>,
-        filter: Option<String>,
-        direction: hearth::config::Direction,
-        dry_run: bool,
-    },
-    Compact,
-    Check {
-        repair: bool,
-    },
-    Migrate,
-    ToPostgres,
-    SearchReindex,
-}
-
-/// `export`, `import`, `compact`, `check` and `migrate` on the configured data directory.
-async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode {
-    use hearth::offline;
-    let config = match load_config(config) {
-        Ok(config) => config,
-        Err(code) => return code,
-    };
-    let outcome = match command {
-        Offline::Export { filter, media } => {
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let done = offline::export(config, filter.as_deref(), media.as_deref(), &mut out).await;
-            done.map(|(_, blobs)| offline::exported_media(blobs, media.as_deref()))
-        }
-        Offline::Import { file, media } => {
-            let input: Box<dyn std::io::BufRead + Send> = match &file {
-                Some(path) => match std::fs::File::open(path) {
-                    Ok(f) => Box::new(std::io::BufReader::new(f)),
-                    Err(e) => {
-                        eprintln!("hearth: {}: {e}", path.display());
-                        return ExitCode::from(offline::UNUSABLE);
-                    }
-                },
-                None => Box::new(std::io::BufReader::new(std::io::stdin())),
-            };
-            offline::import(config, input, media.as_deref()).await.map(|summary| {
-                println!("{}", serde_json::to_string(&summary).unwrap_or_default());
-                let blobs_invalid = summary.media.as_ref().map_or(0, |m| m.invalid);
-                if summary.invalid == 0 && blobs_invalid == 0 { offline::OK } else { offline::INVALID }
-            })
-        }
-        Offline::Sync { peer, local, filter, direction, dry_run } => {
-            let filter = match filter.as_deref().map(serde_json::from_str).transpose() {
-                Ok(filter) => filter.unwrap_or_default(),
-                Err(e) => {
-                    eprintln!("hearth: --filter: {e}");
-                    return ExitCode::from(offline::UNUSABLE);
-                }
-            };
-            let planned = hearth::sync::Round { url: peer, filter, direction, dry_run };
-            let (outcome, summary) = match offline::sync(config, planned, local).await {
-                Ok(summary) => (Ok(if summary.refused == 0 { offline::OK } else { offline::INVALID }), Some(summary)),
-                Err((e, summary)) => (Err(e), summary),
-            };
-            if let Some(summary) = summary {
-                println!("{}", serde_json::to_string(&summary).unwrap_or_default());
-            }
-            outcome
-        }
-        Offline::Migrate => offline::migrate(config).await.map(|done| {
-            println!("{}", serde_json::to_string(&done).unwrap_or_default());
-            match &done.import {
-                Some(summary) if summary.invalid > 0 => offline::INVALID,
-                _ => offline::OK,
-            }
-        }),
-        Offline::ToPostgres => offline::to_postgres(config).await.map(|moved| {
-            println!("{}", serde_json::to_string(&moved).unwrap_or_default());
-            if moved.stored == moved.events { offline::OK } else { offline::INVALID }
-        }),
-        Offline::Compact => offline::compact(config).await.map(|done| {
-            println!("{}", serde_json::to_string(&done).unwrap_or_default());
-            offline::OK
-        }),
-        Offline::SearchReindex => offline::search_reindex(config).await.map(|done| {
-            println!("{}", serde_json::to_string(&done).unwrap_or_default());
-            offline::OK
-        }),
-        Offline::Check { repair } => offline::check(config, repair).await.map(|checked| {
-            let (lines, code) = offline::check_report(&checked, repair);
-            for line in lines {
-                println!("{line}");
-            }
-            code
-        }),
-    };
-    match outcome {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("hearth: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
 }
 
 /// Blocking-pool threads per core. The pool runs store reads and syncs (signature checks run on

@@ -1,0 +1,175 @@
+//! `hearth backup` and `hearth restore` through the real binary: a members-only community backed
+//! up from the running relay, restored into an empty data directory, and found whole: the same
+//! relay key (NIP-11 `self`), name, members, invites, bans, tiers, audit log, events and media.
+
+use std::path::Path;
+use std::process::Output;
+
+use hearth::protocol::Timestamp;
+use hearth::protocol::blossom::{self, BlobHash, Verb};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::binary::{GENEROUS, Running, sigterm, start_with};
+use crate::common::*;
+use crate::datadir::hearth;
+
+const TOKEN: &str = "backup-test-token";
+
+/// The community's configuration: members only, media on, the admin API by token.
+fn community() -> Vec<(&'static str, &'static str)> {
+    let mut env = GENEROUS.to_vec();
+    env.extend([("HEARTH_ACCESS__MODE", "members-only"), ("HEARTH_MEDIA__ENABLED", "true"), ("HEARTH_ADMIN__TOKEN", TOKEN)]);
+    env
+}
+
+/// `hearth <args>` on the data directory `data` under the community's configuration.
+fn run(data: &Path, args: &[&str]) -> Output {
+    let out = hearth(data).envs(community()).args(args).output().unwrap();
+    eprintln!("hearth {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn json_out(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+async fn admin(addr: &str, method: Method, path: &str, body: Option<Value>) -> Value {
+    let (status, body) = http_at(&format!("http://{addr}{path}"), method, body, Some(TOKEN), None).await;
+    assert!(status.is_success(), "{path}: {status} {body}");
+    body
+}
+
+async fn rpc(addr: &str, method: &str, params: Value) -> Value {
+    admin(addr, Method::POST, "/admin/v1/rpc", Some(json!({"method": method, "params": params}))).await["result"].clone()
+}
+
+/// What the community is, as its admin and its members see it.
+async fn what_it_is(addr: &str, alice: &hearth::protocol::Keys, blob: &BlobHash) -> Value {
+    let nip11 = nip11_at(&format!("http://{addr}")).await;
+    let mut audit = admin(addr, Method::GET, "/admin/v1/audit?limit=1000", None).await;
+    // Only the entries before the backup: the backup itself is audited after it.
+    let entries = audit["entries"].as_array_mut().unwrap();
+    entries.retain(|e| e["action"] != "backup");
+    let mut client = Client::connect(&format!("ws://{addr}")).await;
+    assert_eq!(client.auth(alice, &format!("ws://{addr}")).await[2], json!(true));
+    let mut notes = client.req("notes", vec![json!({"authors": [alice.public_key().to_hex()]})]).await;
+    notes.pop(); // EOSE
+    let get = blossom::header(alice, Verb::Get, &[*blob], Timestamp(now()), now() + 3600);
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}/{blob}"))
+        .header("authorization", get)
+        .timeout(STEP)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.bytes().await.unwrap().to_vec();
+    json!({
+        "self": nip11["self"], "name": nip11["name"], "description": nip11["description"],
+        "members": admin(addr, Method::GET, "/admin/v1/members", None).await,
+        "invites": admin(addr, Method::GET, "/admin/v1/invites", None).await,
+        "banned": rpc(addr, "listbannedpubkeys", json!([])).await,
+        "bob": admin(addr, Method::GET, &format!("/admin/v1/usage/{}", keys(2).public_key().to_hex()), None).await["tier"],
+        "audit": audit,
+        "notes": notes,
+        "blob": String::from_utf8(bytes).unwrap(),
+    })
+}
+
+fn stop(mut relay: Running) {
+    assert!(sigterm(&mut relay).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (alice, bob, mallory) = (keys(1), keys(2), keys(3));
+    let (relay, addr) = start_with(dir.path(), &community());
+    let url = format!("ws://{addr}");
+    admin(&addr, Method::PUT, &format!("/admin/v1/members/{}", alice.public_key().to_hex()), Some(json!({"note": "founder"}))).await;
+    admin(&addr, Method::PUT, &format!("/admin/v1/members/{}", bob.public_key().to_hex()), Some(json!({}))).await;
+    admin(&addr, Method::PUT, &format!("/admin/v1/pubkeys/{}/tier", bob.public_key().to_hex()), Some(json!({"tier": "agent"}))).await;
+    let invite = admin(&addr, Method::POST, "/admin/v1/invites", Some(json!({"uses": 2, "note": "for carol"}))).await;
+    assert!(invite["code"].is_string(), "{invite}");
+    assert_eq!(rpc(&addr, "banpubkey", json!([mallory.public_key().to_hex(), "spam"])).await, json!(true));
+    assert_eq!(rpc(&addr, "changerelayname", json!(["The Hearth"])).await, json!(true));
+    assert_eq!(rpc(&addr, "changerelaydescription", json!(["our corner"])).await, json!(true));
+    let mut client = Client::connect(&url).await;
+    assert_eq!(client.auth(&alice, &url).await[2], json!(true));
+    for event in [sign(&alice, now() - 10, 1, &[], "hello, members"), sign(&alice, now() - 5, 0, &[], r#"{"name":"alice"}"#)] {
+        assert_ok(&client.publish(&event).await, &event.id.to_hex(), true, "");
+    }
+    let picture = b"a picture of the hearth".to_vec();
+    let upload = reqwest::Client::new()
+        .put(format!("http://{addr}/upload"))
+        .header("authorization", blossom::header(&alice, Verb::Upload, &[], Timestamp(now()), now() + 3600))
+        .header("content-type", "text/plain")
+        .body(picture.clone())
+        .timeout(STEP)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), StatusCode::CREATED);
+    let blob = BlobHash::from_hex(upload.json::<Value>().await.unwrap()["sha256"].as_str().unwrap()).unwrap();
+    let before = what_it_is(&addr, &alice, &blob).await;
+    assert_eq!(before["members"]["members"].as_array().map(Vec::len), Some(2), "{before}");
+
+    // While the relay runs: offline is refused (naming --relay), online is taken.
+    let offline = run(&dir.path().join("data"), &["backup", dir.path().join("refused").to_str().unwrap()]);
+    assert_eq!(offline.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&offline.stderr).contains("is in use by a running hearth: back it up through it with `hearth backup"));
+    let online = dir.path().join("backup-online");
+    let out = run(&dir.path().join("data"), &["backup", online.to_str().unwrap(), "--relay", &format!("http://{addr}")]);
+    assert_eq!(out.status.code(), Some(0));
+    let manifest = json_out(&out);
+    assert_eq!(
+        (&manifest["events"], &manifest["blobs"], &manifest["relay_pubkey"], &manifest["access_mode"]),
+        (&json!(2), &json!(1), &before["self"], &json!("members-only")),
+        "{manifest}"
+    );
+    let key = std::fs::metadata(online.join("relay.key")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&key.permissions()) & 0o777, 0o600);
+    // A backup never goes over another.
+    let again = run(&dir.path().join("data"), &["backup", online.to_str().unwrap(), "--relay", &format!("http://{addr}")]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty: give a new folder for each backup"));
+    stop(relay);
+
+    // Offline, the same events and settings.
+    let offline = dir.path().join("backup-offline");
+    let out = run(&dir.path().join("data"), &["backup", offline.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    for file in ["events.jsonl", "settings.jsonl", "relay.key", "media/records.jsonl"] {
+        assert_eq!(std::fs::read(online.join(file)).unwrap(), std::fs::read(offline.join(file)).unwrap(), "{file}");
+    }
+
+    // Restored into an empty directory under the same members-only configuration.
+    let restored_dir = tempfile::tempdir().unwrap();
+    let data = restored_dir.path().join("data");
+    let out = run(&data, &["restore", online.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let summary = json_out(&out);
+    assert_eq!(
+        (&summary["relay_pubkey"], &summary["events"], &summary["stored"], &summary["uploads"]),
+        (&before["self"], &json!(2), &json!(2), &json!(1)),
+        "{summary}"
+    );
+    let (relay, addr) = start_with(restored_dir.path(), &community());
+    let after = what_it_is(&addr, &alice, &blob).await;
+    assert_eq!(after, before);
+    // A stranger still reads nothing.
+    let mut stranger = Client::connect(&format!("ws://{addr}")).await;
+    stranger.send(json!(["REQ", "peek", {}])).await;
+    assert_eq!(stranger.recv().await, json!(["CLOSED", "peek", "auth-required: this relay is for its members; answer the AUTH challenge"]));
+    stop(relay);
+
+    // Refused: a directory that is not empty, a folder that is not a complete backup.
+    let out = run(&data, &["restore", online.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not empty: restore into an empty one"));
+    std::fs::remove_file(offline.join("manifest.json")).unwrap();
+    let out = run(&restored_dir.path().join("other"), &["restore", offline.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a complete hearth backup"));
+}
