@@ -40,7 +40,8 @@ pub async fn start(app: Arc<AppState>, _: RequestCtx, who: Admin, index: String)
 
 /// `POST /admin/v1/sync/rounds`: runs one round (`url`, `filter`, `direction`, `dry_run`) and
 /// answers its summary when it ends: `200`, or `502` with the summary so far and `error` when the
-/// peer could not be reached, refused, or broke off.
+/// peer could not be reached, refused, or broke off; `409` with `error` when the round would copy
+/// members-only events to where anyone reads them (`allow_public` overrides).
 pub async fn run_round(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Response, ApiError> {
     require_json(&ctx)?;
     let planned: Round = parse_body(&ctx)?;
@@ -53,6 +54,7 @@ pub async fn run_round(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Resul
     audit(&app, &who, "sync.round", &planned.url, serde_json::Value::Null, json!(planned)).await?;
     Ok(match round(&app, &planned, &|_| {}).await {
         Ok(summary) => json_response(StatusCode::OK, &summary),
+        Err((crate::sync::SyncError::WouldExpose(_), summary)) => json_response(StatusCode::CONFLICT, &summary),
         Err((_, summary)) => json_response(StatusCode::BAD_GATEWAY, &summary),
     })
 }

@@ -203,7 +203,8 @@ impl Reader {
             match serde_json::from_str::<Part>(&text).map_err(|e| bad(e.to_string()))? {
                 Part::Setting { name, json: Some(json), .. } => out.push((name, json.get().as_bytes().to_vec())),
                 Part::Setting { name, base64: Some(data), .. } => {
-                    let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| bad(e.to_string()))?;
+                    let bytes =
+                        base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| bad(e.to_string()))?;
                     out.push((name, bytes));
                 }
                 _ => return Err(bad("not a settings document".into())),

@@ -64,6 +64,10 @@ pub struct SyncPeer {
     /// Seconds between the end of one round and the start of the next.
     #[serde(default = "five_minutes")]
     pub interval_secs: u64,
+    /// Copy events even where the receiving relay would serve them to anyone while the sending
+    /// one keeps them for its members (`hearth sync --allow-public`).
+    #[serde(default)]
+    pub allow_public: bool,
 }
 
 fn every_event() -> String {

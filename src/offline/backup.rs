@@ -63,7 +63,8 @@ pub async fn backup(config: Config, to: &Path, relay: Option<&str>) -> Result<Ma
     let token = &config.admin.token;
     if token.is_empty() {
         return Err(OfflineError::Unusable(
-            "--relay: a backup through the admin API needs admin.token (HEARTH_ADMIN__TOKEN), the running relay's".into(),
+            "--relay: a backup through the admin API needs admin.token (HEARTH_ADMIN__TOKEN), the running relay's"
+                .into(),
         ));
     }
     let url = format!("{}/admin/v1/backup", crate::client::nip11::http_base(relay));
@@ -174,14 +175,8 @@ async fn fill(store: &Store, backup: &Reader, keys: crate::protocol::Keys) -> Re
             store.len()
         )));
     }
-    let mut restored = Restored {
-        relay_pubkey: keys.public_key().to_hex(),
-        events: 0,
-        stored: 0,
-        settings: 0,
-        audit: 0,
-        uploads: 0,
-    };
+    let mut restored =
+        Restored { relay_pubkey: keys.public_key().to_hex(), events: 0, stored: 0, settings: 0, audit: 0, uploads: 0 };
     for (n, line) in backup.events()?.lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {

@@ -69,6 +69,9 @@ pub async fn sync(
     match (done, closed) {
         (Ok(summary), Ok(())) => Ok(summary),
         (Ok(summary), Err(e)) => Err((e.into(), Some(summary))),
+        (Err((e @ crate::sync::SyncError::WouldExpose(_), summary)), _) => {
+            Err((OfflineError::Unusable(e.to_string()), Some(summary)))
+        }
         (Err((e, summary)), _) => Err((OfflineError::Sync(e.to_string()), Some(summary))),
     }
 }
@@ -83,11 +86,19 @@ async fn remote(config: &Config, local: &str, planned: &Round) -> Result<Summary
     let url = format!("{}/admin/v1/sync/rounds", http_base(local));
     let failed = |e: String| (OfflineError::Sync(format!("{url}: {e}")), None);
     let http = reqwest::Client::builder().timeout(ROUND_WAIT).build().map_err(|e| failed(e.to_string()))?;
-    let response = http.post(&url).bearer_auth(token).json(planned).send().await.map_err(|e| failed(e.to_string()))?;
+    let response = http.post(&url).bearer_auth(token).json(planned).send().await.map_err(|e| {
+        (
+            OfflineError::Sync(format!(
+                "cannot reach the running relay at {local} ({e}): pass --local ws://HOST:PORT naming where it listens"
+            )),
+            None,
+        )
+    })?;
     let status = response.status();
     let body = response.text().await.map_err(|e| failed(e.to_string()))?;
     match (status.as_u16(), serde_json::from_str::<Summary>(&body)) {
         (200, Ok(summary)) => Ok(summary),
+        (409, Ok(summary)) => Err((OfflineError::Unusable(summary.error.clone().unwrap_or_default()), Some(summary))),
         (502, Ok(summary)) => Err((OfflineError::Sync(summary.error.clone().unwrap_or_default()), Some(summary))),
         _ => Err(failed(format!("{status}: {body}"))),
     }

@@ -54,6 +54,10 @@ pub struct Round {
     /// Only count what would move.
     #[serde(default)]
     pub dry_run: bool,
+    /// Move events even where the receiving side would serve them to readers the sending side
+    /// keeps them from (a members-only relay's events into a relay anyone reads).
+    #[serde(default)]
+    pub allow_public: bool,
 }
 
 /// Why a round could not run or stopped.
@@ -68,6 +72,10 @@ pub enum SyncError {
     /// The peer refused (`NEG-ERR`, `CLOSED`), with its reason.
     #[error("the peer refused: {0}")]
     Refused(String),
+    /// The round would copy events to a relay that serves them to readers the other keeps them
+    /// from (the text says which way and what to do).
+    #[error("{0}")]
+    WouldExpose(String),
 }
 
 impl From<reconcile::ExchangeError> for SyncError {
@@ -130,7 +138,13 @@ async fn run(
         }
         (ours, None) => ours,
     };
-    let found = reconcile::reconcile(&round.url, &round.filter, &items, frame_size_limit, Some(&app.keys)).await?;
+    if !round.dry_run && !round.allow_public {
+        let peer_members_only = doc.as_ref().is_some_and(|d| d["limitation"]["auth_required"] == true);
+        exposure(app, round.direction, peer_members_only)?;
+    }
+    let found = reconcile::reconcile(&round.url, &round.filter, &items, frame_size_limit, Some(&app.keys))
+        .await
+        .map_err(|e| with_membership_hint(app, e.into()))?;
     drop(items);
     summary.sync_bytes = found.bytes;
     summary.have = found.have.len() as u64;
@@ -158,6 +172,44 @@ async fn run(
         publish(app, &peer, &found.have, summary, progress).await?;
     }
     Ok(())
+}
+
+/// Refuses a round that would move members-only events to where anyone reads them: down from a
+/// peer that serves reads to its members only (its NIP-11 `auth_required`) into this relay when
+/// it serves reads to anyone, or up from this `members-only` relay to a peer anyone reads.
+fn exposure(app: &AppState, direction: Direction, peer_members_only: bool) -> Result<(), SyncError> {
+    let ours_members_only = app.moderation.mode() == crate::config::AccessMode::MembersOnly;
+    let mode = app.moderation.mode().name();
+    if direction.down() && peer_members_only && !ours_members_only {
+        return Err(SyncError::WouldExpose(format!(
+            "the peer serves its events to its members only, and this relay (access.mode = \"{mode}\") would serve \
+             them to anyone: set access.mode = \"members-only\" here first, or pass --allow-public to copy them anyway"
+        )));
+    }
+    if direction.up() && ours_members_only && !peer_members_only {
+        return Err(SyncError::WouldExpose(
+            "this relay serves its events to its members only, and the peer does not require AUTH to read: \
+             it would serve them to anyone; make the peer members-only first, or pass --allow-public to copy them anyway"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A peer's refusal for want of membership, with what to do: make this relay's key a member there.
+fn with_membership_hint(app: &AppState, e: SyncError) -> SyncError {
+    match e {
+        SyncError::Refused(why) if why.starts_with("restricted:") || why.starts_with("auth-required:") => {
+            let key = app.keys.public_key();
+            SyncError::Refused(format!(
+                "{why} (this relay signs in as {hex} ({npub}): make that key a member of the peer, e.g. \
+                 `PUT /admin/v1/members/{hex}` on its admin API, or add it to its auth.members)",
+                hex = key.to_hex(),
+                npub = crate::protocol::nip19::encode("npub", &key.0),
+            ))
+        }
+        e => e,
+    }
 }
 
 /// Fetches `ids` from the peer and stores each one that was asked for and verifies.

@@ -33,7 +33,13 @@ async fn keep_in_step(app: Arc<AppState>, index: usize) {
     let config = &peer.config;
     // Checked when the configuration was loaded.
     let filter: Filter = serde_json::from_str(&config.filter).unwrap_or_default();
-    let planned = Round { url: config.url.clone(), filter, direction: config.direction, dry_run: false };
+    let planned = Round {
+        url: config.url.clone(),
+        filter,
+        direction: config.direction,
+        dry_run: false,
+        allow_public: config.allow_public,
+    };
     let mut wait = FIRST_ROUND;
     loop {
         peer.update(|s| s.next_round_at = Some(Timestamp::now().0 + wait.as_secs()));

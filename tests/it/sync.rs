@@ -300,6 +300,7 @@ async fn a_configured_peer_is_kept_in_step_reported_and_started_from_the_admin_a
             filter: r#"{"kinds":[1]}"#.into(),
             direction: Direction::Down,
             interval_secs: 3600,
+            allow_public: false,
         }];
     })
     .await;
@@ -370,8 +371,13 @@ async fn a_peer_that_is_down_is_reported_and_retried_and_the_relay_serves_on() {
     let url = format!("ws://{closed}/");
     let local = TestRelay::start(|c| {
         admin(c);
-        c.sync.peers =
-            vec![SyncPeer { url: url.clone(), filter: "{}".into(), direction: Direction::Both, interval_secs: 3600 }];
+        c.sync.peers = vec![SyncPeer {
+            url: url.clone(),
+            filter: "{}".into(),
+            direction: Direction::Both,
+            interval_secs: 3600,
+            allow_public: false,
+        }];
     })
     .await;
     let first = last_round(&local, 1).await;
@@ -452,4 +458,61 @@ async fn an_idle_session_is_closed_with_a_neg_err() {
     assert_eq!(closed, Some(json!(["NEG-ERR", "slow", "closed: the session was idle for more than 1 seconds"])));
     c.send(json!(["NEG-MSG", "slow", "61"])).await;
     assert_eq!(c.recv().await, json!(["NEG-ERR", "slow", "closed: no negentropy session is open with this id"]));
+}
+
+#[tokio::test]
+async fn members_only_events_are_not_copied_to_where_anyone_reads_them_unless_allowed() {
+    let member = keys(21);
+    let peer = TestRelay::start(|c| {
+        admin(c);
+        c.access.mode = hearth::config::AccessMode::MembersOnly;
+        c.auth.members = vec![member.public_key()];
+    })
+    .await;
+    let local = TestRelay::start(admin).await;
+    let note = sign(&member, now() - 10, 1, &[], "for the members");
+    let mut c = peer.connect().await;
+    assert_eq!(c.auth(&member, &peer.ws_url()).await[2], json!(true));
+    assert_ok(&c.publish(&note).await, &note.id.to_hex(), true, "");
+
+    // Down from a members-only peer into this public relay: refused, naming the override.
+    let down = json!({"url": peer.ws_url(), "direction": "down"});
+    let (status, body) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(down)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(
+        body["error"],
+        "the peer serves its events to its members only, and this relay (access.mode = \"public\") would serve them \
+         to anyone: set access.mode = \"members-only\" here first, or pass --allow-public to copy them anyway"
+    );
+    assert_eq!((body["stored"].clone(), body["need"].clone()), (json!(0), json!(0)));
+
+    // Allowed, it still needs this relay's key to be a member there: the refusal says which key.
+    let ours = local.nip11().await["self"].as_str().unwrap().to_string();
+    let allowed = json!({"url": peer.ws_url(), "direction": "down", "allow_public": true});
+    let (status, body) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(allowed.clone())).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the peer refused: restricted: this relay is for its members only (this relay signs in as "),
+        "{error}"
+    );
+    assert!(
+        error.contains(&format!("make that key a member of the peer, e.g. `PUT /admin/v1/members/{ours}`")),
+        "{error}"
+    );
+    let (status, _) = call(&peer, Method::PUT, &format!("/admin/v1/members/{ours}"), Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(&local, Method::POST, "/admin/v1/sync/rounds", Some(allowed)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["need"].clone(), body["stored"].clone()), (json!(1), json!(1)));
+
+    // Up from the members-only relay to a public one: refused the same way.
+    let up = json!({"url": local.ws_url(), "direction": "up"});
+    let (status, body) = call(&peer, Method::POST, "/admin/v1/sync/rounds", Some(up)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(
+        body["error"],
+        "this relay serves its events to its members only, and the peer does not require AUTH to read: it would \
+         serve them to anyone; make the peer members-only first, or pass --allow-public to copy them anyway"
+    );
 }

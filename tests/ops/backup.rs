@@ -19,7 +19,11 @@ const TOKEN: &str = "backup-test-token";
 /// The community's configuration: members only, media on, the admin API by token.
 fn community() -> Vec<(&'static str, &'static str)> {
     let mut env = GENEROUS.to_vec();
-    env.extend([("HEARTH_ACCESS__MODE", "members-only"), ("HEARTH_MEDIA__ENABLED", "true"), ("HEARTH_ADMIN__TOKEN", TOKEN)]);
+    env.extend([
+        ("HEARTH_ACCESS__MODE", "members-only"),
+        ("HEARTH_MEDIA__ENABLED", "true"),
+        ("HEARTH_ADMIN__TOKEN", TOKEN),
+    ]);
     env
 }
 
@@ -41,7 +45,8 @@ async fn admin(addr: &str, method: Method, path: &str, body: Option<Value>) -> V
 }
 
 async fn rpc(addr: &str, method: &str, params: Value) -> Value {
-    admin(addr, Method::POST, "/admin/v1/rpc", Some(json!({"method": method, "params": params}))).await["result"].clone()
+    admin(addr, Method::POST, "/admin/v1/rpc", Some(json!({"method": method, "params": params}))).await["result"]
+        .clone()
 }
 
 /// What the community is, as its admin and its members see it.
@@ -87,9 +92,21 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     let (alice, bob, mallory) = (keys(1), keys(2), keys(3));
     let (relay, addr) = start_with(dir.path(), &community());
     let url = format!("ws://{addr}");
-    admin(&addr, Method::PUT, &format!("/admin/v1/members/{}", alice.public_key().to_hex()), Some(json!({"note": "founder"}))).await;
+    admin(
+        &addr,
+        Method::PUT,
+        &format!("/admin/v1/members/{}", alice.public_key().to_hex()),
+        Some(json!({"note": "founder"})),
+    )
+    .await;
     admin(&addr, Method::PUT, &format!("/admin/v1/members/{}", bob.public_key().to_hex()), Some(json!({}))).await;
-    admin(&addr, Method::PUT, &format!("/admin/v1/pubkeys/{}/tier", bob.public_key().to_hex()), Some(json!({"tier": "agent"}))).await;
+    admin(
+        &addr,
+        Method::PUT,
+        &format!("/admin/v1/pubkeys/{}/tier", bob.public_key().to_hex()),
+        Some(json!({"tier": "agent"})),
+    )
+    .await;
     let invite = admin(&addr, Method::POST, "/admin/v1/invites", Some(json!({"uses": 2, "note": "for carol"}))).await;
     assert!(invite["code"].is_string(), "{invite}");
     assert_eq!(rpc(&addr, "banpubkey", json!([mallory.public_key().to_hex(), "spam"])).await, json!(true));
@@ -97,7 +114,9 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     assert_eq!(rpc(&addr, "changerelaydescription", json!(["our corner"])).await, json!(true));
     let mut client = Client::connect(&url).await;
     assert_eq!(client.auth(&alice, &url).await[2], json!(true));
-    for event in [sign(&alice, now() - 10, 1, &[], "hello, members"), sign(&alice, now() - 5, 0, &[], r#"{"name":"alice"}"#)] {
+    for event in
+        [sign(&alice, now() - 10, 1, &[], "hello, members"), sign(&alice, now() - 5, 0, &[], r#"{"name":"alice"}"#)]
+    {
         assert_ok(&client.publish(&event).await, &event.id.to_hex(), true, "");
     }
     let picture = b"a picture of the hearth".to_vec();
@@ -118,9 +137,13 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     // While the relay runs: offline is refused (naming --relay), online is taken.
     let offline = run(&dir.path().join("data"), &["backup", dir.path().join("refused").to_str().unwrap()]);
     assert_eq!(offline.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&offline.stderr).contains("is in use by a running hearth: back it up through it with `hearth backup"));
+    assert!(
+        String::from_utf8_lossy(&offline.stderr)
+            .contains("is in use by a running hearth: back it up through it with `hearth backup")
+    );
     let online = dir.path().join("backup-online");
-    let out = run(&dir.path().join("data"), &["backup", online.to_str().unwrap(), "--relay", &format!("http://{addr}")]);
+    let out =
+        run(&dir.path().join("data"), &["backup", online.to_str().unwrap(), "--relay", &format!("http://{addr}")]);
     assert_eq!(out.status.code(), Some(0));
     let manifest = json_out(&out);
     assert_eq!(
@@ -131,7 +154,8 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     let key = std::fs::metadata(online.join("relay.key")).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&key.permissions()) & 0o777, 0o600);
     // A backup never goes over another.
-    let again = run(&dir.path().join("data"), &["backup", online.to_str().unwrap(), "--relay", &format!("http://{addr}")]);
+    let again =
+        run(&dir.path().join("data"), &["backup", online.to_str().unwrap(), "--relay", &format!("http://{addr}")]);
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty: give a new folder for each backup"));
     stop(relay);
@@ -161,7 +185,10 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     // A stranger still reads nothing.
     let mut stranger = Client::connect(&format!("ws://{addr}")).await;
     stranger.send(json!(["REQ", "peek", {}])).await;
-    assert_eq!(stranger.recv().await, json!(["CLOSED", "peek", "auth-required: this relay is for its members; answer the AUTH challenge"]));
+    assert_eq!(
+        stranger.recv().await,
+        json!(["CLOSED", "peek", "auth-required: this relay is for its members; answer the AUTH challenge"])
+    );
     stop(relay);
 
     // Refused: a directory that is not empty, a folder that is not a complete backup.

@@ -94,6 +94,9 @@ enum Command {
         /// Only count what would move.
         #[arg(long)]
         dry_run: bool,
+        /// Copy a members-only relay's events even into a relay anyone reads (refused without).
+        #[arg(long)]
+        allow_public: bool,
     },
     /// Store JSON lines of signed events (--file, else stdin) by the publish rules, without
     /// quotas; prints a summary line. The relay must not be running.
@@ -213,8 +216,9 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
         }
         Command::Export { filter, media } => return offline(Offline::Export { filter, media }, config).await,
         Command::Import { file, media } => return offline(Offline::Import { file, media }, config).await,
-        Command::Sync { peer, local, filter, direction, dry_run } => {
-            return offline(Offline::Sync { peer, local, filter, direction, dry_run }, config).await;
+        Command::Sync { peer, local, filter, direction, dry_run, allow_public } => {
+            let sync = Offline::Sync { peer, local, filter, direction, dry_run, allow_public };
+            return offline(sync, config).await;
         }
         Command::Compact => return offline(Offline::Compact, config).await,
         Command::Backup { dir, relay } => return offline(Offline::Backup { dir, relay }, config).await,

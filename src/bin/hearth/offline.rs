@@ -23,6 +23,7 @@ pub(crate) enum Offline {
         filter: Option<String>,
         direction: hearth::config::Direction,
         dry_run: bool,
+        allow_public: bool,
     },
     Compact,
     Backup {
@@ -70,7 +71,7 @@ pub(crate) async fn offline(command: Offline, config: Option<&std::path::Path>) 
                 if summary.invalid == 0 && blobs_invalid == 0 { offline::OK } else { offline::INVALID }
             })
         }
-        Offline::Sync { peer, local, filter, direction, dry_run } => {
+        Offline::Sync { peer, local, filter, direction, dry_run, allow_public } => {
             let filter = match filter.as_deref().map(serde_json::from_str).transpose() {
                 Ok(filter) => filter.unwrap_or_default(),
                 Err(e) => {
@@ -78,7 +79,7 @@ pub(crate) async fn offline(command: Offline, config: Option<&std::path::Path>) 
                     return ExitCode::from(offline::UNUSABLE);
                 }
             };
-            let planned = hearth::sync::Round { url: peer, filter, direction, dry_run };
+            let planned = hearth::sync::Round { url: peer, filter, direction, dry_run, allow_public };
             let (outcome, summary) = match offline::sync(config, planned, local).await {
                 Ok(summary) => (Ok(if summary.refused == 0 { offline::OK } else { offline::INVALID }), Some(summary)),
                 Err((e, summary)) => (Err(e), summary),
@@ -131,4 +132,3 @@ pub(crate) async fn offline(command: Offline, config: Option<&std::path::Path>) 
         }
     }
 }
-
