@@ -149,6 +149,7 @@ async function loadOverview() {
       ['Uptime', duration(relay.uptime_secs)],
       ['Version', relay.version],
       ['Node', relay.node],
+      ['Access', accessText(relay.access)],
       ['Quota backend', relay.limiter.redis ? `redis (${relay.limiter.redis.up ? 'up' : 'unavailable'})` : relay.limiter.backend],
       ['Connections', last.connections ?? 0],
       ['Subscriptions', last.subscriptions ?? 0],
@@ -163,6 +164,12 @@ async function loadOverview() {
     });
     fill($('refusals-legend'), LIMIT_TYPES.map((t, n) => el('li', {}, el('span', { class: `swatch series-${n}`, 'aria-hidden': 'true' }), t)));
   });
+}
+
+/** access.mode and who may write and read under it, in words. */
+function accessText(access) {
+  const who = (w) => (w === 'members' ? `members (${access.members})` : 'anyone');
+  return `${access.mode} (publish: ${who(access.writes)}; read: ${who(access.reads)})`;
 }
 
 // ---------- limits ----------
@@ -408,8 +415,6 @@ const LISTS = [
     add: { method: 'banpubkey', label: 'Pubkey to ban', button: null } },
   { title: 'Banned events', list: 'listbannedevents', field: 'id', remove: 'allowevent', verb: 'Allow',
     add: { method: 'banevent', label: 'Event id to ban', button: 'Ban event' } },
-  { title: 'Allowed pubkeys', list: 'listallowedpubkeys', field: 'pubkey', remove: 'unallowpubkey', verb: 'Remove',
-    add: { method: 'allowpubkey', label: 'Pubkey to allow', button: 'Allow pubkey' } },
   { title: 'Allowed kinds', list: 'listallowedkinds', field: null, remove: 'disallowkind', verb: 'Remove',
     add: { method: 'allowkind', label: 'Kind to allow', button: 'Allow kind', number: true } },
   { title: 'Blocked IPs', list: 'listblockedips', field: 'ip', remove: 'unblockip', verb: 'Unblock',

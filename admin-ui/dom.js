@@ -84,5 +84,42 @@ export function person(p) {
   const picture = /^https:\/\//.test(p.picture || '')
     ? el('img', { src: p.picture, alt: '', class: 'avatar', referrerpolicy: 'no-referrer', loading: 'lazy' })
     : null;
-  return el('span', { class: 'person' }, picture, p.name ? el('strong', {}, p.name) : null, ' ', el('code', {}, short(p.pubkey)));
+  const hex = /^[0-9a-f]{64}$/.test(p.pubkey);
+  const key = hex ? npub(p.pubkey) : p.pubkey;
+  return el('span', { class: 'person', title: hex ? `${key}\n${p.pubkey}` : key }, picture, p.name ? el('strong', {}, p.name) : null, ' ',
+    el('code', {}, hex ? `${key.slice(0, 10)}…${key.slice(-6)}` : short(key)), hex ? el('code', { class: 'muted' }, ` ${short(p.pubkey)}`) : null);
+}
+
+const BECH32 = 'qpzry9x8gf2tvdw0s3jn54khce6mua7l';
+
+/** BIP-173's checksum over `values`. */
+function polymod(values) {
+  const gen = [0x3b6a57b2, 0x26508e6d, 0x1ea119fa, 0x3d4233dd, 0x2a1462b3];
+  let chk = 1;
+  for (const v of values) {
+    const top = chk >>> 25;
+    chk = ((chk & 0x1ffffff) << 5) ^ v;
+    for (let i = 0; i < 5; i += 1) if ((top >>> i) & 1) chk ^= gen[i];
+  }
+  return chk;
+}
+
+/** A hex pubkey as NIP-19 `npub` (bech32). */
+export function npub(hex) {
+  const words = [];
+  let acc = 0;
+  let bits = 0;
+  for (const byte of hex.match(/../g).map((b) => parseInt(b, 16))) {
+    acc = ((acc << 8) | byte) & 0xffff;
+    bits += 8;
+    while (bits >= 5) {
+      bits -= 5;
+      words.push((acc >>> bits) & 31);
+    }
+  }
+  if (bits > 0) words.push((acc << (5 - bits)) & 31);
+  const hrp = [...'npub'].map((c) => c.charCodeAt(0));
+  const mod = polymod([...hrp.map((c) => c >> 5), 0, ...hrp.map((c) => c & 31), ...words, 0, 0, 0, 0, 0, 0]) ^ 1;
+  const checksum = [0, 1, 2, 3, 4, 5].map((i) => (mod >>> (5 * (5 - i))) & 31);
+  return `npub1${[...words, ...checksum].map((w) => BECH32[w]).join('')}`;
 }

@@ -95,7 +95,9 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
         .map_err(failed)?
         .map_err(restricted)?;
     if joined {
-        audit(app, &pubkey, "member.join", serde_json::Value::Null, json!(code)).await.map_err(|e| failed(e.into()))?;
+        audit(app, &pubkey, "member.join", serde_json::Value::Null, json!(short_code(&code)))
+            .await
+            .map_err(|e| failed(e.into()))?;
         changed(app, pubkey, true).await;
     }
     Ok(())
@@ -203,4 +205,10 @@ async fn publish_own(app: &AppState, event: Event) -> Result<(), String> {
         other => tracing::debug!(outcome = ?other, "the relay's membership event was not stored"),
     }
     Ok(())
+}
+
+/// An invite code as the audit log and the admin page name it: its first 8 characters (the whole
+/// code would let anyone who reads the log claim what is left of it).
+pub(crate) fn short_code(code: &str) -> String {
+    format!("{}…", code.chars().take(8).collect::<String>())
 }

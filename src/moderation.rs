@@ -337,6 +337,13 @@ impl Moderation {
         self.mode
     }
 
+    /// How many keys are members (`auth.members` and the list kept live, each once).
+    pub fn member_count(&self) -> usize {
+        self.read(|s| {
+            s.allowed_pubkeys.len() + self.members.iter().filter(|m| !s.allowed_pubkeys.contains_key(m)).count()
+        })
+    }
+
     /// True when `pubkey` is a member: in `auth.members` or the member list kept live.
     pub fn is_member(&self, pubkey: &PubKey) -> bool {
         self.members.contains(pubkey) || self.read(|s| s.allowed_pubkeys.contains_key(pubkey))

@@ -163,12 +163,24 @@ impl Relay {
         // Both listeners keep sockets under the same caps and timeouts (each its own count).
         let limits = listener::Limits::of(&app.config);
         tracing::info!("listening on {addr}");
+        tracing::info!(
+            mode = app.config.access.mode.name(),
+            members = app.moderation.member_count(),
+            "{}",
+            access_line(&app)
+        );
         if !app.config.admin.enabled() {
             tracing::info!(
                 "admin API is off: set admin.token (HEARTH_ADMIN__TOKEN) or admin.pubkeys (HEARTH_ADMIN__PUBKEYS) to turn it on"
             );
-        } else if let Some(admin_listener) = admin_listener {
-            tracing::info!("admin API listening on {}", admin_listener.local_addr()?);
+        } else if admin_listener.is_none() {
+            tracing::info!("admin API at http://{addr}/admin/v1/, admin page at http://{addr}/admin/");
+        }
+        if let Some(admin_listener) = admin_listener.filter(|_| app.config.admin.enabled()) {
+            let admin_addr = admin_listener.local_addr()?;
+            tracing::info!(
+                "admin API listening on {admin_addr}: http://{admin_addr}/admin/v1/, admin page at http://{admin_addr}/admin/"
+            );
             let token = app.shutdown.clone();
             let served = server::ROUTES.iter().copied().filter(|&(method, path)| server::is_admin(method, path));
             let routes = http::first_of([http::method_not_allowed(served.collect()), admin::routes(app.clone())])
@@ -287,6 +299,22 @@ async fn sweep_expired(app: Arc<AppState>) {
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "expired events swept"),
             Err(e) => tracing::error!(error = %e, "expiration sweep failed"),
+        }
+    }
+}
+
+/// The start-up line that says who may publish and read.
+fn access_line(app: &AppState) -> String {
+    use crate::config::AccessMode;
+    let members = app.moderation.member_count();
+    match app.config.access.mode {
+        AccessMode::Public if app.moderation.restricted_writes() => {
+            format!("access.mode = public with a member list: only its {members} members publish, anyone reads")
+        }
+        AccessMode::Public => "access.mode = public: anyone publishes and reads".into(),
+        AccessMode::MembersWrite => format!("access.mode = members-write: {members} members publish, anyone reads"),
+        AccessMode::MembersOnly => {
+            format!("access.mode = members-only: {members} members publish and read (after NIP-42 AUTH)")
         }
     }
 }

@@ -11,6 +11,7 @@ import { test, expect } from '@playwright/test';
 import AxeBuilder from '@axe-core/playwright';
 import { createHash } from 'node:crypto';
 import { finalizeEvent, verifyEvent } from 'nostr-tools/pure';
+import { npubEncode } from 'nostr-tools/nip19';
 
 const HTTP = () => process.env.HEARTH_HTTP;
 const TOKEN = () => process.env.HEARTH_TOKEN;
@@ -137,6 +138,7 @@ test('overview: uptime, version, connections, subscriptions, events stored and b
   }
   const relay = (await api('GET', '/admin/v1/relay')).body;
   await expect(figures.locator('.figure', { hasText: 'Version' }).locator('dd')).toHaveText(relay.version);
+  await expect(figures.locator('.figure', { hasText: 'Access' }).locator('dd')).toHaveText('public (publish: anyone; read: anyone)');
   const store = (await api('GET', '/admin/v1/store')).body;
   await expect(figures.locator('.figure', { hasText: 'Events stored' }).locator('dd')).toHaveText(String(store.events));
   await expect(page.getByRole('img', { name: /^Events stored per second: latest/ })).toBeVisible();
@@ -370,11 +372,22 @@ test('members: a member added by npub with a note and removed; an invite created
   await view(page, 'Members');
   await page.getByLabel('Member pubkey').fill(key.npub);
   await page.getByLabel('Note', { exact: true }).fill('from the page');
+  // In public mode the first member changes who may publish: the page says so and asks again.
+  await expect(page.locator('#members-access')).toHaveText('access.mode is public: anyone publishes and reads. Adding a member makes only members publish.');
+  await page.getByRole('button', { name: 'Add member' }).click();
+  await expect(page.locator('#members-message')).toHaveText('access.mode is public: with a first member, only members may publish and every other key is refused (restricted:). Press Add member again to add it.');
+  expect((await api('GET', '/admin/v1/members')).body.members).toEqual([]);
   await page.getByRole('button', { name: 'Add member' }).click();
   await expect(page.locator('#members-message')).toHaveText(/^Added /);
+  await expect(page.locator('#members-access')).toHaveText('access.mode is public with a member list: only these 1 members publish; anyone reads.');
   const short = `${key.pubkey.slice(0, 8)}…${key.pubkey.slice(-6)}`;
   await expect(page.getByRole('button', { name: `Remove member ${short}` })).toBeVisible();
-  await expect(page.locator('#members tbody tr', { hasText: short })).toContainText(`Newcomer ${info.project.name}`);
+  const row = page.locator('#members tbody tr', { hasText: short });
+  await expect(row).toContainText(`Newcomer ${info.project.name}`);
+  // The key in the form people share (npub, encoded by the page; checked against nostr-tools').
+  const npub = npubEncode(key.pubkey);
+  await expect(row).toContainText(`${npub.slice(0, 10)}…${npub.slice(-6)}`);
+  await expect(page.locator('#invite-new')).toBeHidden();
   const listed = (await api('GET', '/admin/v1/members')).body.members.find((m) => m.pubkey === key.pubkey);
   expect(listed).toEqual({ pubkey: key.pubkey, note: 'from the page', source: 'admin' });
   // The relay publishes its member list (access.publish_members), signed with its own key: an
@@ -392,6 +405,7 @@ test('members: a member added by npub with a note and removed; an invite created
   const invite = (await api('GET', '/admin/v1/invites')).body.invites.find((i) => i.code === code);
   expect(invite).toMatchObject({ uses: 3, used: 0, note: 'for the meetup', usable: true });
   await expect(page.getByRole('button', { name: `Revoke invite ${code.slice(0, 8)}` })).toBeVisible();
+  await expect(page.locator('#invites tbody tr', { hasText: code })).toContainText('open');
   await accessible(page, 'members');
   await page.screenshot({ path: join(SHOTS, `${info.project.name}-members.png`), fullPage: true });
   await page.getByRole('button', { name: `Revoke invite ${code.slice(0, 8)}` }).click();

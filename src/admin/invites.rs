@@ -59,11 +59,6 @@ fn shown<'a>(code: &'a str, invite: &'a Invite, now: u64) -> Shown<'a> {
     Shown { code, invite, usable: invite.refusal(now).is_none() }
 }
 
-/// How the audit log names a code: its first eight characters.
-fn named(code: &str) -> String {
-    format!("{}…", code.chars().take(8).collect::<String>())
-}
-
 /// `POST /admin/v1/invites`: a new code; `201` with it.
 pub async fn create(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Response, ApiError> {
     require_json(&ctx)?;
@@ -78,7 +73,8 @@ pub async fn create(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<R
         (None, secs) => now.saturating_add(secs),
     };
     let (code, invite) = crate::membership::mint(&app, body.uses, expires_at, body.note).await?;
-    audit(&app, &who, "invite.create", &named(&code), serde_json::Value::Null, json!(invite)).await?;
+    audit(&app, &who, "invite.create", &crate::membership::short_code(&code), serde_json::Value::Null, json!(invite))
+        .await?;
     Ok(json_response(StatusCode::CREATED, &shown(&code, &invite, now)))
 }
 
@@ -95,6 +91,7 @@ pub async fn list(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Respons
 pub async fn revoke(app: Arc<AppState>, _: RequestCtx, who: Admin, code: String) -> Result<Response, ApiError> {
     let old = app.moderation.update(&app.store, |s| s.invites.remove(&code)).await?;
     let Some(old) = old else { return Err(ApiError::NotFound("no such invite code".into())) };
-    audit(&app, &who, "invite.revoke", &named(&code), json!(old), serde_json::Value::Null).await?;
+    audit(&app, &who, "invite.revoke", &crate::membership::short_code(&code), json!(old), serde_json::Value::Null)
+        .await?;
     ok_json(&json!({"code": code, "revoked": true}))
 }

@@ -93,9 +93,9 @@ fn validate(patch: &Value) -> Result<Vec<(LimitKey, u64)>, ApiError> {
             .as_object()
             .ok_or_else(|| ApiError::BadRequest(format!("`{tier_name}` must be an object of limits")))?;
         for (name, value) in values {
-            let key = QuotaKey::parse(name)
-                .map(|key| LimitKey { tier, key })
-                .ok_or_else(|| ApiError::BadRequest(format!("unknown limit `{tier_name}.{name}`")))?;
+            let key = QuotaKey::parse(name).map(|key| LimitKey { tier, key }).ok_or_else(|| {
+                ApiError::BadRequest(format!("unknown limit `{tier_name}.{name}` ({})", valid_limits()))
+            })?;
             match value.as_u64() {
                 Some(v) if v > 0 && v <= key.key.max() => changes.push((key, v)),
                 _ => {
@@ -183,7 +183,12 @@ pub async fn reset(
     let keys: Vec<LimitKey> = match one {
         Some((tier, key)) => match (Tier::parse(&tier), QuotaKey::parse(&key)) {
             (Some(tier), Some(key)) => vec![LimitKey { tier, key }],
-            _ => return Err(ApiError::BadRequest(format!("unknown limit `{tier}.{key}`"))),
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown limit `{tier}.{key}` (the tiers are human, agent and ip; {})",
+                    valid_limits()
+                )));
+            }
         },
         None => app.moderation.snapshot().limit_overrides.keys().copied().collect(),
     };
@@ -223,6 +228,12 @@ pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: S
     let new = app.limiter.tier(&principal);
     audit(&app, &who, "tier.set", &pk.to_hex(), json!(old), json!(new)).await?;
     ok_json(&json!({"pubkey": pk.to_hex(), "tier": new}))
+}
+
+/// The limits a tier has, for a refusal that names an unknown one.
+fn valid_limits() -> String {
+    let names: Vec<&str> = QuotaKey::ALL.iter().map(|k| k.as_str()).collect();
+    format!("the limits are {}", names.join(", "))
 }
 
 #[cfg(test)]

@@ -407,12 +407,27 @@ async fn relay(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, 
         "description": info.description,
         "icon": info.icon,
         "node": app.config.node.name,
+        "relay_pubkey": app.keys.public_key().to_hex(),
+        "access": access(&app),
         "limiter": {
             "backend": app.config.limits.backend,
             "redis_unavailable": app.config.limits.redis_unavailable,
             "redis": app.limiter.shared_status(),
         },
     }))
+}
+
+/// `access` of `GET /admin/v1/relay`: the mode and who may write and read under it now.
+fn access(app: &AppState) -> Value {
+    let mode = app.moderation.mode();
+    let anyone = |members: bool| if members { "members" } else { "anyone" };
+    serde_json::json!({
+        "mode": mode.name(),
+        "members": app.moderation.member_count(),
+        "writes": anyone(app.moderation.restricted_writes()),
+        "reads": anyone(mode == crate::config::AccessMode::MembersOnly),
+        "publish_members": app.config.access.publish_members,
+    })
 }
 
 #[derive(Serialize)]

@@ -1,7 +1,7 @@
 //! A backup of a whole community: what it holds and how it is read out of a relay.
 //!
 //! Owns the backup's parts ([`Part`]) and their order, and reading them out of a relay's state
-//! ([`read_out`]): the relay's key, every settings document (members, invites, bans and blocks,
+//! (`read_out`): the relay's key, every settings document (members, invites, bans and blocks,
 //! tiers and limit overrides, NIP-11 overrides, the groups' signing state), the audit log, every
 //! stored event (oldest first, in store order, so deletions and replacements fold the same way
 //! again), every blob with who uploaded it, and last a [`Manifest`] counting them. The same parts
@@ -26,7 +26,7 @@ pub const FORMAT: u32 = 1;
 /// Bytes of a blob in one [`Part::BlobData`].
 const BLOB_CHUNK: usize = 1 << 20;
 
-/// One part of a backup, in the order [`read_out`] gives them.
+/// One part of a backup, in the order `read_out` gives them.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Part {

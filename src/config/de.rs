@@ -66,7 +66,7 @@ pub(crate) mod optional_addr {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
-        optional(d, |t| t.parse().ok(), "an address like 127.0.0.1:7778")
+        optional(d, resolve, "an address like 127.0.0.1:7778 or localhost:7778")
     }
 }
 
@@ -80,8 +80,17 @@ pub(crate) mod addr {
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
         let text = String::deserialize(d)?;
-        text.trim().parse().map_err(|_| D::Error::custom(format!("{text:?} is not an address like 127.0.0.1:7777")))
+        resolve(&text).ok_or_else(|| {
+            D::Error::custom(format!("{text:?} is not an address like 127.0.0.1:7777, [::]:7777 or localhost:7777"))
+        })
     }
+}
+
+/// An address to listen on: an IP and a port, or a host name this machine resolves (its first
+/// address: `localhost:7777` is 127.0.0.1:7777 where localhost is IPv4 first).
+fn resolve(text: &str) -> Option<SocketAddr> {
+    let text = text.trim();
+    text.parse().ok().or_else(|| std::net::ToSocketAddrs::to_socket_addrs(text).ok()?.next())
 }
 
 /// A list of IP addresses.

@@ -55,6 +55,29 @@ impl OfflineError {
     }
 }
 
+impl OfflineError {
+    /// What to do instead when `command` met a data directory a running relay holds: the running
+    /// relay's way of doing it, or stopping it first. Empty for any other failure.
+    pub fn while_running(&self, command: &str) -> &'static str {
+        if !matches!(self, OfflineError::Store(StoreError::InUse { .. })) {
+            return "";
+        }
+        match command {
+            "export" => {
+                ": read it through the running relay instead, `GET /admin/v1/export` (admin.token), or stop it first"
+            }
+            "compact" => {
+                ": ask the running relay instead, `POST /admin/v1/store/compact` (it compacts while serving), or stop it first"
+            }
+            "import" => {
+                ": publish through the running relay instead (`hearth publish --relay ws://… < FILE`), or stop it first"
+            }
+            "backup" => ": back it up through the running relay with `hearth backup DIR --relay http://HOST:PORT`",
+            _ => ": stop the relay first (systemctl stop hearth, or SIGTERM)",
+        }
+    }
+}
+
 impl From<RunError> for OfflineError {
     fn from(e: RunError) -> OfflineError {
         match e {

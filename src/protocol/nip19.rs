@@ -25,11 +25,15 @@ pub fn encode(hrp: &str, bytes: &[u8; 32]) -> String {
 }
 
 impl PubKey {
-    /// A pubkey given as 64 lowercase hex characters or as an `npub`, as operators and admin
-    /// callers write it.
+    /// A pubkey given as 64 hex characters (either case) or as an `npub`, as operators and
+    /// admin callers write it (events themselves carry lowercase hex only).
     pub fn parse(text: &str) -> Option<PubKey> {
         let text = text.trim();
-        if text.starts_with("npub1") { decode("npub", text).map(PubKey) } else { PubKey::from_hex(text) }
+        if text.starts_with("npub1") {
+            decode("npub", text).map(PubKey)
+        } else {
+            PubKey::from_hex(&text.to_ascii_lowercase())
+        }
     }
 }
 
@@ -43,6 +47,7 @@ mod tests {
         let hex = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e";
         let npub = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg";
         let bytes = decode("npub", npub).unwrap();
+        assert_eq!(PubKey::parse(&hex.to_uppercase()), Some(PubKey(bytes)));
         assert_eq!(hex::encode(bytes), hex);
         assert_eq!(encode("npub", &bytes), npub);
         assert!(decode("nsec", npub).is_none());

@@ -107,6 +107,14 @@ async fn an_invite_claimed_once_makes_a_member_a_second_claim_is_refused_and_lea
         ["member.join", "member.leave", "invite.create"].iter().all(|a| actions.iter().any(|b| b == a)),
         "{actions:?}"
     );
+    // The audit log names a code the same way everywhere, and never whole.
+    let (_, audit) = admin(&relay, Method::GET, "/admin/v1/audit?limit=100", None).await;
+    let shown = format!("{}…", &code[..8]);
+    let entries = audit["entries"].as_array().unwrap();
+    let entry = |action: &str| entries.iter().find(|e| e["action"] == action).unwrap().clone();
+    assert_eq!(entry("member.join")["new"], json!(shown));
+    assert!(entries.iter().any(|e| e["action"] == "invite.create" && e["target"] == json!(shown)), "{audit}");
+    assert!(!audit.to_string().contains(&code), "{audit}");
 }
 
 #[tokio::test]

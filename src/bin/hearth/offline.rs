@@ -41,6 +41,23 @@ pub(crate) enum Offline {
     SearchReindex,
 }
 
+impl Offline {
+    /// The subcommand's name.
+    fn name(&self) -> &'static str {
+        match self {
+            Offline::Export { .. } => "export",
+            Offline::Import { .. } => "import",
+            Offline::Sync { .. } => "sync",
+            Offline::Compact => "compact",
+            Offline::Backup { .. } => "backup",
+            Offline::Restore { .. } => "restore",
+            Offline::Check { .. } => "check",
+            Offline::Migrate | Offline::ToPostgres => "migrate",
+            Offline::SearchReindex => "search-reindex",
+        }
+    }
+}
+
 /// `export`, `import`, `compact`, `check` and `migrate` on the configured data directory.
 pub(crate) async fn offline(command: Offline, config: Option<&std::path::Path>) -> ExitCode {
     use hearth::offline;
@@ -48,6 +65,7 @@ pub(crate) async fn offline(command: Offline, config: Option<&std::path::Path>) 
         Ok(config) => config,
         Err(code) => return code,
     };
+    let name = command.name();
     let outcome = match command {
         Offline::Export { filter, media } => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -127,7 +145,7 @@ pub(crate) async fn offline(command: Offline, config: Option<&std::path::Path>) 
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("hearth: {e}");
+            eprintln!("hearth: {e}{}", e.while_running(name));
             ExitCode::from(e.exit_code())
         }
     }
