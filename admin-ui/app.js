@@ -1,5 +1,5 @@
 // The admin page: sign-in, the views, and polling. It uses only the documented admin API
-// (README, "Admin API"); every error is shown as a message, never a blank page.
+// (docs/src/admin-api.md); every error is shown as a message, never a blank page.
 
 import { ApiError, Unauthorized, call, get, rpc, token } from './api.js';
 import { draw } from './chart.js';

@@ -5,7 +5,7 @@
 //! maps to its wire (`OK` on WebSocket, a status code over HTTP). The signature check runs on the
 //! publishing connection's own task, so the scheduler shares the cores between connections: on a
 //! shared first-in first-out blocking pool, a client flooding EVENTs put every other client's
-//! events behind its backlog (README, Performance). It does not parse frames or bill the arrival
+//! events behind its backlog (docs/src/performance.md). It does not parse frames or bill the arrival
 //! of frames; it does bill the durable `messages` quota, after verification and the duplicate
 //! check, and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 

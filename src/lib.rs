@@ -20,7 +20,7 @@
 //! bound listener and a shutdown future: the caller binds, the library serves.
 //!
 //! This file only declares the modules and re-exports the API; nothing imports it. The modules
-//! are floors that import only the floors below them (README, Layout; `tests/layers.rs` checks
+//! are floors that import only the floors below them (docs/src/architecture.md; `tests/layers.rs` checks
 //! it from the code's own imports).
 
 pub(crate) mod admin;

@@ -1,7 +1,7 @@
 //! The drawing of the house, made from the code's own imports: which module of the library
 //! imports which, read from `src/` with a Rust parser, and checked against the floors below.
 //!
-//! Asserts what the layout promises (README, Layout): no circle of imports anywhere, among the
+//! Asserts what the layout promises (docs/src/architecture.md): no circle of imports anywhere, among the
 //! files of one folder as much as between folders (a folder's `mod.rs` counts as a module of its
 //! own); every import goes from a room to a room on a lower floor, or stays inside its room;
 //! rooms on one floor (the transports, say) never import each other; every module is on a

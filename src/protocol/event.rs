@@ -18,7 +18,7 @@ pub enum EventError {
     /// The JSON did not have the shape or the types of a NIP-01 event.
     #[error("{0}")]
     Malformed(String),
-    /// A tag with no elements; hearth refuses them (see README, "ambiguous events").
+    /// A tag with no elements; hearth refuses them (docs/src/protocol-decisions.md, "ambiguous events").
     #[error("tag {0} is empty")]
     EmptyTag(usize),
 }

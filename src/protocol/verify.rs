@@ -2,7 +2,7 @@
 //!
 //! Owns the only way to make a [`VerifiedEvent`]: [`verify`] recomputes the id from the parsed
 //! fields and checks the BIP-340 signature over it. Storage and fan-out take `VerifiedEvent`, so an
-//! unchecked event cannot reach them. It is the costliest step of a publish (README,
+//! unchecked event cannot reach them. It is the costliest step of a publish (docs/src/performance.md,
 //! Performance): callers run it on the task of the connection or request it belongs to, so the
 //! scheduler shares the cores fairly (see `ingest`).
 

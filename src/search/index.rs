@@ -152,7 +152,7 @@ impl SearchIndex {
     fn with(index: Index, fields: Fields, memory_bytes: usize) -> Result<SearchIndex, SearchError> {
         index.tokenizers().register(analyzer::NAME, analyzer::analyzer());
         // One indexing thread: the relay's own threads need the other core more than indexing
-        // needs a second one (README, Search).
+        // needs a second one (docs/src/search.md).
         let writer = index.writer_with_num_threads(1, memory_bytes.max(MIN_MEMORY_BYTES))?;
         let reader = index.reader_builder().reload_policy(tantivy::ReloadPolicy::Manual).try_into()?;
         Ok(SearchIndex { index, writer: Mutex::new(writer), reader, fields, kinds: Vec::new() })

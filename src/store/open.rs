@@ -187,7 +187,7 @@ pub(crate) fn from_db(
 /// Once `opened` is the last handle on the store (after its shutdown), closes it and
 /// opens its sled database once more. sled 0.34 writes the snapshot of its page table only
 /// when it opens, and an open reads back everything written since the previous one (seconds
-/// after a long ingest; README, Store size), so a stop that does this leaves the next start
+/// after a long ingest; docs/src/performance.md, Store size), so a stop that does this leaves the next start
 /// nothing to read back: the wait moves from the start, when clients are refused, to the
 /// stop. Returns without it (logged) while another handle is held, for a temporary store,
 /// or when the open fails (the next start then reads back as before).

@@ -128,7 +128,7 @@ async fn invalid_vectors_are_rejected_invalid_and_nothing_is_stored() {
 #[tokio::test]
 async fn ambiguous_vectors_are_rejected_invalid() {
     // hearth's documented choice: an empty tag, a lone surrogate and a negative created_at are
-    // all refused (README, "Ambiguous events").
+    // all refused (docs/src/protocol-decisions.md, "ambiguous events").
     let relay = vector_relay().await;
     let mut c = relay.connect().await;
     for line in lines(AMBIGUOUS) {

@@ -19,7 +19,13 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// hearth: a self-contained Nostr relay (run without a subcommand), and a client for it.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    after_help = "Without a subcommand, hearth runs the relay: `hearth --config relay.toml` (or `hearth` alone: \
+                  ./relay.toml when present, else the built-in defaults; HEARTH_<SECTION>__<KEY> variables \
+                  override either). Stop it with Ctrl-C or SIGTERM."
+)]
 struct Cli {
     /// Configuration file (default: ./relay.toml when present, else the built-in defaults).
     #[arg(long)]

@@ -8,7 +8,7 @@
 //!
 //! Why: a compaction gives every live record a new place. Rewriting every `i` bucket and every
 //! index segment at its swap stopped writes for as long as that took, which grew with the store
-//! (README, Store size, has the figures). Now the swap flips the catalogue's parity (an entry
+//! (docs/src/performance.md, Store size, has the figures). Now the swap flips the catalogue's parity (an entry
 //! whose top bit is not the current parity names a place in the previous generation, to be
 //! looked up in the moves) and keeps the old segments, read through the same moves; the writer
 //! rewrites the buckets a step at a time between its groups, and the merge thread writes the

@@ -14,7 +14,7 @@
 //! shutdown. After a crash, `replay` runs the frames after the end sled last made durable
 //! through the same code the writes took the first time, in the same order, so sled and the index
 //! come back exactly as they were acknowledged. One sled batch per group and one sync per ack
-//! (not one batch per event, nor three syncs per ack) are what the ingest figures in README rest
+//! (not one batch per event, nor three syncs per ack) are what the ingest figures in docs/src/performance.md rest
 //! on.
 //!
 //! Between groups it also takes the steps of an unfinished compaction's remap (`remap`, `remapping`):

@@ -1,5 +1,5 @@
 //! `scale`: how memory, start-up and queries go with the size of the store, on the release
-//! relay. One size per run; the README's curve is several runs. `compact`: a compaction of such
+//! relay. One size per run; the book's curve (docs/src/performance.md) is several runs. `compact`: a compaction of such
 //! a store under an ingest, as a client meets it.
 
 use std::path::Path;
