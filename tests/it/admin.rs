@@ -182,7 +182,11 @@ async fn a_bad_patch_names_the_field_and_changes_nothing() {
             "`human.messages_per_min` must be a positive integer of at most 1000000000",
         ),
         (json!({"robots": {"ws_events_per_sec": 20}}), "unknown tier `robots` (expected human, agent or ip)"),
-        (json!({"agent": {"bogus": 1}}), "unknown limit `agent.bogus`"),
+        (
+            json!({"agent": {"bogus": 1}}),
+            "unknown limit `agent.bogus` (the limits are ws_events_per_sec, ws_burst_window_secs, ws_reqs_per_sec, \
+             ws_reqs_burst_window_secs, messages_per_min, api_calls_per_min, upload_bytes_per_day)",
+        ),
         (
             json!({"agent": {"api_calls_per_min": -5}}),
             "`agent.api_calls_per_min` must be a positive integer of at most 1000000000",
@@ -848,6 +852,22 @@ async fn the_admin_page_is_served_with_its_headers_where_the_admin_api_is() {
         .await;
     assert_eq!(renamed["result"], true);
     assert_eq!(api.token(Method::GET, "/admin/v1/relay", None).await.1["name"], "the den");
+    // Who may write and read, as the mode and the member list make it: the first member of a
+    // public relay restricts its writes.
+    assert_eq!(about["relay_pubkey"], relay.nip11().await["self"]);
+    let access =
+        json!({"mode": "public", "members": 0, "writes": "anyone", "reads": "anyone", "publish_members": false});
+    assert_eq!(about["access"], access);
+    let member = keys(40).public_key().to_hex();
+    assert_eq!(
+        api.token(Method::PUT, &format!("/admin/v1/members/{}", member.to_uppercase()), Some(json!({}))).await.0,
+        StatusCode::OK
+    );
+    let access =
+        json!({"mode": "public", "members": 1, "writes": "members", "reads": "anyone", "publish_members": false});
+    assert_eq!(api.token(Method::GET, "/admin/v1/relay", None).await.1["access"], access);
+    let listed = api.token(Method::GET, "/admin/v1/members", None).await.1;
+    assert_eq!(listed["members"][0]["pubkey"], json!(member), "an upper-case hex key is the same key");
 }
 
 #[tokio::test]

@@ -209,6 +209,13 @@ enum Cmd {
         kills: usize,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Each kill is a power cut: the event log loses what it had not synced (the relay
+        /// records its synced length; the run cuts the file back to it before restarting).
+        #[arg(long)]
+        power_cut: bool,
+        /// Seconds a start may take before the run fails as hung (the report gives the slowest).
+        #[arg(long, default_value_t = 10)]
+        start_deadline_secs: u64,
     },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {
@@ -249,7 +256,10 @@ async fn main() -> ExitCode {
         Cmd::Search { events, file } => drive::search(events, &file).await,
         Cmd::Cluster { events, file } => drive::cluster(events, &file).await,
         Cmd::Postgres { events, file } => drive::postgres(events, &file).await,
-        Cmd::Crash { kills, seed } => drive::crash(kills, seed).await,
+        Cmd::Crash { kills, seed, power_cut, start_deadline_secs } => {
+            let start_deadline = std::time::Duration::from_secs(start_deadline_secs);
+            drive::crash(drive::Kills { kills, seed, power_cut, start_deadline }).await
+        }
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,
     };

@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
+use super::power_cut::mark_synced;
+
 use super::Serial;
 
 /// The log's file name in the data directory before its first compaction (generation 0).
@@ -123,6 +125,7 @@ impl Log {
             return Err(LogError::Short { name: name.to_string(), len: meta.len(), committed });
         }
         let identity = (meta.dev(), meta.ino());
+        mark_synced(&path, &file);
         Ok(Log { backing: Backing::File { file, path, identity }, end: AtomicU64::new(committed) })
     }
 
@@ -164,9 +167,11 @@ impl Log {
     /// Cuts the file back to `at` (the end), dropping the frames of a group that failed.
     pub fn truncate(&self, at: u64) -> io::Result<()> {
         match &self.backing {
-            Backing::File { file, .. } => {
+            Backing::File { file, path, .. } => {
                 file.set_len(at)?;
-                file.sync_data()
+                file.sync_data()?;
+                mark_synced(path, file);
+                Ok(())
             }
             Backing::Memory(bytes) => {
                 let at = usize::try_from(at).map_err(io::Error::other)?;
@@ -218,7 +223,11 @@ impl Log {
     /// Makes what was written durable (`fdatasync`, which also persists the file's new size).
     pub fn sync(&self) -> io::Result<()> {
         match &self.backing {
-            Backing::File { file, .. } => file.sync_data(),
+            Backing::File { file, path, .. } => {
+                file.sync_data()?;
+                mark_synced(path, file);
+                Ok(())
+            }
             Backing::Memory(_) => Ok(()),
         }
     }

@@ -13,7 +13,14 @@
 //! until the kill. After every start: each acknowledged note that no deletion (sent, acknowledged
 //! or not) targets is served by id and by author; no target of an acknowledged deletion is served;
 //! each author's profile is the newest acknowledged version or a newer one; nothing is served
-//! twice; and the relay was listening within [`START_LIMIT`].
+//! twice; and the relay was listening within the start deadline.
+//!
+//! With `power_cut`, each kill is a power cut: the relay runs with
+//! [`hearth::store::format::power_cut::POWER_CUT_MARK`], which makes it record, at every sync of its
+//! event log, the length that is durable; after each SIGKILL the log is cut back to that length
+//! before the next start, so that what was written but not synced is lost as a power cut loses
+//! it (the page cache a SIGKILL keeps is thrown away). sled's own files are left as the kernel
+//! had them: what the relay acknowledged is the log's, which sled is rebuilt from.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -52,9 +59,44 @@ struct Model {
     clock: u64,
 }
 
-/// Runs `kills` kill-and-restart rounds with the RNG seeded by `seed`.
-pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
+/// How one run kills and starts the relay.
+pub(crate) struct Kills {
+    /// Kill-and-restart rounds.
+    pub(crate) kills: usize,
+    /// The RNG's seed.
+    pub(crate) seed: u64,
+    /// Each kill loses what the event log had not synced.
+    pub(crate) power_cut: bool,
+    /// How long a start may take before the run fails as hung.
+    pub(crate) start_deadline: Duration,
+}
+
+/// Cuts the event log named in the mark file back to the length it says is durable; returns
+/// how many bytes that threw away.
+fn cut_power(data: &std::path::Path) -> Res<u64> {
+    let mark = std::fs::read_to_string(data.join("power-cut.mark")).unwrap_or_default();
+    let mut fields = mark.split_whitespace();
+    let (Some(name), Some(durable)) = (fields.next(), fields.next().and_then(|n| n.parse::<u64>().ok())) else {
+        return Err(format!("the relay wrote no power-cut mark ({mark:?})"));
+    };
+    let log = data.join("data").join(name);
+    // A log the mark names that is gone was replaced by a compaction, which synced its successor.
+    let Ok(file) = std::fs::OpenOptions::new().write(true).open(&log) else { return Ok(0) };
+    let len = file.metadata().map_err(err)?.len();
+    if len <= durable {
+        return Ok(0);
+    }
+    file.set_len(durable).map_err(err)?;
+    file.sync_all().map_err(err)?;
+    Ok(len - durable)
+}
+
+/// Runs the kill-and-restart rounds `run` asks for.
+pub(crate) async fn crash(run: Kills) -> Res<Vec<Report>> {
+    let Kills { kills, seed, power_cut, start_deadline } = run;
     let data = scratch_dir("crash")?;
+    let mark = data.join("power-cut.mark");
+    let mark = mark.to_str().ok_or("the scratch directory's path is not UTF-8")?.to_string();
     let model = Arc::new(Mutex::new(Model { clock: Timestamp::now().0 - 2_000_000, ..Model::default() }));
     let mut rng = Rng::new(seed);
     // The index is written out every 256 events, so that kills land while index segments are
@@ -64,11 +106,16 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
         ("HEARTH_LIMITATION__DEFAULT_LIMIT", "1000000"),
         ("HEARTH_STORAGE__INDEX_MEMORY_EVENTS", "256"),
     ];
+    let mut env = env.to_vec();
+    if power_cut {
+        env.push((hearth::store::format::power_cut::POWER_CUT_MARK, mark.as_str()));
+    }
+    let (mut cut_bytes, mut cuts) = (0u64, 0u64);
     let (mut slowest, mut stops_cut) = (Duration::ZERO, 0);
     let started = Instant::now();
     for kill in 0..=kills {
         let begun = Instant::now();
-        let on = Spawned::start_within(data.clone(), &env, Some(START_LIMIT))
+        let on = Spawned::start_within(data.clone(), &env, Some(start_deadline))
             .map_err(|e| format!("start {kill} (seed {seed}): {e}"))?;
         slowest = slowest.max(begun.elapsed());
         let checked = check(&on.relay, &model).await;
@@ -97,12 +144,18 @@ pub(crate) async fn crash(kills: usize, seed: u64) -> Res<Vec<Report>> {
         for w in writers {
             w.await.map_err(err)?;
         }
+        if power_cut {
+            let lost = cut_power(&data)?;
+            cut_bytes += lost;
+            cuts += u64::from(lost > 0);
+        }
     }
     let m = model.lock().map_err(err)?;
     Ok(vec![Report {
         json: json!({"cmd": "crash", "kills": kills, "seed": seed, "acked": m.acked,
             "notes_served": m.notes.len() - m.notes.keys().filter(|id| m.targeted.contains(*id)).count(),
-            "deletions": m.deleted.len(), "stops_cut": stops_cut, "slowest_start_ms": slowest.as_secs_f64() * 1e3,
+            "deletions": m.deleted.len(), "stops_cut": stops_cut, "power_cut": power_cut, "power_cuts_that_lost_bytes": cuts,
+            "unsynced_bytes_lost": cut_bytes, "slowest_start_ms": slowest.as_secs_f64() * 1e3,
             "secs": started.elapsed().as_secs_f64()}),
         summary: format!(
             "crash: {kills} kills (seed {seed}; {stops_cut} of them into a stop), {} events acknowledged, every one as acknowledged after each restart; slowest start {:.0} ms",

@@ -81,8 +81,6 @@ fn writing_snapshot(dir: &Path) -> bool {
 
 /// Log lines a [`Spawned`] keeps.
 const KEPT_LINES: usize = 30;
-/// How long a start may take before it counts as hung.
-pub(super) const START_LIMIT: Duration = Duration::from_secs(10);
 
 impl Spawned {
     /// Starts the `hearth` beside this binary with generous quotas and `env` on top.

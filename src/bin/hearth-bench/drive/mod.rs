@@ -28,7 +28,7 @@ use harness::*;
 
 pub(crate) use bounds::{bound, limiter};
 pub(crate) use cluster::cluster;
-pub(crate) use crash::crash;
+pub(crate) use crash::{Kills, crash};
 pub(crate) use generate::{gen_file, gen_file_with};
 pub(crate) use groups::groups;
 pub(crate) use media::media;
