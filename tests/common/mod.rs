@@ -359,7 +359,8 @@ pub fn generous(c: &mut Config) {
 }
 
 /// An HTTP call to `relay`: with a bearer token (`bearer`, the admin API's) and/or signed NIP-98
-/// by `signer`; the status and the JSON body (`null` for none).
+/// by `signer`; the status and the JSON body (`null` for an empty one; any other body that is
+/// not JSON fails the test).
 pub async fn http(
     relay: &TestRelay,
     method: reqwest::Method,
@@ -395,7 +396,15 @@ pub async fn http_at(
     }
     let resp = tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap();
     let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    let text = tokio::time::timeout(STEP, resp.text()).await.unwrap().unwrap();
+    // An empty body is `null`; any other body must be JSON (a test that gets HTML or a truncated
+    // body fails here, naming it).
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {url}: {status}: not JSON ({e}): {text}"))
+    };
+    (status, body)
 }
 
 /// The actions of the relay's audit log, newest first (the admin API, with `token`).

@@ -118,6 +118,46 @@ async fn every_auth_failure_is_a_bare_401_and_failures_are_throttled() {
 }
 
 #[tokio::test]
+async fn a_nip98_admin_call_is_bound_to_its_url_its_method_and_one_use_and_post_root_wants_nip98() {
+    let relay = TestRelay::start(|c| {
+        generous(c);
+        with_admin(c);
+    })
+    .await;
+    let api = AdminApi::new(&relay);
+    let unauthorized = (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"}));
+    let signed = |path: &str, method: &str| {
+        let url = format!("{}{path}", api.base);
+        nip98::header(&keys(100), &nip98::Request { url: &url, method, body: b"" }, Timestamp(now())).unwrap()
+    };
+    // Used once: the same header again is a replay.
+    let once = signed("/admin/v1/audit", "GET");
+    assert_eq!(api.call(Method::GET, "/admin/v1/audit", None, Some(&once)).await.0, StatusCode::OK);
+    assert_eq!(api.call(Method::GET, "/admin/v1/audit", None, Some(&once)).await, unauthorized);
+    // Signed for another URL, or another method.
+    let elsewhere = signed("/admin/v1/members", "GET");
+    assert_eq!(api.call(Method::GET, "/admin/v1/audit", None, Some(&elsewhere)).await, unauthorized);
+    let as_get = signed("/admin/v1/store/compact", "GET");
+    assert_eq!(api.call(Method::POST, "/admin/v1/store/compact", None, Some(&as_get)).await, unauthorized);
+    // NIP-86 at POST / takes NIP-98 only: the admin token is refused there.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/", api.base))
+        .header("content-type", "application/nostr+json+rpc")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(json!({"method": "supportedmethods", "params": []}).to_string())
+        .timeout(STEP)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((resp.status(), resp.json::<Value>().await.unwrap()), unauthorized);
+    let (status, body) = api.nip86(&keys(100), "supportedmethods", json!([])).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // None of the refused calls did anything: the audit log holds no compaction.
+    let (_, audit) = api.token(Method::GET, "/admin/v1/audit", None).await;
+    assert_eq!(audit, json!({"entries": []}));
+}
+
+#[tokio::test]
 async fn limits_tuned_live_apply_to_open_connections_and_survive_restart() {
     let relay = TestRelay::start(|c| {
         with_admin(c);
@@ -819,7 +859,16 @@ async fn the_admin_page_is_served_with_its_headers_where_the_admin_api_is() {
     assert_page_headers(&page, "text/html; charset=utf-8", "/admin/");
     let html = page.text().await.unwrap();
     assert_eq!(html, std::fs::read_to_string("admin-ui/index.html").unwrap());
-    for name in ["index.html", "style.css", "app.js", "api.js", "dom.js", "chart.js"] {
+    // Every file of admin-ui/ is embedded and served as it is on disk (a file the page imports
+    // that the binary lacks would break the page).
+    let mut names: Vec<String> = std::fs::read_dir("admin-ui")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".html") || n.ends_with(".css") || n.ends_with(".js"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 12, "{names:?}");
+    for name in &names {
         let resp = http.get(format!("{base}/admin/{name}")).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK, "{name}");
         let want = match name.rsplit('.').next().unwrap() {

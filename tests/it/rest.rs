@@ -390,6 +390,7 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
         hearth::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(documented, served);
     // Every documented route is answered (not 404/405); the wrong method is not.
+    let mut admin_routes = 0;
     for (method, path) in &documented {
         let concrete = path
             .replace("{id}", &"0".repeat(64))
@@ -412,6 +413,21 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
             .unwrap();
         let status = resp.status();
         assert_ne!(status, 405, "{method} {path}");
+        // The admin API (and NIP-86 at POST /): 401 without credentials, with no hint which part
+        // was missing, on every route.
+        if path.starts_with("/admin/v1/") || (method == reqwest::Method::POST && path == "/") {
+            let body = resp.text().await.unwrap();
+            assert_eq!(
+                (status, body.as_str()),
+                (StatusCode::UNAUTHORIZED, r#"{"error":"unauthorized"}"#),
+                "{method} {path}"
+            );
+            admin_routes += 1;
+            // Ten failed admin calls a minute per address: the relay's clock moves on so the
+            // next one is judged on its credentials, not throttled.
+            relay.clock.advance(Duration::from_secs(6));
+            continue;
+        }
         if concrete.starts_with("/api/v1/events/") {
             // The route answers; the event just is not stored.
             assert_eq!(resp.json::<Value>().await.unwrap(), json!({"error": "event not found"}));
@@ -422,6 +438,10 @@ async fn the_openapi_document_describes_exactly_the_routes_served() {
             assert_ne!(status, 404, "{method} {path} is documented but not answered");
         }
     }
+    let every_admin_route =
+        hearth::ROUTES.iter().filter(|(m, p)| p.starts_with("/admin/v1/") || (*m == "POST" && *p == "/")).count();
+    assert_eq!(admin_routes, every_admin_route);
+    assert!(admin_routes >= 30, "{admin_routes}");
     for (method, path) in
         [("DELETE", "/api/v1/events"), ("GET", "/api/v1/query"), ("PUT", "/metrics"), ("GET", "/api/v2/events")]
     {

@@ -79,30 +79,38 @@ async fn neg_finds_exactly_the_difference_and_private_messages_only_for_their_pa
     let t = now() - 100;
     let notes: Vec<Event> = (0..5).map(|i| sign(&alice, t + i, 1, &[], &format!("note {i}"))).collect();
     let dm = sign(&alice, t + 10, 4, &[&["p", &bob.public_key().to_hex()]], "c2VjcmV0?iv=AAAAAAAAAAAAAAAAAAAAAA==");
+    // A gift wrap (NIP-59) to bob, signed by a throwaway key as NIP-59 has it.
+    let wrap = sign(&keys(9), t + 11, 1059, &[&["p", &bob.public_key().to_hex()]], "sealed");
     let mut c = relay.connect().await;
-    for e in notes.iter().chain([&dm]) {
+    for e in notes.iter().chain([&dm, &wrap]) {
         assert_ok(&c.publish(e).await, &e.id.to_hex(), true, "");
     }
     // We hold notes 0 and 1 and one event the relay lacks.
     let only_ours = sign(&alice, t + 20, 1, &[], "only ours");
     let ours = [&notes[0], &notes[1], &only_ours];
 
-    // A stranger's set has the notes, never the DM (nor its id).
+    // A stranger's set has the notes, never the DM or the wrap (nor their ids), before AUTH and
+    // after it.
     let mut s = relay.connect().await;
     let (have, need) = reconcile(&mut s, "n1", json!({}), &ours).await;
     assert_eq!(have, vec![only_ours.id.to_hex()]);
     assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4]]));
-    s.auth(&stranger, &relay.ws_url()).await;
-    let (_, need) = reconcile(&mut s, "n2", json!({"kinds": [1, 4]}), &ours).await;
+    let answer = s.auth(&stranger, &relay.ws_url()).await;
+    assert_eq!((&answer[0], &answer[2]), (&json!("OK"), &json!(true)), "{answer}");
+    let (_, need) = reconcile(&mut s, "n2", json!({"kinds": [1, 4, 1059]}), &ours).await;
     assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4]]));
+    let (have, need) = reconcile(&mut s, "n2w", json!({"kinds": [1059]}), &[]).await;
+    assert_eq!((have, need), (Vec::<String>::new(), Vec::<String>::new()));
 
     // The recipient, authenticated, is told of it; a filter narrows the set.
     let mut b = relay.connect().await;
     b.auth(&bob, &relay.ws_url()).await;
     let (_, need) = reconcile(&mut b, "n3", json!({}), &ours).await;
-    assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4], &dm]));
+    assert_eq!(need, sorted(&[&notes[2], &notes[3], &notes[4], &dm, &wrap]));
     let (have, need) = reconcile(&mut b, "n4", json!({"kinds": [4]}), &[]).await;
     assert_eq!((have, need), (vec![], vec![dm.id.to_hex()]));
+    let (have, need) = reconcile(&mut b, "n5", json!({"kinds": [1059]}), &[]).await;
+    assert_eq!((have, need), (vec![], vec![wrap.id.to_hex()]));
 
     // Before AUTH, a filter for private kinds alone is refused auth-required, with a challenge.
     let mut fresh = relay.connect().await;
