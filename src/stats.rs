@@ -28,6 +28,9 @@ pub const KEPT: usize = 180;
 pub struct Sample {
     /// When it was taken (unix seconds).
     pub at: u64,
+    /// Seconds since the previous sample, as measured (0 for the first): each rate is a count
+    /// over these seconds, so `rate × secs` gives the count back.
+    pub secs: f64,
     /// Open WebSocket connections.
     pub connections: usize,
     /// Open subscriptions.
@@ -96,6 +99,7 @@ fn sample_between(last: Option<&Last>, now: &Last, at: u64, connections: usize, 
         .collect();
     Sample {
         at,
+        secs,
         connections,
         subscriptions,
         events_stored_per_sec: last.map_or(0.0, |l| rate(now.stored, l.stored)),

@@ -41,6 +41,22 @@ pub async fn nip11_at(url: &str) -> Value {
 /// How long any single network step may take.
 pub const STEP: Duration = Duration::from_secs(10);
 
+/// The one way these tests wait for something: `check` is asked every 20 ms until it answers
+/// `Some`, which is returned; past `within` the test fails naming `what` and the last answer
+/// `check` explained itself with (its `Err`). Never a fixed sleep, never a wall-clock assertion:
+/// `within` only tells a hang from a slow machine.
+pub async fn poll<T>(what: &str, within: Duration, mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let last = match check().await {
+            Ok(done) => return done,
+            Err(last) => last,
+        };
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}; last: {last}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A running relay: [`hearth::testing::TestRelay`] (the API other crates' tests use, so it is
 /// exercised by every test here) with the production limits as its defaults, and the helpers
 /// these tests share.

@@ -388,34 +388,34 @@ async fn stats_sample_connections_subscriptions_stored_events_and_refusals_every
     let mut a = relay.connect().await;
     let mut b = relay.connect().await;
     b.req("live", vec![json!({"kinds": [7]})]).await;
-    for i in 0..3 {
+    // Five at once: a burst of 3 is taken; what the real clock refilled meanwhile is counted
+    // from the answers, not assumed.
+    let (mut stored, mut refused) = (0u64, 0u64);
+    for i in 0..5 {
         let e = sign(&keys(30), now(), 1, &[], &format!("{i}"));
-        assert_eq!(a.publish(&e).await[2], true);
-    }
-    for i in 0..2 {
-        let e = sign(&keys(30), now(), 1, &[], &format!("refused {i}"));
-        assert!(a.publish(&e).await[3].as_str().unwrap().starts_with("rate-limited: "));
-    }
-    // The next sample, within one interval (plus the machine's slack).
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let sample = loop {
-        let (_, body) = api.token(Method::GET, "/admin/v1/stats", None).await;
-        if let Some(s) = body["samples"].as_array().and_then(|s| s.get(1)) {
-            break s.clone();
+        let frame = a.publish(&e).await;
+        if frame[2] == true {
+            stored += 1;
+        } else {
+            assert_ok(&frame, &e.id.to_hex(), false, "rate-limited: ");
+            refused += 1;
         }
-        assert!(std::time::Instant::now() < deadline, "no second sample: {body}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    }
+    assert!(stored >= 3 && refused >= 1, "{stored} stored, {refused} refused");
+    // The next sample, within one interval (plus the machine's slack).
+    let sample = poll("a second sample", 3 * STEP, async || {
+        let (_, body) = api.token(Method::GET, "/admin/v1/stats", None).await;
+        body["samples"].as_array().and_then(|s| s.get(1)).cloned().ok_or_else(|| body.to_string())
+    })
+    .await;
     assert_eq!((&sample["connections"], &sample["subscriptions"]), (&json!(2), &json!(1)), "{sample}");
-    let seconds = sample["at"].as_u64().unwrap() - first["at"].as_u64().unwrap();
-    assert!((4..=8).contains(&seconds), "{seconds} s between samples");
-    // Rates over the interval the sampler measured (5 s, later under load): 3 stored, 2 refused.
-    let per_sec = |v: &Value| v.as_f64().unwrap();
-    let stored = per_sec(&sample["events_stored_per_sec"]);
-    let refused = per_sec(&sample["refusals_per_sec"]["ws_events"]);
-    assert!((3.0 / 8.0..=3.0 / 4.5).contains(&stored), "{sample}");
-    assert!((2.0 / 8.0..=2.0 / 4.5).contains(&refused), "{sample}");
-    assert_eq!(per_sec(&sample["refusals_per_sec"]["messages"]), 0.0);
+    // Rates over the seconds the sampler measured: each rate times those seconds is exactly the
+    // count the answers above gave.
+    let secs = sample["secs"].as_f64().unwrap();
+    let count = |v: &Value| (v.as_f64().unwrap() * secs).round() as u64;
+    assert_eq!(count(&sample["events_stored_per_sec"]), stored, "{sample}");
+    assert_eq!(count(&sample["refusals_per_sec"]["ws_events"]), refused, "{sample}");
+    assert_eq!(count(&sample["refusals_per_sec"]["messages"]), 0, "{sample}");
     assert!(sample["admission_p99_us"].as_u64().is_some(), "{sample}");
 }
 
@@ -544,8 +544,8 @@ async fn every_nip86_method_works_and_bans_apply_on_both_transports() {
     let mut c = relay.connect().await;
     let kept = sign(&friend, now(), 1, &[], "kept");
     let doomed = sign(&friend, now(), 1, &[], "doomed");
-    c.publish(&kept).await;
-    c.publish(&doomed).await;
+    assert_ok(&c.publish(&kept).await, &kept.id.to_hex(), true, "");
+    assert_ok(&c.publish(&doomed).await, &doomed.id.to_hex(), true, "");
     // A non-admin signer is refused.
     assert_eq!(api.nip86(&keys(5), "supportedmethods", json!([])).await.0, StatusCode::UNAUTHORIZED);
     let (_, methods) = api.nip86(&admin, "supportedmethods", json!([])).await;
@@ -776,15 +776,15 @@ async fn store_stats_count_live_and_dead_bytes() {
 
 /// Polls `GET /admin/v1/store` until the log reaches `generation` with no compaction running.
 async fn store_at_generation(api: &AdminApi, generation: u64) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    poll(&format!("a compaction to generation {generation}"), 2 * STEP, async || {
         let (_, stats) = api.token(Method::GET, "/admin/v1/store", None).await;
         if stats["log_generation"] == generation && stats["compacting"] == false {
-            return stats;
+            Ok(stats)
+        } else {
+            Err(stats.to_string())
         }
-        assert!(std::time::Instant::now() < deadline, "no compaction to generation {generation}: {stats}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

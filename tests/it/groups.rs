@@ -3,8 +3,6 @@
 //! events, moderation, private groups withheld from strangers on every read path, and the state
 //! folded again from the store after a restart.
 
-use std::time::{Duration, Instant};
-
 use crate::common::*;
 use hearth::protocol::{Event, Keys};
 use reqwest::{Method, StatusCode};
@@ -50,17 +48,14 @@ fn tags(event: &Value) -> Vec<Vec<String>> {
 /// its state events just after it answers the change.
 async fn until_state(relay: &TestRelay, kind: u16, g: &str, want: &[&[&str]]) -> Value {
     let want: Vec<Vec<String>> = want.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
-    let started = Instant::now();
-    loop {
+    poll(&format!("{kind} of {g} to be {want:?}"), STEP, async || {
         let found = state_event(relay, kind, g).await;
-        if let Some(event) = &found
-            && tags(event) == want
-        {
-            return event.clone();
+        match &found {
+            Some(event) if tags(event) == want => Ok(event.clone()),
+            _ => Err(format!("{found:?}")),
         }
-        assert!(started.elapsed() < STEP, "{kind} of {g}: {found:?}, wanted {want:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -264,11 +259,10 @@ async fn a_private_groups_events_reach_its_members_only_on_every_read_path() {
         assert!(b.req("q", vec![filter.clone()]).await.iter().any(|e| e["id"] == json!(id)), "member, {filter}");
     }
     // Search: once the index has it (within a second), the member finds it and the stranger not.
-    let started = Instant::now();
-    while b.req("q", vec![json!({"search": "swordfish"})]).await.is_empty() {
-        assert!(started.elapsed() < STEP, "the index never had it");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll("the index to have it", STEP, async || {
+        if b.req("q", vec![json!({"search": "swordfish"})]).await.is_empty() { Err("not found".into()) } else { Ok(()) }
+    })
+    .await;
     assert!(s.req("q", vec![json!({"search": "swordfish"})]).await.is_empty());
     // The metadata of a hidden group, too.
     assert!(s.req("meta", vec![json!({"kinds": [39000], "#d": ["secret"]})]).await.is_empty());

@@ -37,23 +37,24 @@ async fn req_returns_stored_then_eose_then_live_events() {
     let mut reader = relay.connect().await;
     let k = keys(2);
     let old = sign(&k, now() - 10, 1, &[], "old");
-    publisher.publish(&old).await;
+    assert_ok(&publisher.publish(&old).await, &old.id.to_hex(), true, "");
     reader.send(json!(["REQ", "sub1", {"kinds": [1]}])).await;
     assert_eq!(reader.recv().await, json!(["EVENT", "sub1", old]));
     assert_eq!(reader.recv().await, json!(["EOSE", "sub1"]));
     let live = sign(&k, now(), 1, &[], "live");
-    publisher.publish(&live).await;
+    assert_ok(&publisher.publish(&live).await, &live.id.to_hex(), true, "");
     assert_eq!(reader.recv().await, json!(["EVENT", "sub1", live]));
     // A non-matching event is not delivered.
     let other = sign(&k, now(), 7, &[], "+");
-    publisher.publish(&other).await;
+    assert_ok(&publisher.publish(&other).await, &other.id.to_hex(), true, "");
     reader.assert_nothing_before_barrier("a non-matching event was delivered").await;
     // After CLOSE nothing more arrives.
     reader.send(json!(["CLOSE", "sub1"])).await;
     // A COUNT answered proves the CLOSE before it was processed (frames are handled in order).
     reader.send(json!(["COUNT", "probe", {"kinds": [12345]}])).await;
     assert_eq!(reader.recv().await, json!(["COUNT", "probe", {"count": 0}]));
-    publisher.publish(&sign(&k, now(), 1, &[], "after close")).await;
+    let after = sign(&k, now(), 1, &[], "after close");
+    assert_ok(&publisher.publish(&after).await, &after.id.to_hex(), true, "");
     reader.assert_nothing_before_barrier("an event reached a closed subscription").await;
 }
 
@@ -65,9 +66,10 @@ async fn req_with_existing_id_replaces_the_subscription() {
     assert!(reader.req("s", vec![json!({"kinds": [1]})]).await.is_empty());
     assert!(reader.req("s", vec![json!({"kinds": [2]})]).await.is_empty());
     let k = keys(3);
-    publisher.publish(&sign(&k, now(), 1, &[], "kind 1")).await;
+    let one = sign(&k, now(), 1, &[], "kind 1");
+    assert_ok(&publisher.publish(&one).await, &one.id.to_hex(), true, "");
     let two = sign(&k, now(), 2, &[], "kind 2");
-    publisher.publish(&two).await;
+    assert_ok(&publisher.publish(&two).await, &two.id.to_hex(), true, "");
     assert_eq!(reader.recv().await, json!(["EVENT", "s", two]));
     reader.assert_nothing_before_barrier("the replaced filter still matched").await;
 }
@@ -79,8 +81,8 @@ async fn filters_or_together_and_limit_zero_sends_only_eose() {
     let (a, b) = (keys(4), keys(5));
     let ea = sign(&a, 100, 1, &[], "a");
     let eb = sign(&b, 200, 7, &[], "b");
-    c.publish(&ea).await;
-    c.publish(&eb).await;
+    assert_ok(&c.publish(&ea).await, &ea.id.to_hex(), true, "");
+    assert_ok(&c.publish(&eb).await, &eb.id.to_hex(), true, "");
     let ids = c.req_ids("or", vec![json!({"authors": [a.public_key().to_hex()]}), json!({"kinds": [7]})]).await;
     assert_eq!(ids, vec![eb.id.to_hex(), ea.id.to_hex()]);
     assert!(c.req("zero", vec![json!({"limit": 0})]).await.is_empty());
@@ -258,7 +260,7 @@ async fn deletion_removes_targets_and_tombstones_refuse_them() {
     let mut c = relay.connect().await;
     let k = keys(12);
     let note = sign(&k, 1000, 1, &[], "oops");
-    c.publish(&note).await;
+    assert_ok(&c.publish(&note).await, &note.id.to_hex(), true, "");
     let deletion = sign(&k, 1001, 5, &[&["e", &note.id.to_hex()]], "");
     assert_eq!(c.publish(&deletion).await, json!(["OK", deletion.id.to_hex(), true, ""]));
     assert_eq!(c.req_ids("s", vec![json!({})]).await, vec![deletion.id.to_hex()]);

@@ -2,23 +2,17 @@
 //! indexes their kinds) only for their parties, on WebSocket REQ/COUNT and REST alike, and every
 //! search bills the limiter as the REQ or REST call that carries it.
 
-use std::time::{Duration, Instant};
-
 use crate::common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 /// Until a search for `word` by `c` answers `want` events (the index commits within a second).
 pub(crate) async fn until_found(c: &mut Client, word: &str, want: usize) {
-    let started = Instant::now();
-    loop {
+    poll(&format!("a search for {word} to find {want}"), 3 * STEP, async || {
         let got = c.req("wait", vec![json!({"search": word})]).await;
-        if got.len() == want {
-            return;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "{word}: {got:?}, wanted {want}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if got.len() == want { Ok(()) } else { Err(format!("{got:?}")) }
+    })
+    .await
 }
 
 #[tokio::test]

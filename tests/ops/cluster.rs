@@ -196,7 +196,7 @@ fn a_client_alternating_between_two_nodes_gets_one_quota_and_truthful_hints_on_b
 }
 
 #[test]
-fn a_change_on_one_node_holds_on_the_other_within_a_second_and_each_audits_its_own_name() {
+fn a_change_on_one_node_holds_on_the_other_and_each_audits_its_own_name() {
     let redis = Redis::start();
     let env = [("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "1000"), ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "100")];
     let (a, b) = (node(&redis, "node-a", &env), node(&redis, "node-b", &env));
@@ -205,15 +205,12 @@ fn a_change_on_one_node_holds_on_the_other_within_a_second_and_each_audits_its_o
         let (status, body, _) =
             a.call(reqwest::Method::PATCH, "/admin/v1/limits", Some(json!({"human": {"messages_per_min": 3}}))).await;
         assert_eq!(status, 200, "{body}");
-        let begin = Instant::now();
-        loop {
+        poll("node B to take node A's limit", STEP, async || {
             let limits = b.get("/admin/v1/limits").await;
-            if limits["human"]["messages_per_min"] == json!({"value": 3, "source": "admin"}) {
-                break;
-            }
-            assert!(begin.elapsed() < Duration::from_secs(1), "node B still has {}", limits["human"]);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            let human = &limits["human"]["messages_per_min"];
+            if *human == json!({"value": 3, "source": "admin"}) { Ok(()) } else { Err(human.to_string()) }
+        })
+        .await;
         let mut on_b = Client::connect(&b.ws()).await;
         let alice = keys(1);
         for i in 0..4u64 {
@@ -227,28 +224,30 @@ fn a_change_on_one_node_holds_on_the_other_within_a_second_and_each_audits_its_o
         // Back to the configured values on A: B follows that too.
         let (status, _, _) = a.call(reqwest::Method::DELETE, "/admin/v1/limits/overrides", None).await;
         assert_eq!(status, 200);
-        let begin = Instant::now();
-        while b.get("/admin/v1/limits").await["human"]["messages_per_min"] != json!({"value": 100, "source": "env"}) {
-            assert!(begin.elapsed() < Duration::from_secs(1), "node B kept the override");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        poll("node B to drop the override", STEP, async || {
+            let human = b.get("/admin/v1/limits").await["human"]["messages_per_min"].clone();
+            if human == json!({"value": 100, "source": "env"}) { Ok(()) } else { Err(human.to_string()) }
+        })
+        .await;
         // A ban on B refuses on A.
         let spammer = keys(9);
         let ban = json!({"method": "banpubkey", "params": [spammer.public_key().to_hex(), "spam"]});
         let (status, body, _) = b.call(reqwest::Method::POST, "/admin/v1/rpc", Some(ban)).await;
         assert_eq!((status, &body["result"]), (200, &json!(true)), "{body}");
         let mut on_a = Client::connect_from(&a.ws(), std::net::IpAddr::from([127, 0, 0, 2])).await;
-        let begin = Instant::now();
-        loop {
-            let e = sign(&spammer, now(), 1, &[], &format!("buy now {}", begin.elapsed().as_nanos()));
+        let mut tries = 0;
+        poll("node A to refuse the key banned on B", STEP, async || {
+            tries += 1;
+            let e = sign(&spammer, now(), 1, &[], &format!("buy now {tries}"));
             let frame = on_a.publish(&e).await;
             if frame[2] == false {
                 assert_ok(&frame, &e.id.to_hex(), false, "blocked: this pubkey is banned from this relay");
-                break;
+                Ok(())
+            } else {
+                Err(frame.to_string())
             }
-            assert!(begin.elapsed() < Duration::from_secs(1), "node A still takes the banned key: {frame}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await;
         // Each node's audit log names the node the change was made on.
         let entry = |audit: Value, action: &str| {
             audit["entries"].as_array().unwrap().iter().find(|e| e["action"] == action).cloned().unwrap()
@@ -333,11 +332,11 @@ fn redis_killed_mid_traffic_falls_back_to_each_node_then_recovers_losing_no_ackn
         let metrics = reqwest::get(format!("http://{}/metrics", a.addr)).await.unwrap().text().await.unwrap();
         assert!(metrics.lines().any(|l| l == "hearth_redis_up 0"), "{metrics}");
         redis.run();
-        let begin = Instant::now();
-        while !(a.redis_up().await && b.redis_up().await) {
-            assert!(begin.elapsed() < Duration::from_secs(20), "the nodes did not reconnect");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll("both nodes to reconnect to Redis", 3 * STEP, async || {
+            let up = (a.redis_up().await, b.redis_up().await);
+            if up == (true, true) { Ok(()) } else { Err(format!("up: {up:?}")) }
+        })
+        .await;
         for i in 60..80 {
             publish(&mut clients, i).await;
         }
@@ -346,15 +345,17 @@ fn redis_killed_mid_traffic_falls_back_to_each_node_then_recovers_losing_no_ackn
         let (status, _, _) =
             a.call(reqwest::Method::PATCH, "/admin/v1/limits", Some(json!({"agent": {"messages_per_min": 77}}))).await;
         assert_eq!(status, 200);
-        let begin = Instant::now();
-        while b.get("/admin/v1/limits").await["agent"]["messages_per_min"]["value"] != 77 {
-            assert!(begin.elapsed() < Duration::from_secs(5), "node B did not follow after the restart");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll("node B to follow node A after the restart", STEP, async || {
+            let agent = b.get("/admin/v1/limits").await["agent"]["messages_per_min"].clone();
+            if agent["value"] == 77 { Ok(()) } else { Err(agent.to_string()) }
+        })
+        .await;
+        // Every acknowledged event is stored on the node that acknowledged it, and none on the
+        // other (each node keeps its own store here).
         for (side, id) in &acked {
-            assert!([&a, &b][*side].has(id).await, "acknowledged event {id} is missing");
+            let held = (a.has(id).await, b.has(id).await);
+            assert_eq!(held, (*side == 0, *side == 1), "acknowledged event {id}");
         }
-        assert_eq!(acked.len(), 80);
     });
 }
 

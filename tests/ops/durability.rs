@@ -18,7 +18,7 @@ async fn events_survive_a_restart() {
         assert_eq!(c.publish(e).await[2], true);
     }
     let replaceable = sign(&k, 5000, 0, &[], "profile");
-    c.publish(&replaceable).await;
+    assert_ok(&c.publish(&replaceable).await, &replaceable.id.to_hex(), true, "");
     drop(c);
     let dir = relay.stop().await;
     let relay = TestRelay::start_in(dir, generous).await;
@@ -285,13 +285,16 @@ impl Drop for Tmpfs {
     }
 }
 
-/// The relay binary on `data`, killed when dropped.
-struct Relay(std::process::Child, String);
+/// The relay binary on `data` (killed when dropped: [`crate::binary::Running`]) and its address.
+struct Relay {
+    /// Held for its drop, which kills the relay.
+    _running: crate::binary::Running,
+    addr: String,
+}
 
 impl Relay {
     fn start(data: &std::path::Path) -> Relay {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .env_remove("RUST_LOG")
+        let command = crate::binary::hearth()
             .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
             .env("HEARTH_STORAGE__DATA_DIR", data)
             .env("HEARTH_LIMITS__ENABLED", "false")
@@ -299,19 +302,13 @@ impl Relay {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let addr = listening_addr(&mut child);
-        Relay(child, addr)
+        let mut running = crate::binary::Running(command);
+        let addr = listening_addr(&mut running.0);
+        Relay { _running: running, addr }
     }
 
     fn url(&self) -> String {
-        format!("ws://{}", self.1)
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        format!("ws://{}", self.addr)
     }
 }
 
@@ -349,7 +346,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_recovers_by_itself_and_survives_
     // Over REST: 503 with a Retry-After, in the publish shape.
     let e = sign(&k, t0 + 200, 1, &[], &big);
     let resp = reqwest::Client::new()
-        .post(format!("http://{}/api/v1/events", relay.1))
+        .post(format!("http://{}/api/v1/events", relay.addr))
         .header("content-type", "application/json")
         .body(json!(e).to_string())
         .send()

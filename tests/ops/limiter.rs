@@ -79,7 +79,7 @@ async fn sixty_reqs_past_their_budget_and_an_event_get_correlated_answers_and_no
     let mut other = relay.connect().await;
     assert_eq!(other.req("check", vec![json!({})]).await.len(), 1);
     let live = sign(&keys(2), now(), 7, &[], "live");
-    other.publish(&live).await;
+    assert_ok(&other.publish(&live).await, &live.id.to_hex(), true, "");
     let mut subs = Vec::new();
     for _ in 0..50 {
         let f = c.recv().await;

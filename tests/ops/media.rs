@@ -40,11 +40,7 @@ fn files(dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// Waits (with a deadline) until `ready` holds.
 async fn until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + STEP;
-    while !ready() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll(what, STEP, async || if ready() { Ok(()) } else { Err("not yet".into()) }).await
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! the limits and refusals, and the index across a `kill -9` and a removal.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::binary::{GENEROUS, Running, hearth, sigterm, start_with};
 use crate::common::*;
@@ -47,15 +47,11 @@ async fn until(c: &mut Client, filter: Value, want: &[String]) {
 
 /// [`until`] with the answer's test `done` (`want` is shown when it never passes).
 async fn until_by(c: &mut Client, filter: Value, done: impl Fn(&[String]) -> bool, want: &[String]) {
-    let started = Instant::now();
-    loop {
+    poll(&format!("{filter} to answer {want:?}"), PATIENCE, async || {
         let got = ask(c, filter.clone()).await;
-        if got.as_deref().is_ok_and(&done) {
-            return;
-        }
-        assert!(started.elapsed() < PATIENCE, "{filter}: {got:?}, wanted {want:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        if got.as_deref().is_ok_and(&done) { Ok(()) } else { Err(format!("{got:?}")) }
+    })
+    .await
 }
 
 fn ids(events: &[&Event]) -> Vec<String> {

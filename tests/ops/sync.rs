@@ -5,7 +5,6 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::binary::{GENEROUS, hearth, sigterm, start_with};
 use crate::common::*;
@@ -131,15 +130,11 @@ async fn a_peer_killed_mid_sync_leaves_only_whole_events_and_the_next_round_fini
     let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
 
     // Kill the peer once the first events are stored, well before the last.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll("the first events to be fetched", 6 * STEP, async || {
         let counted = count(&format!("ws://{local_addr}")).await;
-        if counted[2]["count"].as_u64().unwrap() > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "nothing was fetched");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if counted[2]["count"].as_u64().unwrap() > 0 { Ok(()) } else { Err(counted.to_string()) }
+    })
+    .await;
     peer.0.kill().unwrap();
     peer.0.wait().unwrap();
     let out = child.wait_with_output().unwrap();
