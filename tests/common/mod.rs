@@ -396,6 +396,19 @@ pub async fn http_at(
     bearer: Option<&str>,
     signer: Option<&Keys>,
 ) -> (reqwest::StatusCode, Value) {
+    let (status, body, _) = http_with_headers(url, method, body, bearer, signer).await;
+    (status, body)
+}
+
+/// [`http_at`], with the response's headers too (`Retry-After`, …): the one HTTP helper of the
+/// JSON APIs these tests call; the others build on it.
+pub async fn http_with_headers(
+    url: &str,
+    method: reqwest::Method,
+    body: Option<Value>,
+    bearer: Option<&str>,
+    signer: Option<&Keys>,
+) -> (reqwest::StatusCode, Value, reqwest::header::HeaderMap) {
     let url = url.to_string();
     let text = body.as_ref().map(Value::to_string).unwrap_or_default();
     let mut req = reqwest::Client::new().request(method.clone(), &url);
@@ -412,6 +425,7 @@ pub async fn http_at(
     }
     let resp = tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap();
     let status = resp.status();
+    let headers = resp.headers().clone();
     let text = tokio::time::timeout(STEP, resp.text()).await.unwrap().unwrap();
     // An empty body is `null`; any other body must be JSON (a test that gets HTML or a truncated
     // body fails here, naming it).
@@ -420,7 +434,7 @@ pub async fn http_at(
     } else {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {url}: {status}: not JSON ({e}): {text}"))
     };
-    (status, body)
+    (status, body, headers)
 }
 
 /// The actions of the relay's audit log, newest first (the admin API, with `token`).

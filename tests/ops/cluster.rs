@@ -124,13 +124,10 @@ impl Node {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value, Option<String>) {
-        let mut req = reqwest::Client::new().request(method, format!("http://{}{path}", self.addr)).bearer_auth("t");
-        if let Some(body) = body {
-            req = req.header("content-type", "application/json").body(body.to_string());
-        }
-        let resp = req.send().await.unwrap();
-        let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
-        (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null), retry)
+        let url = format!("http://{}{path}", self.addr);
+        let (status, body, headers) = http_with_headers(&url, method, body, Some("t"), None).await;
+        let retry = headers.get("retry-after").map(|v| v.to_str().unwrap().to_string());
+        (status.as_u16(), body, retry)
     }
 
     async fn get(&self, path: &str) -> Value {
@@ -352,9 +349,14 @@ fn redis_killed_mid_traffic_falls_back_to_each_node_then_recovers_losing_no_ackn
         .await;
         // Every acknowledged event is stored on the node that acknowledged it, and none on the
         // other (each node keeps its own store here).
-        for (side, id) in &acked {
-            let held = (a.has(id).await, b.has(id).await);
-            assert_eq!(held, (*side == 0, *side == 1), "acknowledged event {id}");
+        for (side, node) in [&a, &b].into_iter().enumerate() {
+            let acked_here: std::collections::BTreeSet<String> =
+                acked.iter().filter(|(s, _)| *s == side).map(|(_, id)| id.clone()).collect();
+            let all: Vec<&String> = acked.iter().map(|(_, id)| id).collect();
+            let mut c = Client::connect(&node.ws()).await;
+            let held: std::collections::BTreeSet<String> =
+                c.req_ids("held", vec![json!({"ids": all, "limit": 1000})]).await.into_iter().collect();
+            assert_eq!(held, acked_here, "node {side}");
         }
     });
 }

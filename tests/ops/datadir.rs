@@ -10,8 +10,8 @@ use crate::common::*;
 use serde_json::{Value, json};
 
 pub(crate) fn hearth(data: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
-    cmd.env_remove("RUST_LOG").env("HEARTH_STORAGE__DATA_DIR", data).env("HEARTH_SERVER__BIND", "127.0.0.1:0");
+    let mut cmd = crate::binary::hearth();
+    cmd.env("HEARTH_STORAGE__DATA_DIR", data).env("HEARTH_SERVER__BIND", "127.0.0.1:0");
     cmd
 }
 
@@ -173,22 +173,26 @@ fn spawn_relay(data: &Path, env: &[(&str, &str)]) -> (crate::binary::Running, St
 }
 
 async fn store_stats(addr: &str) -> Value {
-    let resp = reqwest::Client::new().get(format!("http://{addr}/admin/v1/store")).bearer_auth("t").send().await;
-    resp.unwrap().json().await.unwrap()
+    let (status, body) =
+        http_at(&format!("http://{addr}/admin/v1/store"), reqwest::Method::GET, None, Some("t"), None).await;
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 /// A kill in a compaction's last step leaves its remap to finish after the restart: until it has,
 /// the relay rightly reports a compaction running (and a new one is 409).
 async fn until_no_compaction_runs(addr: &str) {
-    while store_stats(addr).await["compacting"] == true {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll("the compaction to end", 3 * STEP, async || {
+        let stats = store_stats(addr).await;
+        if stats["compacting"] == true { Err(stats.to_string()) } else { Ok(()) }
+    })
+    .await
 }
 
 async fn start_compaction(addr: &str) -> (u16, Value) {
     let url = format!("http://{addr}/admin/v1/store/compact");
-    let resp = reqwest::Client::new().post(url).bearer_auth("t").send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
+    let (status, body) = http_at(&url, reqwest::Method::POST, None, Some("t"), None).await;
+    (status.as_u16(), body)
 }
 
 fn compact(data: &Path) -> Output {
@@ -242,7 +246,10 @@ fn compaction_gives_back_dead_space_keeps_every_live_event_and_survives_kill_9()
         assert_eq!(log_files(&data).len(), 1, "a stale generation is removed at open: {:?}", log_files(&data));
     }
     // And one kill that is sure to land in the compaction: the moment its new file appears.
-    let next = data.join("events.1.log");
+    let current = log_files(&data)[0].0.clone();
+    let generation: u64 =
+        current.strip_prefix("events.").and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let next = data.join(format!("events.{}.log", generation + 1));
     let mut child = crate::binary::Running(
         hearth(&data).arg("compact").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
     );

@@ -23,7 +23,7 @@ impl Drop for Dev {
 
 impl Dev {
     fn start(args: &[&str]) -> Dev {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        let mut child = crate::binary::hearth()
             .args(["dev", "--port", "0"])
             .args(args)
             .env_remove("RUST_LOG")
