@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// The environment variable that names the power-cut test's mark file (see [`mark_synced`]).
+/// The environment variable that names the power-cut test's mark file (see `mark_synced`).
 pub const POWER_CUT_MARK: &str = "HEARTH_POWER_CUT_MARK";
 
 /// Fault injection for the power-cut test (`hearth-bench crash --power-cut`): when
@@ -31,4 +31,20 @@ pub(super) fn mark_synced(path: &Path, file: &File) {
     record[63] = b'\n';
     // One write of 64 bytes: a SIGKILL leaves it whole or not at all.
     let _ = mark.write_at(&record, 0);
+}
+
+/// `mark_synced` for a media blob: once its bytes are synced, its SHA-256 (hex) and length are
+/// appended to `<mark file>.blobs`, a line each (one write: whole or not at all). After a SIGKILL
+/// the power-cut test empties every blob file that has no line, as a power cut would leave a file
+/// whose bytes never reached the disk; an upload path that skipped the sync loses its blobs.
+pub fn mark_blob_synced(sha256: &str, len: u64) {
+    static MARK: OnceLock<Option<File>> = OnceLock::new();
+    let mark = MARK.get_or_init(|| {
+        let mut path = std::env::var_os(POWER_CUT_MARK)?;
+        path.push(".blobs");
+        OpenOptions::new().create(true).append(true).open(path).ok()
+    });
+    if let Some(mark) = mark {
+        let _ = std::io::Write::write_all(&mut &*mark, format!("{sha256} {len}\n").as_bytes());
+    }
 }
