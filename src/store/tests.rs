@@ -659,16 +659,31 @@ pub(super) fn probes(authors: &[Keys], some_ids: &[EventId]) -> Vec<String> {
     out
 }
 
-/// What a query of `filter` for `viewer` serves, as negentropy items: sorted by created_at, id.
-fn query_items(store: &Store, filter: &Filter, viewer: &Viewer) -> Vec<Item> {
-    let (events, _) = store.query_as(std::slice::from_ref(filter), Timestamp(2_000_000_000), viewer).unwrap();
+/// What a query of `filter` serves to the operator (every event), kept to what `reader` may see by
+/// the rule written out here rather than the store's viewer code (so a fault there shows): an
+/// event of kind 4 or 1059 only to its author or a key in one of its `p` tags, when `private`;
+/// as negentropy items, sorted by created_at, id.
+fn query_items(store: &Store, filter: &Filter, private: bool, reader: Option<PubKey>) -> Vec<Item> {
+    // Every match, then the limit on what the reader may see: newest first, ties lowest id first.
+    let every = Filter { limit: None, ..filter.clone() };
+    let (events, _) =
+        store.query_as(std::slice::from_ref(&every), Timestamp(2_000_000_000), &Viewer::everything()).unwrap();
     let mut items: Vec<Item> = events
         .iter()
-        .map(|e| {
-            let v: serde_json::Value = serde_json::from_str(e.as_str()).unwrap();
-            (Timestamp(v["created_at"].as_u64().unwrap()), EventId::from_hex(v["id"].as_str().unwrap()).unwrap())
+        .map(|e| serde_json::from_str::<serde_json::Value>(e.as_str()).unwrap())
+        .filter(|v| {
+            let kind = v["kind"].as_u64().unwrap();
+            if !private || (kind != 4 && kind != 1059) {
+                return true;
+            }
+            let Some(reader) = reader.map(|r| r.to_hex()) else { return false };
+            v["pubkey"] == reader.as_str()
+                || v["tags"].as_array().unwrap().iter().any(|t| t[0] == "p" && t[1] == reader.as_str())
         })
+        .map(|v| (Timestamp(v["created_at"].as_u64().unwrap()), EventId::from_hex(v["id"].as_str().unwrap()).unwrap()))
         .collect();
+    items.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    items.truncate(filter.limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)));
     items.sort_unstable();
     items
 }
@@ -687,11 +702,16 @@ pub(super) fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys
     }
     assert_eq!(segmented.len(), reference.len(), "{when}");
     let private = crate::protocol::PrivateKinds::new(&[Kind(4), Kind(1059)]);
-    let viewers = [Viewer::everything(), private.viewer(None), private.viewer(Some(authors[0].public_key()))];
+    let reader = authors[0].public_key();
+    let viewers = [
+        (Viewer::everything(), false, None),
+        (private.viewer(None), true, None),
+        (private.viewer(Some(reader)), true, Some(reader)),
+    ];
     for probe in probes(authors, some_ids) {
         let f: Filter = serde_json::from_str(&probe).unwrap();
-        for viewer in &viewers {
-            let want = query_items(reference, &f, viewer);
+        for (viewer, private, reader) in &viewers {
+            let want = query_items(reference, &f, *private, *reader);
             for (store, which) in [(segmented, "segmented"), (reference, "in memory")] {
                 let at = Timestamp(2_000_000_000);
                 let got = store.items(&f, at, viewer, usize::MAX).unwrap().unwrap();
