@@ -3,7 +3,8 @@
 //!
 //! Owns the folder's layout:
 //! - `relay.key`: the relay's secret key, hex, readable by its owner only;
-//! - `settings.jsonl`: one settings document a line (`{"name","json"}` or `{"name","base64"}`);
+//! - `settings.jsonl`: one settings document a line (`{"setting": {"name", "json"}}`, or
+//!   `"base64"` for one that is not JSON);
 //! - `audit.jsonl`: the audit log, oldest first;
 //! - `events.jsonl`: every event, oldest first (the lines `hearth export` writes, which
 //!   `hearth import` also takes);

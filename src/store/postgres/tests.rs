@@ -195,3 +195,30 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
 fn f_json(p: &str) -> String {
     format!(r##"{{"#p":["{p}"],"limit":5}}"##)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_commits_to_the_disk_whatever_the_database_default() {
+    let (pg, url) = server("durable").await;
+    // The database's own default does not wait for the disk at commit…
+    let admin = pg.connect("durable").await.unwrap();
+    admin.batch_execute("ALTER DATABASE durable SET synchronous_commit = off").await.unwrap();
+    let fresh = pg.connect("durable").await.unwrap();
+    let default: String = fresh.query_one("SHOW synchronous_commit", &[]).await.unwrap().get(0);
+    assert_eq!(default, "off");
+    // …and the store's connections do: OK true waits for a commit on the server's disk.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let Backend::Postgres(inner) = &store.backend else { panic!("not on PostgreSQL") };
+    let inner = inner.clone();
+    let setting = tokio::task::spawn_blocking(move || {
+        inner.blocking(|client| async move {
+            let row = client.query_one("SHOW synchronous_commit", &[]).await?;
+            Ok(row.get::<_, String>(0))
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(setting, "on");
+    store.shutdown().await.unwrap();
+}
