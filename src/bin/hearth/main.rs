@@ -60,17 +60,7 @@ enum Command {
         tags: Vec<String>,
     },
     /// Print stored events matching a filter as JSON lines.
-    Req {
-        #[arg(long)]
-        relay: String,
-        /// Ask over the REST API (POST /api/v1/query) instead of the WebSocket.
-        #[arg(long)]
-        rest: bool,
-        #[command(flatten)]
-        key: hearth::cli::KeyArgs,
-        /// A NIP-01 filter as JSON.
-        filter: String,
-    },
+    Req(Query),
     /// Write every stored event (or those matching --filter) as JSON lines to stdout, oldest
     /// first. Reads the data directory of the configuration; the relay must not be running.
     Export {
@@ -179,17 +169,22 @@ enum Command {
         seed: Option<PathBuf>,
     },
     /// Print how many stored events match a filter (NIP-45).
-    Count {
-        #[arg(long)]
-        relay: String,
-        /// Ask over the REST API (POST /api/v1/count) instead of the WebSocket.
-        #[arg(long)]
-        rest: bool,
-        #[command(flatten)]
-        key: hearth::cli::KeyArgs,
-        /// A NIP-01 filter as JSON.
-        filter: String,
-    },
+    Count(Query),
+}
+
+/// What `req` and `count` ask, and where.
+#[derive(clap::Args, Debug)]
+struct Query {
+    /// Relay URL, e.g. ws://127.0.0.1:7777
+    #[arg(long)]
+    relay: String,
+    /// Ask over the REST API (POST /api/v1/query, /api/v1/count) instead of the WebSocket.
+    #[arg(long)]
+    rest: bool,
+    #[command(flatten)]
+    key: hearth::cli::KeyArgs,
+    /// A NIP-01 filter as JSON.
+    filter: String,
 }
 
 /// A subcommand: a client of a running relay, or an offline operation on the data directory of
@@ -208,11 +203,11 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
             Ok(keys) => hearth::cli::publish(&relay, rest, keys, kind, content, tags).await,
             Err(code) => return code,
         },
-        Command::Req { relay, rest, key, filter } => match load(&key) {
+        Command::Req(Query { relay, rest, key, filter }) => match load(&key) {
             Ok(keys) => hearth::cli::req(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
-        Command::Count { relay, rest, key, filter } => match load(&key) {
+        Command::Count(Query { relay, rest, key, filter }) => match load(&key) {
             Ok(keys) => hearth::cli::count(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
