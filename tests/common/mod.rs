@@ -34,12 +34,23 @@ pub fn listening_addr(child: &mut std::process::Child) -> String {
 
 /// The NIP-11 document served at `url`.
 pub async fn nip11_at(url: &str) -> Value {
-    let response = reqwest::Client::new().get(url).header("Accept", "application/nostr+json").send();
+    let response = web().get(url).header("Accept", "application/nostr+json").timeout(STEP).send();
     tokio::time::timeout(STEP, response).await.unwrap().unwrap().json().await.unwrap()
 }
 
 /// How long any single network step may take.
 pub const STEP: Duration = Duration::from_secs(10);
+
+/// The HTTP client of every test: each request ends within six [`STEP`]s, body included (a
+/// hang guard long enough for a large upload on a loaded machine, never a timing assertion).
+pub fn web() -> reqwest::Client {
+    reqwest::Client::builder().timeout(6 * STEP).build().unwrap()
+}
+
+/// A plain GET with [`web`].
+pub async fn web_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    web().get(url).send().await
+}
 
 /// The one way these tests wait for something: `check` is asked every 20 ms until it answers
 /// `Some`, which is returned; past `within` the test fails naming `what` and the last answer
@@ -411,7 +422,7 @@ pub async fn http_with_headers(
 ) -> (reqwest::StatusCode, Value, reqwest::header::HeaderMap) {
     let url = url.to_string();
     let text = body.as_ref().map(Value::to_string).unwrap_or_default();
-    let mut req = reqwest::Client::new().request(method.clone(), &url);
+    let mut req = web().request(method.clone(), &url);
     if body.is_some() {
         req = req.header("content-type", "application/json").body(text.clone());
     }

@@ -24,7 +24,7 @@ struct AdminApi {
 
 impl AdminApi {
     fn new(relay: &TestRelay) -> AdminApi {
-        AdminApi { base: format!("http://{}", relay.admin_addr.unwrap_or(relay.addr)), http: reqwest::Client::new() }
+        AdminApi { base: format!("http://{}", relay.admin_addr.unwrap_or(relay.addr)), http: web() }
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>, auth: Option<&str>) -> (StatusCode, Value) {
@@ -140,7 +140,7 @@ async fn a_nip98_admin_call_is_bound_to_its_url_its_method_and_one_use_and_post_
     let as_get = signed("/admin/v1/store/compact", "GET");
     assert_eq!(api.call(Method::POST, "/admin/v1/store/compact", None, Some(&as_get)).await, unauthorized);
     // NIP-86 at POST / takes NIP-98 only: the admin token is refused there.
-    let resp = reqwest::Client::new()
+    let resp = web()
         .post(format!("{}/", api.base))
         .header("content-type", "application/nostr+json+rpc")
         .header("authorization", format!("Bearer {TOKEN}"))
@@ -438,7 +438,7 @@ async fn usage_after_a_scripted_sequence_matches_exactly() {
     let auth =
         nip98::header(&alice, &nip98::Request { url: &url, method: "POST", body: body.as_bytes() }, Timestamp(now()))
             .unwrap();
-    let resp = reqwest::Client::new()
+    let resp = web()
         .post(&url)
         .header("content-type", "application/json")
         .header("authorization", auth)
@@ -568,7 +568,7 @@ async fn every_nip86_method_works_and_bans_apply_on_both_transports() {
         c.publish(&e).await,
         json!(["OK", e.id.to_hex(), false, "blocked: this pubkey is banned from this relay"])
     );
-    let rest = reqwest::Client::new()
+    let rest = web()
         .post(relay.http_url("/api/v1/events"))
         .header("content-type", "application/json")
         .body(json!(e).to_string())
@@ -614,7 +614,7 @@ async fn every_nip86_method_works_and_bans_apply_on_both_transports() {
     assert_eq!(rpc("listblockedips", json!([])).await, json!([{"ip": "127.0.0.1", "reason": "flood"}]));
     let refused = tokio_tungstenite::connect_async(relay.ws_url()).await;
     assert!(refused.is_err(), "a blocked IP could open a WebSocket");
-    let rest = reqwest::get(relay.http_url(&format!("/api/v1/events/{}", kept.id))).await.unwrap();
+    let rest = web_get(relay.http_url(&format!("/api/v1/events/{}", kept.id))).await.unwrap();
     assert_eq!(rest.status(), 403);
     assert_eq!(rpc("unblockip", json!(["127.0.0.1"])).await, json!(true));
     relay.connect().await;
@@ -662,7 +662,7 @@ async fn a_separate_admin_bind_moves_the_admin_surface_off_the_relay_port() {
     .await;
     let on_admin_port = AdminApi::new(&relay);
     assert_eq!(on_admin_port.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
-    let on_relay_port = AdminApi { base: format!("http://{}", relay.addr), http: reqwest::Client::new() };
+    let on_relay_port = AdminApi { base: format!("http://{}", relay.addr), http: web() };
     assert_eq!(on_relay_port.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::NOT_FOUND);
     // The relay itself is still served on its port.
     relay.connect().await;
@@ -705,7 +705,7 @@ async fn export_streams_a_snapshot_oldest_first_while_writes_go_on() {
         events.push(e);
     }
     let url = |query: &str| format!("http://{}/admin/v1/export{query}", relay.addr);
-    let http = reqwest::Client::new();
+    let http = web();
     let mut resp = http.get(url("")).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
@@ -923,7 +923,7 @@ async fn the_admin_page_is_served_with_its_headers_where_the_admin_api_is() {
 async fn the_admin_page_is_not_served_while_the_admin_api_is_off_nor_off_its_bind() {
     let off = TestRelay::start(generous).await;
     for path in ["/admin/", "/admin/app.js", "/admin"] {
-        let resp = reqwest::get(format!("http://{}{path}", off.addr)).await.unwrap();
+        let resp = web_get(format!("http://{}{path}", off.addr)).await.unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
     }
     let moved = TestRelay::start(|c| {
@@ -931,9 +931,9 @@ async fn the_admin_page_is_not_served_while_the_admin_api_is_off_nor_off_its_bin
         c.admin.bind = Some("127.0.0.1:0".parse().unwrap());
     })
     .await;
-    let on_relay_port = reqwest::get(format!("http://{}/admin/", moved.addr)).await.unwrap();
+    let on_relay_port = web_get(format!("http://{}/admin/", moved.addr)).await.unwrap();
     assert_eq!(on_relay_port.status(), StatusCode::NOT_FOUND);
-    let on_admin_port = reqwest::get(format!("http://{}/admin/", moved.admin_addr.unwrap())).await.unwrap();
+    let on_admin_port = web_get(format!("http://{}/admin/", moved.admin_addr.unwrap())).await.unwrap();
     assert_eq!(on_admin_port.status(), StatusCode::OK);
     assert_page_headers(&on_admin_port, "text/html; charset=utf-8", "on admin.bind");
 }

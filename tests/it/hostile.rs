@@ -922,7 +922,7 @@ fn http_cases(max_message: usize) -> Vec<HttpCase> {
 
 /// The limits document as the admin API serves it.
 async fn limits_document(relay: &TestRelay) -> String {
-    let resp = reqwest::Client::new().get(relay.http_url("/admin/v1/limits")).bearer_auth(ADMIN_TOKEN).send().await;
+    let resp = web().get(relay.http_url("/admin/v1/limits")).bearer_auth(ADMIN_TOKEN).send().await;
     resp.unwrap().text().await.unwrap()
 }
 
@@ -936,7 +936,7 @@ async fn every_hostile_http_request_gets_its_exact_status_and_body_and_nothing_i
     let max = relay.nip11().await["limitation"]["max_message_length"].as_u64().unwrap() as usize;
     let limits_before = limits_document(&relay).await;
     let cases = http_cases(max);
-    let http = reqwest::Client::new();
+    let http = web();
     let mut wrong = Vec::new();
     for case in &cases {
         let mut req = http.request(case.method.parse().unwrap(), relay.http_url(&case.path)).body(case.body.clone());

@@ -11,12 +11,7 @@ async fn nip11_document_reflects_the_config_with_cors() {
         c.limitation.max_subscriptions = 7;
     })
     .await;
-    let resp = reqwest::Client::new()
-        .get(relay.http_url("/"))
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap();
+    let resp = web().get(relay.http_url("/")).header("Accept", "application/nostr+json").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["access-control-allow-origin"], "*");
     assert!(resp.headers().contains_key("access-control-allow-headers"));
@@ -56,7 +51,7 @@ async fn a_relay_with_its_limiter_off_advertises_no_quotas() {
 #[tokio::test]
 async fn plain_get_is_a_human_pointer_and_unknown_routes_are_json_404() {
     let relay = TestRelay::start(generous).await;
-    let client = reqwest::Client::new();
+    let client = web();
     let home = client.get(relay.http_url("/")).send().await.unwrap();
     assert_eq!(home.status(), 200);
     assert!(home.text().await.unwrap().starts_with("hearth: a Nostr relay"));
@@ -103,13 +98,8 @@ async fn a_browser_style_handshake_gets_the_rfc_6455_accept_key_and_a_working_so
 #[tokio::test]
 async fn an_upgrade_to_something_else_is_not_a_websocket() {
     let relay = TestRelay::start(generous).await;
-    let resp = reqwest::Client::new()
-        .get(relay.http_url("/"))
-        .header("Connection", "Upgrade")
-        .header("Upgrade", "h2c")
-        .send()
-        .await
-        .unwrap();
+    let resp =
+        web().get(relay.http_url("/")).header("Connection", "Upgrade").header("Upgrade", "h2c").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert!(resp.text().await.unwrap().starts_with("hearth: a Nostr relay"));
 }
@@ -117,7 +107,7 @@ async fn an_upgrade_to_something_else_is_not_a_websocket() {
 #[tokio::test]
 async fn a_path_served_under_other_methods_answers_405_with_allow() {
     let relay = TestRelay::start(|c| c.admin.token = "t".into()).await;
-    let http = reqwest::Client::new();
+    let http = web();
     for (method, path, allow) in [
         (reqwest::Method::DELETE, "/api/v1/events", "POST"),
         (reqwest::Method::GET, "/api/v1/query", "POST"),

@@ -10,7 +10,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::common::{STEP, TestRelay, generous, keys, now};
+use crate::common::{STEP, TestRelay, generous, keys, now, web};
 
 fn hash_of(bytes: &[u8]) -> BlobHash {
     BlobHash(Sha256::digest(bytes).into())
@@ -51,7 +51,7 @@ async fn call(
     headers: &[(&str, &str)],
     body: Option<Vec<u8>>,
 ) -> Answer {
-    let mut req = reqwest::Client::new().request(method, relay.http_url(path));
+    let mut req = web().request(method, relay.http_url(path));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }

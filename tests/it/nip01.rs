@@ -339,7 +339,7 @@ async fn a_record_damaged_on_disk_while_serving_is_skipped_and_every_other_event
         // Again: the relay logged it once and still serves.
         assert_eq!(client.req_ids(&format!("{sub}2"), vec![filter]).await, want, "{sub}");
     }
-    let http = reqwest::Client::new();
+    let http = web();
     let get = |id: String| http.get(relay.http_url(&format!("/api/v1/events/{id}"))).send();
     assert_eq!(get(events[1].id.to_hex()).await.unwrap().status(), 404);
     let served: serde_json::Value = get(events[0].id.to_hex()).await.unwrap().json().await.unwrap();

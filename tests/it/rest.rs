@@ -21,7 +21,7 @@ struct Api<'a> {
 
 impl<'a> Api<'a> {
     fn new(relay: &'a TestRelay) -> Api<'a> {
-        Api { relay, http: reqwest::Client::new() }
+        Api { relay, http: web() }
     }
 
     async fn post(&self, path: &str, body: &Value, signer: Option<&Keys>) -> reqwest::Response {
@@ -185,7 +185,7 @@ async fn every_answer_names_the_callers_tier_refusals_included() {
     assert_eq!(tier(&api.post("/api/v1/count", &filters, Some(&agent)).await), (429, "agent".into()));
     // Bad auth is billed to the address, at its tier.
     relay.clock.advance(Duration::from_secs(60));
-    let resp = reqwest::Client::new()
+    let resp = web()
         .post(relay.http_url("/api/v1/count"))
         .header("content-type", "application/json")
         .header("authorization", "Nostr e30=")

@@ -21,12 +21,7 @@ async fn the_options_set_up_auth_the_admin_api_and_the_seed() {
     let info = nip11_at(&relay.http_url()).await;
     assert!(info.get("hearth_limits").is_none(), "{info}");
     assert_eq!(info["limitation"]["auth_required"], true);
-    let admin = reqwest::Client::new()
-        .get(format!("{}/admin/v1/relay", relay.http_url()))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .unwrap();
+    let admin = web().get(format!("{}/admin/v1/relay", relay.http_url())).bearer_auth("s3cret").send().await.unwrap();
     assert_eq!(admin.status(), 200);
 
     let mut c = Client::connect(&relay.ws_url()).await;

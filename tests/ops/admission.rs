@@ -20,7 +20,7 @@ fn fresh_key(n: u32) -> Keys {
 }
 
 async fn admin_get(relay: &TestRelay, path: &str) -> Value {
-    let resp = reqwest::Client::new().get(relay.http_url(path)).bearer_auth(TOKEN).send().await.unwrap();
+    let resp = web().get(relay.http_url(path)).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     resp.json().await.unwrap()
 }
@@ -60,7 +60,7 @@ async fn rotating_keys_on_one_connection_stays_under_the_ip_ceiling() {
     assert_eq!(ceiling["limits"]["ws_events"]["limit"], 200);
     assert_eq!(ceiling["refusals"]["ws_events"], 2000 - 196 + 36);
     // The ceiling is tuned live like any tier: raised, the same connection is admitted again.
-    let patched = reqwest::Client::new()
+    let patched = web()
         .patch(relay.http_url("/admin/v1/limits"))
         .bearer_auth(TOKEN)
         .json(&json!({"ip": {"ws_events_per_sec": 1000}}))
@@ -79,7 +79,7 @@ async fn rotating_keys_on_one_connection_stays_under_the_ip_ceiling() {
 async fn rest_calls_signed_by_fresh_keys_stay_under_the_ip_ceiling() {
     // Defaults: each key 60 calls of burst, the IP ceiling 240.
     let relay = TestRelay::start(|_| {}).await;
-    let http = reqwest::Client::new();
+    let http = web();
     let url = relay.http_url("/api/v1/count");
     let body = json!({"filters": [{}]}).to_string();
     let mut statuses = Vec::new();

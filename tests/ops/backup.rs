@@ -61,13 +61,8 @@ async fn what_it_is(addr: &str, alice: &hearth::protocol::Keys, blob: &BlobHash)
     let mut notes = client.req("notes", vec![json!({"authors": [alice.public_key().to_hex()]})]).await;
     notes.pop(); // EOSE
     let get = blossom::header(alice, Verb::Get, &[*blob], Timestamp(now()), now() + 3600);
-    let response = reqwest::Client::new()
-        .get(format!("http://{addr}/{blob}"))
-        .header("authorization", get)
-        .timeout(STEP)
-        .send()
-        .await
-        .unwrap();
+    let response =
+        web().get(format!("http://{addr}/{blob}")).header("authorization", get).timeout(STEP).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let bytes = response.bytes().await.unwrap().to_vec();
     json!({
@@ -120,7 +115,7 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
         assert_ok(&client.publish(&event).await, &event.id.to_hex(), true, "");
     }
     let picture = b"a picture of the hearth".to_vec();
-    let upload = reqwest::Client::new()
+    let upload = web()
         .put(format!("http://{addr}/upload"))
         .header("authorization", blossom::header(&alice, Verb::Upload, &[], Timestamp(now()), now() + 3600))
         .header("content-type", "text/plain")

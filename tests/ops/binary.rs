@@ -194,7 +194,7 @@ async fn metrics_count_exactly_what_one_relay_process_did() {
     ];
     let (mut child, addr) = start_with(dir.path(), &env);
     let metrics = || async {
-        let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+        let text = web_get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
         let stored = sample(&text, "hearth_events_stored_total", &[]);
         let refused = |limit_type: &str| {
             let label = format!("limit_type=\"{limit_type}\"");
@@ -219,7 +219,7 @@ async fn metrics_count_exactly_what_one_relay_process_did() {
     // The EVENT bills ws_events and messages, each COUNT ws_reqs.
     assert_eq!(after.2 - before.2, 4.0, "admissions timed");
     // Its resident memory, as the kernel counts it for the process.
-    let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+    let text = web_get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
     let resident = sample(&text, "process_resident_memory_bytes", &[]);
     let kernel_kb: f64 = std::fs::read_to_string(format!("/proc/{}/status", child.0.id()))
         .unwrap()

@@ -326,7 +326,7 @@ fn redis_killed_mid_traffic_falls_back_to_each_node_then_recovers_losing_no_ackn
             assert_eq!(limiter["redis"]["up"], false, "{relay}");
             assert!(limiter["redis"]["reason"].as_str().unwrap().contains("Redis"), "{relay}");
         }
-        let metrics = reqwest::get(format!("http://{}/metrics", a.addr)).await.unwrap().text().await.unwrap();
+        let metrics = web_get(format!("http://{}/metrics", a.addr)).await.unwrap().text().await.unwrap();
         assert!(metrics.lines().any(|l| l == "hearth_redis_up 0"), "{metrics}");
         redis.run();
         poll("both nodes to reconnect to Redis", 3 * STEP, async || {
@@ -377,7 +377,7 @@ fn with_refuse_an_unreachable_redis_refuses_billed_frames_with_an_error_and_clos
         c.send(json!(["CLOSE", "s"])).await;
         c.send(json!(["COUNT", "c", {}])).await;
         assert_eq!(c.recv().await, json!(["CLOSED", "c", unavailable]));
-        let resp = reqwest::Client::new()
+        let resp = web()
             .post(format!("http://{}/api/v1/query", n.addr))
             .header("content-type", "application/json")
             .body(json!({"filters": [{}]}).to_string())
@@ -436,13 +436,7 @@ fn uploads_on_two_nodes_bill_one_shared_byte_quota_and_a_check_bills_nothing() {
         let put = |n: &Node, size: usize, byte: u8, auth: String| {
             let url = format!("http://{}/upload", n.addr);
             async move {
-                let resp = reqwest::Client::new()
-                    .put(url)
-                    .header("authorization", auth)
-                    .body(vec![byte; size])
-                    .send()
-                    .await
-                    .unwrap();
+                let resp = web().put(url).header("authorization", auth).body(vec![byte; size]).send().await.unwrap();
                 let reason =
                     resp.headers().get("x-reason").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
                 (resp.status().as_u16(), reason)
@@ -450,7 +444,7 @@ fn uploads_on_two_nodes_bill_one_shared_byte_quota_and_a_check_bills_nothing() {
         };
         assert_eq!(put(&a, 3 * 1024, 1, auth()).await.0, 201);
         // B knows what A billed: a check of 2 KiB says wait, and bills nothing.
-        let check = reqwest::Client::new()
+        let check = web()
             .head(format!("http://{}/upload", b.addr))
             .header("authorization", auth())
             .header("x-content-length", "2048")

@@ -80,7 +80,7 @@ async fn dev_is_ready_at_once_serves_its_seed_logs_every_frame_and_leaves_nothin
     let fresh = sign(&k, now(), 1, &[], "fresh");
     assert_ok(&c.publish(&fresh).await, &fresh.id.to_hex(), true, "");
     // NIP-11 and the admin API with the printed token answer on the http URL.
-    let http = reqwest::Client::new();
+    let http = web();
     let info = nip11_at(&dev.url("http")).await;
     assert_eq!(info["software"], "hearth");
     assert!(info.get("hearth_limits").is_none(), "quotas are off: {info}");

@@ -345,7 +345,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_recovers_by_itself_and_survives_
     assert!(refused.len() >= 15, "{} of 20 refused on a full disk", refused.len());
     // Over REST: 503 with a Retry-After, in the publish shape.
     let e = sign(&k, t0 + 200, 1, &[], &big);
-    let resp = reqwest::Client::new()
+    let resp = web()
         .post(format!("http://{}/api/v1/events", relay.addr))
         .header("content-type", "application/json")
         .body(json!(e).to_string())

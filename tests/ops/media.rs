@@ -20,7 +20,7 @@ fn auth(verb: Verb, n: u64) -> String {
 }
 
 async fn put(addr: &str, bytes: Vec<u8>, n: u64) -> reqwest::Response {
-    let req = reqwest::Client::new()
+    let req = web()
         .put(format!("http://{addr}/upload"))
         .header("authorization", auth(Verb::Upload, n))
         .header("content-type", "application/octet-stream")
@@ -29,7 +29,7 @@ async fn put(addr: &str, bytes: Vec<u8>, n: u64) -> reqwest::Response {
 }
 
 async fn get(addr: &str, hash: &BlobHash) -> reqwest::Response {
-    tokio::time::timeout(STEP, reqwest::get(format!("http://{addr}/{hash}"))).await.unwrap().unwrap()
+    tokio::time::timeout(STEP, web_get(format!("http://{addr}/{hash}"))).await.unwrap().unwrap()
 }
 
 /// Files under `dir`, recursively (none when it is missing).
@@ -71,7 +71,7 @@ async fn a_kill_9_mid_upload_leaves_nothing_served_and_nothing_half_written() {
     let (_relay, addr) = start_with(dir.path(), &GENEROUS);
     assert_eq!(get(&addr, &hash).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(files(&media), Vec::<std::path::PathBuf>::new(), "nothing half-written is left");
-    let list = reqwest::get(format!("http://{addr}/list/{}", keys(1).public_key().to_hex())).await.unwrap();
+    let list = web_get(format!("http://{addr}/list/{}", keys(1).public_key().to_hex())).await.unwrap();
     assert_eq!(list.text().await.unwrap(), "[]");
     // The same upload, whole, is taken and served.
     assert_eq!(put(&addr, whole.clone(), 1).await.status(), StatusCode::CREATED);
@@ -134,12 +134,8 @@ async fn check_finds_a_damaged_blob_repair_sets_it_aside_and_export_import_carry
     let (good_hash, bad_hash) = (BlobHash(Sha256::digest(&good).into()), BlobHash(Sha256::digest(&bad).into()));
     assert_eq!(put(&addr, good.clone(), 0).await.status(), StatusCode::CREATED);
     assert_eq!(put(&addr, bad.clone(), 1).await.status(), StatusCode::CREATED);
-    let listed: serde_json::Value = reqwest::get(format!("http://{addr}/list/{}", keys(1).public_key().to_hex()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: serde_json::Value =
+        web_get(format!("http://{addr}/list/{}", keys(1).public_key().to_hex())).await.unwrap().json().await.unwrap();
     let mut c = Client::connect(&format!("ws://{addr}/")).await;
     let note = sign(&keys(1), now(), 1, &[&["imeta", &format!("url http://{addr}/{good_hash}")]], "look");
     assert_ok(&c.publish(&note).await, &note.id.to_hex(), true, "");
@@ -159,7 +155,7 @@ async fn check_finds_a_damaged_blob_repair_sets_it_aside_and_export_import_carry
     {
         let (_relay, addr) = start_with(&restored, &GENEROUS);
         assert_eq!(get(&addr, &good_hash).await.bytes().await.unwrap().as_ref(), good.as_slice());
-        let again: serde_json::Value = reqwest::get(format!("http://{addr}/list/{}", keys(1).public_key().to_hex()))
+        let again: serde_json::Value = web_get(format!("http://{addr}/list/{}", keys(1).public_key().to_hex()))
             .await
             .unwrap()
             .json()
@@ -265,7 +261,7 @@ async fn power_cuts_under_uploads_lose_no_acknowledged_blob() {
                         let bytes: Vec<u8> =
                             (0..len).map(|b| (b as u64 ^ (round << 16) ^ (client << 8) ^ i) as u8).collect();
                         let n = SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let request = reqwest::Client::new()
+                        let request = web()
                             .put(format!("http://{addr}/upload"))
                             .header("authorization", auth(Verb::Upload, n))
                             .header("content-type", "application/octet-stream")

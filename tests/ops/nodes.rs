@@ -203,7 +203,7 @@ fn redis_restarted_the_other_node_catches_up_and_postgres_stopped_refuses_writes
         let frame = on_a.publish(&refused).await;
         assert_eq!(frame[2], false, "{frame}");
         assert!(frame[3].as_str().unwrap().starts_with("error: "), "{frame}");
-        let query = reqwest::Client::new()
+        let query = web()
             .post(format!("http://{}/api/v1/query", a.addr))
             .json(&json!({"filters": [{"kinds": [1]}]}))
             .send()
@@ -242,7 +242,7 @@ fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry(
     let ws = format!("ws://{addr}");
     let admin_call = |method: reqwest::Method, path: String| {
         let url = format!("http://{addr}{path}");
-        reqwest::Client::new().request(method, url).bearer_auth("t").json(&json!({})).send()
+        web().request(method, url).bearer_auth("t").json(&json!({})).send()
     };
     let mut before: Vec<String> = rt.block_on(async {
         let mut c = Client::connect(&ws).await;
@@ -313,7 +313,7 @@ fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry(
             json!(["OK", stranger.id.to_hex(), false, "restricted: only members of this relay may publish here"]);
         assert_eq!(Client::connect(&ws).await.publish(&stranger).await, refused);
         let get = |path: &str| {
-            let call = reqwest::Client::new().get(format!("http://{addr}{path}")).bearer_auth("t").send();
+            let call = web().get(format!("http://{addr}{path}")).bearer_auth("t").send();
             async move { call.await.unwrap().json::<Value>().await.unwrap() }
         };
         let members = get("/admin/v1/members").await.to_string();

@@ -122,7 +122,7 @@ async fn results_are_ranked_and_the_query_language_and_filters_narrow_them() {
     // COUNT with a search, and the REST query.
     c.send(json!(["COUNT", "n", {"search": "meetup"}])).await;
     assert_eq!(c.recv().await, json!(["COUNT", "n", {"count": 5}]));
-    let rest: Value = reqwest::Client::new()
+    let rest: Value = web()
         .post(format!("http://{addr}/api/v1/query"))
         .json(&json!({"filters": [{"search": "meetup", "limit": 3}]}))
         .send()
@@ -159,7 +159,7 @@ async fn refusals_name_the_limit_and_nip11_lists_50_only_when_search_is_on() {
     let too_long = ask(&mut c, json!({"search": "a very long search"})).await;
     assert_eq!(too_long, Err("invalid: search is longer than 10 characters".into()));
     assert_eq!(ask(&mut c, json!({"search": "-only"})).await, Err("invalid: search has no word to look for".into()));
-    let rest = reqwest::Client::new()
+    let rest = web()
         .post(format!("http://{addr}/api/v1/query"))
         .json(&json!({"filters": [{"search": "a very long search"}]}))
         .send()
@@ -167,7 +167,7 @@ async fn refusals_name_the_limit_and_nip11_lists_50_only_when_search_is_on() {
         .unwrap();
     assert_eq!(rest.status(), 400);
     // An export takes every event its filter matches: a search is refused, not failed.
-    let export = reqwest::Client::new()
+    let export = web()
         .get(format!("http://{addr}/admin/v1/export"))
         .query(&[("filter", r#"{"search":"x"}"#)])
         .bearer_auth("t0ken")

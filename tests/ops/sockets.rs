@@ -130,7 +130,7 @@ async fn a_websocket_peer_that_answers_no_ping_is_closed_and_its_subscriptions_f
     let usage = |relay: &TestRelay| {
         let url = relay.http_url("/admin/v1/usage/ip/127.0.0.3");
         async move {
-            let resp = reqwest::Client::new().get(url).bearer_auth("t").send().await.unwrap();
+            let resp = web().get(url).bearer_auth("t").send().await.unwrap();
             resp.json::<Value>().await.unwrap()
         }
     };
@@ -155,7 +155,7 @@ async fn the_per_ip_cap_holds_while_another_ip_connects() {
     for _ in 0..3 {
         held.push(relay.connect().await);
     }
-    let resp = reqwest::get(relay.http_url("/")).await.unwrap();
+    let resp = web_get(relay.http_url("/")).await.unwrap();
     assert_eq!(resp.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.headers()["retry-after"], "1");
     assert_eq!(
@@ -173,7 +173,7 @@ async fn the_per_ip_cap_holds_while_another_ip_connects() {
     let first = held.remove(0);
     drop(first);
     poll("the closed socket's place to come back", STEP, async || {
-        let resp = reqwest::Client::new().get(relay.http_url("/")).timeout(STEP).send().await.unwrap();
+        let resp = web().get(relay.http_url("/")).timeout(STEP).send().await.unwrap();
         if resp.status() == reqwest::StatusCode::OK { Ok(()) } else { Err(resp.status().to_string()) }
     })
     .await;
@@ -244,7 +244,7 @@ async fn a_thousand_idle_sockets_leave_a_fresh_client_served_and_are_released_wh
     let connections = |relay: &TestRelay, ip: IpAddr| {
         let url = relay.http_url(&format!("/admin/v1/usage/ip/{ip}"));
         async move {
-            let resp = reqwest::Client::new().get(url).bearer_auth("t").send().await.unwrap();
+            let resp = web().get(url).bearer_auth("t").send().await.unwrap();
             resp.json::<Value>().await.unwrap()["connections"].clone()
         }
     };
