@@ -53,9 +53,7 @@ impl OfflineError {
             _ => FAILED,
         }
     }
-}
 
-impl OfflineError {
     /// What to do instead when `command` met a data directory a running relay holds: the running
     /// relay's way of doing it, or stopping it first. Empty for any other failure.
     pub fn while_running(&self, command: &str) -> &'static str {

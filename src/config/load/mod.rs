@@ -48,32 +48,19 @@ fn env_name(key: LimitKey) -> String {
     format!("HEARTH_LIMITS__{}__{}", key.tier.as_str(), key.key.as_str()).to_uppercase()
 }
 
-/// The configuration's sections, as a variable names them after `HEARTH_`.
-const SECTIONS: &[&str] = &[
-    "SERVER",
-    "STORAGE",
-    "LIMITATION",
-    "INFO",
-    "LIMITS",
-    "AUTH",
-    "ADMIN",
-    "ACCESS",
-    "RELAY",
-    "SYNC",
-    "NODE",
-    "GROUPS",
-    "MEDIA",
-    "MODERATION",
-];
-
 /// `HEARTH_` variables that name a section but are not read: one underscore where two belong
 /// (`HEARTH_LIMITS_HUMAN_…`). Sorted.
 fn misspelled(env: &HashMap<String, String>) -> Vec<&str> {
+    // The sections, as the configuration's own fields name them (`LIMITS`).
+    let sections: Vec<String> = match serde_json::to_value(Config::default()) {
+        Ok(serde_json::Value::Object(fields)) => fields.keys().map(|k| k.to_ascii_uppercase()).collect(),
+        _ => Vec::new(),
+    };
     let mut out: Vec<&str> = env
         .keys()
         .filter_map(|name| {
-            let rest = name.strip_prefix("HEARTH_")?;
-            let named = SECTIONS.iter().any(|s| rest.len() > s.len() && rest.to_ascii_uppercase().starts_with(s));
+            let rest = name.strip_prefix("HEARTH_")?.to_ascii_uppercase();
+            let named = sections.iter().any(|s| rest.len() > s.len() && rest.starts_with(s.as_str()));
             (named && !rest.contains("__")).then_some(name.as_str())
         })
         .collect();
