@@ -53,7 +53,7 @@ pub async fn web_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Res
 }
 
 /// The one way these tests wait for something: `check` is asked every 20 ms until it answers
-/// `Some`, which is returned; past `within` the test fails naming `what` and the last answer
+/// `Ok`, whose value is returned; past `within` the test fails naming `what` and the last answer
 /// `check` explained itself with (its `Err`). Never a fixed sleep, never a wall-clock assertion:
 /// `within` only tells a hang from a slow machine.
 pub async fn poll<T>(what: &str, within: Duration, mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
@@ -420,9 +420,8 @@ pub async fn http_with_headers(
     bearer: Option<&str>,
     signer: Option<&Keys>,
 ) -> (reqwest::StatusCode, Value, reqwest::header::HeaderMap) {
-    let url = url.to_string();
     let text = body.as_ref().map(Value::to_string).unwrap_or_default();
-    let mut req = web().request(method.clone(), &url);
+    let mut req = web().request(method.clone(), url);
     if body.is_some() {
         req = req.header("content-type", "application/json").body(text.clone());
     }
@@ -430,7 +429,7 @@ pub async fn http_with_headers(
         req = req.bearer_auth(token);
     }
     if let Some(keys) = signer {
-        let request = hearth::protocol::nip98::Request { url: &url, method: method.as_str(), body: text.as_bytes() };
+        let request = hearth::protocol::nip98::Request { url, method: method.as_str(), body: text.as_bytes() };
         let header = hearth::protocol::nip98::header(keys, &request, Timestamp::now()).unwrap();
         req = req.header("authorization", header);
     }
