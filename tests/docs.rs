@@ -284,32 +284,30 @@ fn heading_id(heading: &str) -> String {
         .collect()
 }
 
-/// The anchors of a markdown file: its headings' ids (outside code blocks).
-fn anchors(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// The lines of a markdown file outside its fenced code blocks.
+fn prose(text: &str) -> impl Iterator<Item = &str> {
     let mut fenced = false;
-    for line in text.lines() {
+    text.lines().filter(move |line| {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
-        } else if !fenced && line.starts_with('#') {
-            out.insert(heading_id(line.trim_start_matches('#').replace('`', "").as_str()));
+            return false;
         }
-    }
-    out
+        !fenced
+    })
+}
+
+/// The anchors of a markdown file: its headings' ids (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    prose(text)
+        .filter(|line| line.starts_with('#'))
+        .map(|line| heading_id(line.trim_start_matches('#').replace('`', "").as_str()))
+        .collect()
 }
 
 /// The link targets of a markdown file (outside code blocks and code spans).
 fn links(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in prose(text) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             let after = &rest[i + 2..];
