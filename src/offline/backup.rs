@@ -40,7 +40,7 @@ impl From<BackupError> for OfflineError {
 /// Writes the community into `to` (which must not exist or be empty): from the running relay at
 /// `relay` (its http(s):// or ws(s):// URL), else from the configured data directory.
 pub async fn backup(config: Config, to: &Path, relay: Option<&str>) -> Result<Manifest, OfflineError> {
-    let mut writer = Writer::create(to)?;
+    // The folder is made only once the backup can start: a refusal leaves nothing behind.
     let Some(relay) = relay else {
         let app = open(config, false).map_err(|e| match e {
             OfflineError::Store(StoreError::InUse { path }) => OfflineError::Unusable(format!(
@@ -51,6 +51,13 @@ pub async fn backup(config: Config, to: &Path, relay: Option<&str>) -> Result<Ma
             )),
             e => e,
         })?;
+        let mut writer = match Writer::create(to) {
+            Ok(writer) => writer,
+            Err(e) => {
+                AppState::close(app).await?;
+                return Err(e.into());
+            }
+        };
         let reading = app.clone();
         let done = tokio::task::spawn_blocking(move || {
             crate::backup::read_out(&reading, &mut |part| writer.take(part).map(|_| ()))
@@ -82,6 +89,7 @@ pub async fn backup(config: Config, to: &Path, relay: Option<&str>) -> Result<Ma
         let body = response.text().await.unwrap_or_default();
         return Err(failed(format!("{status}: {body}")));
     }
+    let mut writer = Writer::create(to)?;
     let mut pending: Vec<u8> = Vec::new();
     let incomplete = || {
         OfflineError::Io(std::io::Error::other(format!(
@@ -137,6 +145,21 @@ pub async fn restore(config: Config, from: &Path) -> Result<Restored, OfflineErr
     let keys = crate::protocol::Keys::parse(&backup.key()?)
         .map_err(|e| OfflineError::Unusable(format!("{}: relay.key: {e}", from.display())))?;
     std::fs::create_dir_all(&dir)?;
+    let restored = restore_into(config, &backup, keys).await;
+    if restored.is_err() {
+        // Empty again, so that the same restore can simply be run once more (a PostgreSQL that
+        // was down, a full disk).
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            let path = entry.path();
+            let _ = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        }
+    }
+    restored
+}
+
+/// [`restore`] into the empty data directory of `config`.
+async fn restore_into(config: Config, backup: &Reader, keys: crate::protocol::Keys) -> Result<Restored, OfflineError> {
+    let dir = config.storage.data_dir.clone();
     crate::identity::keep(&dir.join(crate::identity::KEY_FILE), &keys)
         .map_err(|e| OfflineError::Io(std::io::Error::other(e.to_string())))?;
     let configured = config.relay.secret_key.trim();
@@ -153,7 +176,7 @@ pub async fn restore(config: Config, from: &Path) -> Result<Restored, OfflineErr
     let store = tokio::task::spawn_blocking(move || Store::open_tuned(&store_dir, tuning))
         .await
         .map_err(|e| StoreError::Task(e.to_string()))??;
-    let restored = fill(&store, &backup, keys).await;
+    let restored = fill(&store, backup, keys).await;
     let closed = store.close(config.storage.cache_capacity_mb).await;
     let mut restored = restored?;
     closed?;

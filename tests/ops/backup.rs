@@ -132,6 +132,7 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     // While the relay runs: offline is refused (naming --relay), online is taken.
     let offline = run(&dir.path().join("data"), &["backup", dir.path().join("refused").to_str().unwrap()]);
     assert_eq!(offline.status.code(), Some(2));
+    assert!(!dir.path().join("refused").exists(), "a refused backup leaves no folder behind");
     assert!(
         String::from_utf8_lossy(&offline.stderr)
             .contains("is in use by a running hearth: back it up through it with `hearth backup")
@@ -194,4 +195,12 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     let out = run(&restored_dir.path().join("other"), &["restore", offline.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a complete hearth backup"));
+    // A restore that fails half-way leaves the data directory empty, so it can be run again.
+    let mut events = std::fs::OpenOptions::new().append(true).open(online.join("events.jsonl")).unwrap();
+    std::io::Write::write_all(&mut events, b"{\"not\": \"an event\"}\n").unwrap();
+    let again = restored_dir.path().join("again");
+    let out = run(&again, &["restore", online.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("events.jsonl: line 3: "), "{out:?}");
+    assert_eq!(std::fs::read_dir(&again).unwrap().count(), 0, "the failed restore left files behind");
 }
