@@ -244,14 +244,7 @@ async fn power_cuts_under_uploads_lose_no_acknowledged_blob() {
     static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
     for round in 0..10u64 {
         let (relay, addr) = start_with(dir.path(), &env);
-        let served = acked.lock().unwrap().clone();
-        for (hash, bytes) in &served {
-            let got = get(&addr, hash).await;
-            assert_eq!(got.status(), StatusCode::OK, "round {round}: {hash} answered 201, now gone");
-            let body = got.bytes().await.map(|b| b.to_vec()).map_err(|e| e.to_string());
-            assert_eq!(body.as_ref().map(Vec::len), Ok(bytes.len()), "round {round}: {hash} not whole");
-            assert!(body.is_ok_and(|b| b == *bytes), "round {round}: {hash} changed");
-        }
+        all_served(&addr, &acked, &format!("round {round}")).await;
         let uploads: Vec<_> = (0..3u64)
             .map(|client| {
                 let (addr, acked, start) = (addr.clone(), acked.clone(), next());
@@ -287,13 +280,19 @@ async fn power_cuts_under_uploads_lose_no_acknowledged_blob() {
         cut_power(&media, &mark);
     }
     let (_relay, addr) = start_with(dir.path(), &env);
+    let uploaded = acked.lock().unwrap().len();
+    assert!(uploaded >= 10, "the rounds uploaded: {uploaded}");
+    all_served(&addr, &acked, "after the last cut").await;
+}
+
+/// Every upload in `acked` served whole by the relay at `addr` (`when` names the moment).
+async fn all_served(addr: &str, acked: &Acked, when: &str) {
     let served = acked.lock().unwrap().clone();
-    assert!(served.len() >= 10, "the rounds uploaded: {}", served.len());
     for (hash, bytes) in &served {
-        let got = get(&addr, hash).await;
-        assert_eq!(got.status(), StatusCode::OK, "{hash} answered 201, now gone");
+        let got = get(addr, hash).await;
+        assert_eq!(got.status(), StatusCode::OK, "{when}: {hash} answered 201, now gone");
         let body = got.bytes().await.map(|b| b.to_vec()).map_err(|e| e.to_string());
-        assert_eq!(body.as_ref().map(Vec::len), Ok(bytes.len()), "{hash} not whole");
-        assert!(body.is_ok_and(|b| b == *bytes), "{hash} changed");
+        assert_eq!(body.as_ref().map(Vec::len), Ok(bytes.len()), "{when}: {hash} not whole");
+        assert!(body.is_ok_and(|b| b == *bytes), "{when}: {hash} changed");
     }
 }
