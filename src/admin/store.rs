@@ -32,34 +32,54 @@ pub async fn export(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Res
         return Err(ApiError::BadRequest(format!("filter: {refusal}")));
     }
     let snapshot = app.store.export_async(filter, Timestamp::now()).await.map_err(internal)?;
+    Ok(ndjson("an export", move |send| {
+        for event in snapshot {
+            let json = event.map_err(|e| e.to_string())?;
+            // A client that went away stops the export.
+            if !send(json.as_str().as_bytes()) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }))
+}
+
+/// A JSON-lines response (`application/x-ndjson`) that `produce` writes on a blocking thread:
+/// it hands each line to its argument, which answers false once the client went away (then
+/// `produce` should stop), and returns an error to end the body early, visibly incomplete
+/// (`what` names the stream in the log). Lines go out in chunks of [`CHUNK`] bytes, at most
+/// [`READ_AHEAD`] of them ahead of a slow download.
+pub(super) fn ndjson<F>(what: &'static str, produce: F) -> Response
+where
+    F: FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> Result<(), String> + Send + 'static,
+{
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {
         let mut chunk = Vec::with_capacity(CHUNK);
-        for event in snapshot {
-            match event {
-                Ok(json) => {
-                    chunk.extend_from_slice(json.as_str().as_bytes());
-                    chunk.push(b'\n');
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "export stopped at a record it could not read");
-                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                    return;
-                }
-            }
-            // A client that went away stops the export.
+        let mut gone = false;
+        let outcome = produce(&mut |line| {
+            chunk.extend_from_slice(line);
+            chunk.push(b'\n');
             if chunk.len() >= CHUNK && tx.blocking_send(Ok(Bytes::from(std::mem::take(&mut chunk)))).is_err() {
-                return;
+                gone = true;
             }
-        }
-        if !chunk.is_empty() {
-            let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+            !gone
+        });
+        match outcome {
+            Ok(()) if !gone && !chunk.is_empty() => {
+                let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "{what} stopped before its end");
+                let _ = tx.blocking_send(Err(std::io::Error::other(e)));
+            }
         }
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
     let mut response = warp::reply::stream(body).into_response();
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-    Ok(response)
+    response
 }
 
 /// `GET /admin/v1/store`: events stored, the event log's live and dead bytes, the catalogue's

@@ -18,8 +18,8 @@ use crate::protocol::Timestamp;
 use crate::protocol::blossom::BlobHash;
 use crate::store::media::BlobRecord;
 
-/// The records file of an export's media folder.
-pub const RECORDS: &str = "records.jsonl";
+/// The records file of an export's media folder: the backup folder's `media/` is the same folder.
+pub use crate::backup::folder::RECORDS;
 
 /// What an import of a media folder did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

@@ -41,14 +41,8 @@ enum Command {
     /// Publish one event (--content) or JSON lines from stdin: complete signed events as they
     /// are, {"kind","content","tags"} drafts signed with the key.
     Publish {
-        /// Relay URL, e.g. ws://127.0.0.1:7777
-        #[arg(long)]
-        relay: String,
-        /// Publish over the REST API instead of the WebSocket.
-        #[arg(long)]
-        rest: bool,
         #[command(flatten)]
-        key: hearth::cli::KeyArgs,
+        to: Target,
         /// Kind of the event given with --content.
         #[arg(long, default_value_t = 1)]
         kind: u16,
@@ -172,17 +166,24 @@ enum Command {
     Count(Query),
 }
 
-/// What `req` and `count` ask, and where.
+/// The relay a client subcommand talks to, over which transport, with which key.
 #[derive(clap::Args, Debug)]
-struct Query {
+struct Target {
     /// Relay URL, e.g. ws://127.0.0.1:7777
     #[arg(long)]
     relay: String,
-    /// Ask over the REST API (POST /api/v1/query, /api/v1/count) instead of the WebSocket.
+    /// Use the REST API (POST /api/v1/events, /query, /count) instead of the WebSocket.
     #[arg(long)]
     rest: bool,
     #[command(flatten)]
     key: hearth::cli::KeyArgs,
+}
+
+/// What `req` and `count` ask, and where.
+#[derive(clap::Args, Debug)]
+struct Query {
+    #[command(flatten)]
+    to: Target,
     /// A NIP-01 filter as JSON.
     filter: String,
 }
@@ -199,15 +200,15 @@ async fn subcommand(command: Command, config: Option<&std::path::Path>) -> ExitC
     };
     let code = match command {
         Command::Keygen => hearth::cli::keygen(),
-        Command::Publish { relay, rest, key, kind, content, tags } => match load(&key) {
+        Command::Publish { to: Target { relay, rest, key }, kind, content, tags } => match load(&key) {
             Ok(keys) => hearth::cli::publish(&relay, rest, keys, kind, content, tags).await,
             Err(code) => return code,
         },
-        Command::Req(Query { relay, rest, key, filter }) => match load(&key) {
+        Command::Req(Query { to: Target { relay, rest, key }, filter }) => match load(&key) {
             Ok(keys) => hearth::cli::req(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
-        Command::Count(Query { relay, rest, key, filter }) => match load(&key) {
+        Command::Count(Query { to: Target { relay, rest, key }, filter }) => match load(&key) {
             Ok(keys) => hearth::cli::count(&relay, rest, keys, &filter).await,
             Err(code) => return code,
         },
