@@ -80,17 +80,10 @@ pub(super) async fn receive<B: Buf, E: std::fmt::Display>(
     }
     file.flush().await.map_err(BlobError::io)?;
     let hash = BlobHash(hasher.finalize().into());
-    synced(&file, &hash, size).await?;
+    // Durable before the blob is placed and acknowledged.
+    file.sync_all().await.map_err(BlobError::io)?;
     if let Some(expected) = expected.filter(|e| *e != hash) {
         return Err(BlobError::HashMismatch { announced: expected.to_hex(), found: hash.to_hex() });
     }
     Ok(Received { hash, size, file: path })
-}
-
-/// Makes the received bytes durable before the blob is placed and acknowledged, and says so to
-/// the power-cut test when it listens ([`crate::store::format::power_cut::mark_blob_synced`]).
-async fn synced(file: &tokio::fs::File, hash: &BlobHash, size: u64) -> Result<(), BlobError> {
-    file.sync_all().await.map_err(BlobError::io)?;
-    crate::store::format::power_cut::mark_blob_synced(&hash.to_hex(), size);
-    Ok(())
 }

@@ -26,7 +26,10 @@ pub struct Postgres {
     child: Child,
     /// Held open until the drop: the shell stops the server when it closes.
     stdin: Option<ChildStdin>,
+    /// The socket directory (and, unless [`Postgres::start_on`] placed it, the data's parent).
     dir: tempfile::TempDir,
+    /// The data directory.
+    data: PathBuf,
 }
 
 /// The programs and the `initdb` every server of this process copies.
@@ -49,17 +52,32 @@ impl Postgres {
     /// [`Postgres::start`] with `shared_buffers` of `buffers_mb` MiB (a benchmark's: a test's
     /// server keeps 16).
     pub async fn start_tuned(fsync: bool, buffers_mb: u32) -> Result<Postgres, String> {
+        Postgres::start_in(None, fsync, buffers_mb).await
+    }
+
+    /// [`Postgres::start`] with its data in `parent/pgdata` (a power-cut test's lossy disk),
+    /// fsync on.
+    pub async fn start_on(parent: &Path) -> Result<Postgres, String> {
+        Postgres::start_in(Some(parent), true, 16).await
+    }
+
+    async fn start_in(parent: Option<&Path>, fsync: bool, buffers_mb: u32) -> Result<Postgres, String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let data = dir.path().join("pgdata");
+        let parent = parent.unwrap_or(dir.path());
+        let data = parent.join("pgdata");
         let copied = Command::new("cp").arg("-a").arg(template.dir.path().join("pgdata")).arg(&data).status();
         if !copied.is_ok_and(|s| s.success()) {
             return Err("cannot copy the template database directory".into());
         }
         own(dir.path(), template.user.as_deref())?;
+        own(parent, template.user.as_deref())?;
+        // The copy made durable, as initdb's own would be: a power-cut test's disk loses what
+        // was not synced, and a cluster without its PG_VERSION does not start.
+        sync_tree(&data).map_err(|e| format!("cannot sync the copied database directory: {e}"))?;
         let port = free_port()?;
-        let (child, stdin) = serve(template, dir.path(), port, fsync, buffers_mb)?;
-        let server = Postgres { port, fsync, buffers_mb, child, stdin, dir };
+        let (child, stdin) = serve(template, dir.path(), &data, port, fsync, buffers_mb)?;
+        let server = Postgres { port, fsync, buffers_mb, child, stdin, dir, data };
         server.ready().await?;
         Ok(server)
     }
@@ -104,7 +122,8 @@ impl Postgres {
     /// Starts the server again on the same port and data after [`Postgres::kill`].
     pub async fn restart(&mut self) -> Result<(), String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
-        (self.child, self.stdin) = serve(template, self.dir.path(), self.port, self.fsync, self.buffers_mb)?;
+        (self.child, self.stdin) =
+            serve(template, self.dir.path(), &self.data, self.port, self.fsync, self.buffers_mb)?;
         self.ready().await
     }
 
@@ -130,11 +149,12 @@ impl Drop for Postgres {
     }
 }
 
-/// Runs the server of `dir/pgdata` on `port` under the shell that stops it (an immediate
-/// shutdown) once its standard input closes.
+/// Runs the server of `data` on `port`, its socket in `dir`, under the shell that stops it (an
+/// immediate shutdown) once its standard input closes.
 fn serve(
     template: &Template,
     dir: &Path,
+    data: &Path,
     port: u16,
     fsync: bool,
     buffers_mb: u32,
@@ -144,7 +164,7 @@ fn serve(
         "{} -D {} -p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=200 \
          -c shared_buffers={buffers_mb}MB -c log_min_messages=fatal",
         template.bin.join("postgres").display(),
-        dir.join("pgdata").display(),
+        data.display(),
         dir.display(),
     );
     let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
@@ -218,6 +238,19 @@ fn own(dir: &Path, user: Option<&str>) -> Result<(), String> {
         Ok(s) if s.success() => Ok(()),
         _ => Err(format!("cannot give {} to the {user} user", dir.display())),
     }
+}
+
+/// Syncs every file and directory under `dir`, and `dir` itself.
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            std::fs::File::open(&path)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
 
 fn free_port() -> Result<u16, String> {

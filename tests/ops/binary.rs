@@ -57,6 +57,64 @@ impl Drop for Running {
     }
 }
 
+/// The power-cut tests' disk: `hearth-bench lossy` mounted on `dir/data` (where [`start_with`]
+/// puts the relay's data) over `dir/disk`, a filesystem that keeps every write in memory until
+/// its file is synced. [`Lossy::cut`] is the power cut; dropped, it is cut and unmounted. Needs
+/// root and /dev/fuse, as the tmpfs of the full-disk test needs root.
+pub(crate) struct Lossy {
+    serving: Option<Running>,
+    dir: std::path::PathBuf,
+}
+
+impl Lossy {
+    pub(crate) fn mount(dir: &std::path::Path) -> Lossy {
+        let (disk, data) = (dir.join("disk"), dir.join("data"));
+        std::fs::create_dir_all(&disk).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth-bench"))
+            .arg("lossy")
+            .args([&disk, &data])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let serving = Running(child);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(STEP * 6).unwrap_or_default();
+        assert_eq!(line.trim(), "mounted", "the lossy filesystem did not mount (it needs root and /dev/fuse)");
+        Lossy { serving: Some(serving), dir: dir.to_path_buf() }
+    }
+
+    /// Kills the filesystem with what it had not synced and unmounts it: every program on it
+    /// must have been stopped first.
+    fn unmount(&mut self) {
+        if let Some(serving) = self.serving.take() {
+            // Killed (and waited for) first: what it held is gone.
+            drop(serving);
+            let _ = Command::new("umount").arg("-l").arg(self.dir.join("data")).status();
+        }
+    }
+
+    /// The power cut: the disk loses whatever was written and not synced, and is mounted again
+    /// as the cut left it.
+    pub(crate) fn cut(&mut self) {
+        self.unmount();
+        *self = Lossy::mount(&self.dir);
+    }
+}
+
+impl Drop for Lossy {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
+
 fn start(dir: &std::path::Path) -> (Running, String) {
     start_with(dir, &[])
 }

@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::binary::{GENEROUS, start_as, start_with};
+use crate::binary::{GENEROUS, Lossy, start_as, start_with};
 use crate::common::*;
 
 fn auth(verb: Verb, n: u64) -> String {
@@ -205,36 +205,17 @@ async fn check_finds_a_damaged_blob_repair_sets_it_aside_and_export_import_carry
 /// The uploads answered 201, with their bytes.
 type Acked = std::sync::Arc<std::sync::Mutex<Vec<(BlobHash, Vec<u8>)>>>;
 
-/// Every blob file under `media` whose bytes the relay never marked synced, emptied: what a power
-/// cut leaves of a file whose data had not reached the disk. Returns how many were emptied.
-fn cut_power(media: &Path, mark: &Path) -> usize {
-    let marks = std::fs::read_to_string(mark.with_extension("mark.blobs")).unwrap_or_default();
-    let synced: std::collections::HashSet<&str> = marks.lines().filter_map(|l| l.split(' ').next()).collect();
-    let mut emptied = 0;
-    for file in files(media) {
-        let name = file.file_name().unwrap().to_string_lossy().to_string();
-        if name.len() == 64 && !synced.contains(name.as_str()) && file.metadata().unwrap().len() > 0 {
-            std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(0).unwrap();
-            emptied += 1;
-        }
-    }
-    emptied
-}
-
-/// Power cuts under uploads: three clients upload blobs of 1 KiB to 1 MiB while the relay is
-/// killed at seeded moments, and after each kill every blob file whose bytes the relay had not
-/// synced is emptied (`HEARTH_POWER_CUT_MARK`: the relay notes each blob once its bytes are
-/// synced), as a power cut would leave it. After every restart each upload answered 201 is served
-/// whole. Without the sync before the blob is placed and acknowledged, blobs answered 201 come
-/// back empty and this fails.
+/// Power cuts under uploads: three clients upload blobs of 1 KiB to 1 MiB to a relay whose data
+/// directory is on the lossy filesystem ([`Lossy`]); at seeded moments the relay is killed and
+/// the disk loses whatever it had not synced (the blobs' bytes, sled's pages, the event log's
+/// tail alike). After every restart each upload answered 201 is served whole. Without the sync
+/// before the blob is placed and acknowledged, blobs answered 201 come back short and this fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_cuts_under_uploads_lose_no_acknowledged_blob() {
     let dir = tempfile::tempdir().unwrap();
-    let media = dir.path().join("data").join("media");
-    let mark = dir.path().join("power-cut.mark");
-    let mark_env = mark.to_str().unwrap().to_string();
+    let mut disk = Lossy::mount(dir.path());
     // Quotas off: every GET of the checks and every upload is judged on durability alone.
-    let env = [("HEARTH_LIMITS__ENABLED", "false"), ("HEARTH_POWER_CUT_MARK", mark_env.as_str())];
+    let env = [("HEARTH_LIMITS__ENABLED", "false")];
     let acked: Acked = Default::default();
     let mut seed: u64 = 20261205;
     let mut next = move || {
@@ -277,7 +258,7 @@ async fn power_cuts_under_uploads_lose_no_acknowledged_blob() {
         for upload in uploads {
             upload.await.unwrap();
         }
-        cut_power(&media, &mark);
+        disk.cut();
     }
     let (_relay, addr) = start_with(dir.path(), &env);
     let uploaded = acked.lock().unwrap().len();

@@ -11,6 +11,7 @@
 //! rots).
 
 mod drive;
+mod lossy;
 mod stats;
 
 use std::path::PathBuf;
@@ -209,14 +210,21 @@ enum Cmd {
         kills: usize,
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Each kill is a power cut: the event log loses what it had not synced (the relay
-        /// records its synced length; the run cuts the file back to it before restarting).
+        /// Each kill is a power cut: the relay's data directory is on the lossy filesystem (see
+        /// `lossy`), which loses at each kill whatever had been written and not synced.
         #[arg(long)]
         power_cut: bool,
+        /// The relay's store is a PostgreSQL the run starts (fsync on), killed with the relay
+        /// each time (an immediate shutdown); with --power-cut its data is on a lossy disk too.
+        #[arg(long)]
+        postgres: bool,
         /// Seconds a start may take before the run fails as hung (the report gives the slowest).
         #[arg(long, default_value_t = 10)]
         start_deadline_secs: u64,
     },
+    /// Mounts on MOUNT a FUSE filesystem over BACKING that keeps every write in memory until its
+    /// file is synced, and serves it until killed: killing it is a power cut (root, /dev/fuse).
+    Lossy { backing: PathBuf, mount: PathBuf },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {
         #[arg(long, default_value_t = 200_000)]
@@ -256,10 +264,11 @@ async fn main() -> ExitCode {
         Cmd::Search { events, file } => drive::search(events, &file).await,
         Cmd::Cluster { events, file } => drive::cluster(events, &file).await,
         Cmd::Postgres { events, file } => drive::postgres(events, &file).await,
-        Cmd::Crash { kills, seed, power_cut, start_deadline_secs } => {
+        Cmd::Crash { kills, seed, power_cut, postgres, start_deadline_secs } => {
             let start_deadline = std::time::Duration::from_secs(start_deadline_secs);
-            drive::crash(drive::Kills { kills, seed, power_cut, start_deadline }).await
+            drive::crash(drive::Kills { kills, seed, power_cut, postgres, start_deadline }).await
         }
+        Cmd::Lossy { backing, mount } => lossy::serve(&backing, &mount).map(|()| vec![]),
         Cmd::Suite { count, file } => drive::suite(count, &file).await,
         Cmd::Smoke => drive::smoke().await,
     };

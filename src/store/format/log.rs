@@ -23,8 +23,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
-use super::power_cut::mark_synced;
-
 use super::Serial;
 
 /// The log's file name in the data directory before its first compaction (generation 0).
@@ -125,7 +123,6 @@ impl Log {
             return Err(LogError::Short { name: name.to_string(), len: meta.len(), committed });
         }
         let identity = (meta.dev(), meta.ino());
-        mark_synced(&path, &file);
         Ok(Log { backing: Backing::File { file, path, identity }, end: AtomicU64::new(committed) })
     }
 
@@ -167,11 +164,9 @@ impl Log {
     /// Cuts the file back to `at` (the end), dropping the frames of a group that failed.
     pub fn truncate(&self, at: u64) -> io::Result<()> {
         match &self.backing {
-            Backing::File { file, path, .. } => {
+            Backing::File { file, .. } => {
                 file.set_len(at)?;
-                file.sync_data()?;
-                mark_synced(path, file);
-                Ok(())
+                file.sync_data()
             }
             Backing::Memory(bytes) => {
                 let at = usize::try_from(at).map_err(io::Error::other)?;
@@ -223,11 +218,7 @@ impl Log {
     /// Makes what was written durable (`fdatasync`, which also persists the file's new size).
     pub fn sync(&self) -> io::Result<()> {
         match &self.backing {
-            Backing::File { file, path, .. } => {
-                file.sync_data()?;
-                mark_synced(path, file);
-                Ok(())
-            }
+            Backing::File { file, .. } => file.sync_data(),
             Backing::Memory(_) => Ok(()),
         }
     }

@@ -2,9 +2,8 @@
 //!
 //! Owns the encoding of every file and key of a data directory: an event record ([`record`]),
 //! the framed event log ([`log`]), an index segment file ([`segment`]), the catalogue's keys
-//! ([`keys`]) and its id buckets ([`bucket`]), a compaction's moves file ([`moves`]), the
-//! sync that makes a sled flush durable ([`durable`]), and the power-cut test's mark of what
-//! the log has synced ([`power_cut`]). It imports nothing of the store above it:
+//! ([`keys`]) and its id buckets ([`bucket`]), a compaction's moves file ([`moves`]), and the
+//! sync that makes a sled flush durable ([`durable`]). It imports nothing of the store above it:
 //! each format is pure encoding over `std` files and byte slices, with its own error, so that a
 //! second backend (or a fuzz target) can read any of them alone.
 //!
@@ -17,7 +16,6 @@ pub mod durable;
 pub mod keys;
 pub mod log;
 pub mod moves;
-pub mod power_cut;
 pub mod record;
 pub mod segment;
 

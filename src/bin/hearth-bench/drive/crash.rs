@@ -15,19 +15,27 @@
 //! each author's profile is the newest acknowledged version or a newer one; nothing is served
 //! twice; and the relay was listening within the start deadline.
 //!
-//! With `power_cut`, each kill is a power cut: the relay runs with
-//! [`hearth::store::format::power_cut::POWER_CUT_MARK`], which makes it record, at every sync of its
-//! event log, the length that is durable; after each SIGKILL the log is cut back to that length
-//! before the next start, so that what was written but not synced is lost as a power cut loses
-//! it (the page cache a SIGKILL keeps is thrown away). sled's own files are left as the kernel
-//! had them: what the relay acknowledged is the log's, which sled is rebuilt from.
+//! With `power_cut`, each kill is a power cut: the relay's data directory is on the lossy
+//! filesystem ([`crate::lossy`]), which is cut with the relay (after it is killed) and mounted
+//! again before the next start, so that everything the relay's files had not synced — the event
+//! log's tail, sled's pages, the search index — is lost as a power cut loses it (a SIGKILL alone
+//! keeps the page cache). The report says how many bytes the cuts threw away (files' lengths
+//! past what was synced: a lower bound, as overwritten pages are not counted).
+//!
+//! With `postgres`, the relay's store is a PostgreSQL the run starts (fsync on) and takes down
+//! after every kill of the relay (an immediate shutdown, which writes nothing more); with power
+//! cuts as well, the server's data directory is on a lossy filesystem of its own, so what
+//! PostgreSQL had written and not synced (WAL, heap) is lost before it starts again and runs its
+//! crash recovery.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures_util::SinkExt;
 use hearth::protocol::{Keys, Kind, Timestamp};
+use hearth::testing::postgres::Postgres;
 use serde_json::json;
 
 use super::*;
@@ -65,38 +73,97 @@ pub(crate) struct Kills {
     pub(crate) kills: usize,
     /// The RNG's seed.
     pub(crate) seed: u64,
-    /// Each kill loses what the event log had not synced.
+    /// Each kill is a power cut: the data is on the lossy filesystem.
     pub(crate) power_cut: bool,
+    /// The relay's store is a PostgreSQL of the run's own, killed with the relay each time.
+    pub(crate) postgres: bool,
     /// How long a start may take before the run fails as hung.
     pub(crate) start_deadline: Duration,
 }
 
-/// Cuts the event log named in the mark file back to the length it says is durable; returns
-/// how many bytes that threw away.
-fn cut_power(data: &std::path::Path) -> Res<u64> {
-    let mark = std::fs::read_to_string(data.join("power-cut.mark")).unwrap_or_default();
-    let mut fields = mark.split_whitespace();
-    let (Some(name), Some(durable)) = (fields.next(), fields.next().and_then(|n| n.parse::<u64>().ok())) else {
-        return Err(format!("the relay wrote no power-cut mark ({mark:?})"));
-    };
-    let log = data.join("data").join(name);
-    // A log the mark names that is gone was replaced by a compaction, which synced its successor.
-    let Ok(file) = std::fs::OpenOptions::new().write(true).open(&log) else { return Ok(0) };
-    let len = file.metadata().map_err(err)?.len();
-    if len <= durable {
-        return Ok(0);
+/// Bytes the files on `mount` hold past their backing files' lengths: what a power cut now
+/// would lose of them at least.
+fn unsynced_bytes(mount: &Path, backing: &Path) -> Res<u64> {
+    super::harness::sum_files(mount, &mut |path, meta| {
+        let on_disk = path.strip_prefix(mount).ok().and_then(|rel| std::fs::metadata(backing.join(rel)).ok());
+        Ok(meta.len().saturating_sub(on_disk.map_or(0, |m| m.len())))
+    })
+}
+
+/// What goes down with the relay at each kill: the PostgreSQL of a `postgres` run (an
+/// immediate shutdown) and, with power cuts, the lossy disks under the relay's data directory
+/// and the server's.
+struct Outage {
+    /// Declared first: stopped before its disk is unmounted.
+    pg: Option<Postgres>,
+    disks: Vec<Disk>,
+    /// Bytes the cuts threw away (at least), and how many cuts threw any.
+    lost: u64,
+    cuts_that_lost: u64,
+}
+
+/// One lossy filesystem: `mount` over `backing`.
+struct Disk {
+    mounted: Option<crate::lossy::Mounted>,
+    backing: PathBuf,
+    mount: PathBuf,
+}
+
+impl Outage {
+    /// Mounts the disks under `data` and starts the server; the relay's `HEARTH_…` variables
+    /// for the server's database.
+    async fn prepare(data: &Path, power_cut: bool, postgres: bool) -> Res<(Outage, Vec<(&'static str, String)>)> {
+        let mut outage = Outage { pg: None, disks: Vec::new(), lost: 0, cuts_that_lost: 0 };
+        let mut names = vec![("disk", "data")];
+        if postgres {
+            names.push(("pgdisk", "pg"));
+        }
+        for (backing, mount) in names.into_iter().filter(|_| power_cut) {
+            let (backing, mount) = (data.join(backing), data.join(mount));
+            let mounted = Some(crate::lossy::Mounted::mount(&backing, &mount)?);
+            outage.disks.push(Disk { mounted, backing, mount });
+        }
+        let mut env = Vec::new();
+        if postgres {
+            let pg = match power_cut {
+                true => Postgres::start_on(&data.join("pg")).await?,
+                false => Postgres::start(true).await?,
+            };
+            env.push(("HEARTH_STORAGE__BACKEND", "postgres".to_string()));
+            env.push(("HEARTH_STORAGE__POSTGRES_URL", pg.database("crash").await?));
+            outage.pg = Some(pg);
+        }
+        Ok((outage, env))
     }
-    file.set_len(durable).map_err(err)?;
-    file.sync_all().map_err(err)?;
-    Ok(len - durable)
+
+    /// After the relay's kill: the server killed, each disk cut and mounted again as the cut
+    /// left it, the server started on what is left.
+    async fn strike(&mut self) -> Res<()> {
+        if let Some(pg) = self.pg.as_mut() {
+            pg.kill();
+        }
+        for disk in &mut self.disks {
+            let lost = unsynced_bytes(&disk.mount, &disk.backing)?;
+            self.lost += lost;
+            self.cuts_that_lost += u64::from(lost > 0);
+            if let Some(mounted) = disk.mounted.take() {
+                disk.mounted = Some(mounted.cut_and_remount(&disk.backing)?);
+            }
+        }
+        match self.pg.as_mut() {
+            Some(pg) => pg.restart().await,
+            None => Ok(()),
+        }
+    }
 }
 
 /// Runs the kill-and-restart rounds `run` asks for.
 pub(crate) async fn crash(run: Kills) -> Res<Vec<Report>> {
-    let Kills { kills, seed, power_cut, start_deadline } = run;
+    let Kills { kills, seed, power_cut, postgres, start_deadline } = run;
     let data = scratch_dir("crash")?;
-    let mark = data.join("power-cut.mark");
-    let mark = mark.to_str().ok_or("the scratch directory's path is not UTF-8")?.to_string();
+    // With power cuts the relay's data directory (`data/data`) is a lossy filesystem over
+    // `data/disk`, and the server's (`data/pg`) one over `data/pgdisk`.
+    let (mut outage, server) = Outage::prepare(&data, power_cut, postgres).await?;
     let model = Arc::new(Mutex::new(Model { clock: Timestamp::now().0 - 2_000_000, ..Model::default() }));
     let mut rng = Rng::new(seed);
     // The index is written out every 256 events, so that kills land while index segments are
@@ -107,10 +174,7 @@ pub(crate) async fn crash(run: Kills) -> Res<Vec<Report>> {
         ("HEARTH_STORAGE__INDEX_MEMORY_EVENTS", "256"),
     ];
     let mut env = env.to_vec();
-    if power_cut {
-        env.push((hearth::store::format::power_cut::POWER_CUT_MARK, mark.as_str()));
-    }
-    let (mut cut_bytes, mut cuts) = (0u64, 0u64);
+    env.extend(server.iter().map(|(k, v)| (*k, v.as_str())));
     let (mut slowest, mut stops_cut) = (Duration::ZERO, 0);
     let started = Instant::now();
     for kill in 0..=kills {
@@ -125,7 +189,7 @@ pub(crate) async fn crash(run: Kills) -> Res<Vec<Report>> {
             return Err(format!("after kill {kill} (seed {seed}): {e}\nthe relay's last lines:\n{lines}"));
         }
         if kill == kills {
-            on.stop();
+            on.stop_keeping();
             break;
         }
         let window = Duration::from_millis(20 + rng.below(280));
@@ -144,17 +208,16 @@ pub(crate) async fn crash(run: Kills) -> Res<Vec<Report>> {
         for w in writers {
             w.await.map_err(err)?;
         }
-        if power_cut {
-            let lost = cut_power(&data)?;
-            cut_bytes += lost;
-            cuts += u64::from(lost > 0);
-        }
+        outage.strike().await?;
     }
+    let (cut_bytes, cuts) = (outage.lost, outage.cuts_that_lost);
+    drop(outage);
+    let _ = std::fs::remove_dir_all(&data);
     let m = model.lock().map_err(err)?;
     Ok(vec![Report {
         json: json!({"cmd": "crash", "kills": kills, "seed": seed, "acked": m.acked,
             "notes_served": m.notes.len() - m.notes.keys().filter(|id| m.targeted.contains(*id)).count(),
-            "deletions": m.deleted.len(), "stops_cut": stops_cut, "power_cut": power_cut, "power_cuts_that_lost_bytes": cuts,
+            "deletions": m.deleted.len(), "stops_cut": stops_cut, "power_cut": power_cut, "postgres": postgres, "power_cuts_that_lost_bytes": cuts,
             "unsynced_bytes_lost": cut_bytes, "slowest_start_ms": slowest.as_secs_f64() * 1e3,
             "secs": started.elapsed().as_secs_f64()}),
         summary: format!(
