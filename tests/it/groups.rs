@@ -267,17 +267,32 @@ async fn a_private_groups_events_reach_its_members_only_on_every_read_path() {
     // The metadata of a hidden group, too.
     assert!(s.req("meta", vec![json!({"kinds": [39000], "#d": ["secret"]})]).await.is_empty());
     assert_eq!(b.req("meta", vec![json!({"kinds": [39000], "#d": ["secret"]})]).await.len(), 1);
-    // COUNT, from the index's lists or not.
-    for filter in [json!({"kinds": [1]}), json!({"#h": ["secret"]}), json!({})] {
-        s.send(json!(["COUNT", "n", filter.clone()])).await;
-        let counted = s.recv().await;
-        let mut m = as_(&relay, &bob).await;
-        m.send(json!(["COUNT", "n", filter.clone()])).await;
-        let member = m.recv().await;
-        assert!(
-            counted[2]["count"].as_u64().unwrap() < member[2]["count"].as_u64().unwrap(),
-            "{filter}: {counted} vs {member}"
-        );
+    // COUNT, from the index's lists or not: each reader's count is what its REQ serves, the
+    // stranger's without the group's events (none at all of the first two filters).
+    let mut m = as_(&relay, &bob).await;
+    for (filter, stranger_counts, member_counts) in [
+        (json!({"kinds": [1]}), Some(0), Some(1)),
+        (json!({"#h": ["secret"]}), Some(0), Some(4)),
+        (json!({}), None, None),
+    ] {
+        let mut counts = Vec::new();
+        for reader in [&mut s, &mut m] {
+            reader.send(json!(["COUNT", "n", filter.clone()])).await;
+            let counted = reader.recv().await;
+            assert_eq!(counted[0], "COUNT", "{counted}");
+            let served = reader.req("c", vec![filter.clone()]).await.len() as u64;
+            assert_eq!(counted[2]["count"].as_u64(), Some(served), "{filter}: {counted}");
+            counts.push(served);
+        }
+        if let Some(n) = member_counts {
+            assert_eq!(counts[1], n, "{filter}: {counts:?}");
+        }
+        // Of everything, the stranger counts all but the group's events: its moderation, its
+        // note and the relay's four state events (39000-39003).
+        let group = b.req("c", vec![json!({"#h": ["secret"]}), json!({"#d": ["secret"]})]).await.len() as u64;
+        assert_eq!(group, 8);
+        let stranger = stranger_counts.unwrap_or_else(|| counts[1] - group);
+        assert_eq!(counts[0], stranger, "{filter}: {counts:?}");
     }
     // Before AUTH, a request for the group alone is asked to authenticate.
     anon.send(json!(["REQ", "g", {"#h": ["secret"]}])).await;
