@@ -74,6 +74,8 @@ impl Lossy {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hearth-bench"))
             .arg("lossy")
             .args([&disk, &data])
+            // Held open by the child's handle: if this process dies, the filesystem unmounts.
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -223,7 +223,8 @@ enum Cmd {
         start_deadline_secs: u64,
     },
     /// Mounts on MOUNT a FUSE filesystem over BACKING that keeps every write in memory until its
-    /// file is synced, and serves it until killed: killing it is a power cut (root, /dev/fuse).
+    /// file is synced, and serves it until killed (a power cut) or until its standard input ends
+    /// (it unmounts). Needs root and /dev/fuse.
     Lossy { backing: PathBuf, mount: PathBuf },
     /// Starts the release `hearth` binary beside this one and runs everything.
     Suite {

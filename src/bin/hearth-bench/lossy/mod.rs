@@ -30,7 +30,8 @@ use crate::drive::Res;
 const MOUNTED: &str = "mounted";
 
 /// Mounts the filesystem of `backing` on `mount` and serves it until this process is killed
-/// (`hearth-bench lossy`).
+/// (`hearth-bench lossy`), or until its standard input ends — the process that started it is
+/// gone — when it unmounts itself, so no mount outlives a test that died.
 pub(crate) fn serve(backing: &Path, mount: &Path) -> Res<()> {
     let fs = inodes::Lossy::new(backing.to_path_buf()).map_err(|e| format!("{}: {e}", backing.display()))?;
     let mut config = fuser::Config::default();
@@ -41,6 +42,12 @@ pub(crate) fn serve(backing: &Path, mount: &Path) -> Res<()> {
     let session = fuser::Session::new(fs, mount, &config).map_err(|e| {
         format!("cannot mount a FUSE filesystem on {} ({e}): this needs /dev/fuse and root", mount.display())
     })?;
+    let mounted = mount.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        let _ = Command::new("umount").arg("-l").arg(&mounted).status();
+        std::process::exit(0);
+    });
     println!("{MOUNTED}");
     session.run().map_err(|e| format!("the lossy filesystem stopped: {e}"))
 }
@@ -64,6 +71,7 @@ impl Mounted {
             .arg("lossy")
             .arg(backing)
             .arg(mount)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
