@@ -60,12 +60,13 @@ impl Filesystem for Lossy {
     ) {
         let mut state = self.state();
         let set = (|| {
-            let path = state.paths.get(&ino.0).cloned().ok_or(Errno::ENOENT)?;
+            // By name (a file removed while open has none, and is only ever truncated).
+            let path = || state.paths.get(&ino.0).cloned().ok_or(Errno::ENOENT);
             if let Some(mode) = mode {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(errno)?;
+                std::fs::set_permissions(path()?, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(errno)?;
             }
             if uid.is_some() || gid.is_some() {
-                std::os::unix::fs::lchown(&path, uid, gid).map_err(errno)?;
+                std::os::unix::fs::lchown(path()?, uid, gid).map_err(errno)?;
             }
             if let Some(size) = size {
                 Lossy::open(&mut state, ino.0)?.dirty().map_err(errno)?.0.truncate(size);
@@ -210,7 +211,7 @@ impl Filesystem for Lossy {
         reply: ReplyWrite,
     ) {
         let mut state = self.state();
-        let synced = state.handles.get(&fh.0).is_some_and(|(_, sync)| *sync);
+        let synced = state.handles.get(&fh.0).copied().unwrap_or(false);
         let wrote = Lossy::open(&mut state, ino.0).and_then(|open| {
             let (dirty, file) = open.dirty().map_err(errno)?;
             dirty.write(file, offset, data).map_err(errno)?;

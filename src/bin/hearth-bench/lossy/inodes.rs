@@ -34,8 +34,8 @@ pub(super) struct State {
     pub(super) paths: HashMap<u64, PathBuf>,
     /// Files open now or holding unsynced bytes.
     pub(super) files: HashMap<u64, Open>,
-    /// Open handles: the inode and whether every write is synced (O_SYNC, O_DSYNC).
-    pub(super) handles: HashMap<u64, (u64, bool)>,
+    /// Open handles: whether each write through it is synced at once (O_SYNC, O_DSYNC).
+    pub(super) handles: HashMap<u64, bool>,
     next_handle: u64,
 }
 
@@ -47,6 +47,7 @@ pub(super) struct Open {
 }
 
 impl Open {
+    /// A sync: the unsynced part written to the backing file.
     pub(super) fn sync(&mut self) -> std::io::Result<()> {
         match self.dirty.take() {
             Some(dirty) => dirty.write_back(&self.file),
@@ -149,7 +150,7 @@ impl Lossy {
         }
         let fh = state.next_handle;
         state.next_handle += 1;
-        state.handles.insert(fh, (ino, flags & O_DSYNC != 0));
+        state.handles.insert(fh, flags & O_DSYNC != 0);
         Ok(fh)
     }
 
