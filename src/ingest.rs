@@ -25,15 +25,17 @@ pub enum Outcome {
     Accepted,
     /// Already stored: accepted, never stored twice.
     Duplicate,
+    /// A NIP-43 join request from a member: accepted, nothing changed.
+    AlreadyMember,
     /// Not accepted: rejected, or rate-limited (`messages` quota or the handler bound) with its
     /// retry time.
     Refused(Refusal),
 }
 
 impl Outcome {
-    /// True for `Accepted` and `Duplicate`.
+    /// True for every outcome but `Refused`.
     pub fn accepted(&self) -> bool {
-        matches!(self, Outcome::Accepted | Outcome::Duplicate)
+        matches!(self, Outcome::Accepted | Outcome::Duplicate | Outcome::AlreadyMember)
     }
 
     /// The `OK` message text: `""`, `"duplicate: …"` or the refusal.
@@ -41,6 +43,7 @@ impl Outcome {
         match self {
             Outcome::Accepted => String::new(),
             Outcome::Duplicate => "duplicate: already have this event".into(),
+            Outcome::AlreadyMember => crate::membership::ALREADY_MEMBER.into(),
             Outcome::Refused(r) => r.to_string(),
         }
     }
@@ -60,6 +63,19 @@ pub struct Publisher {
     /// What names this relay in a `relay` tag (`server.public_url`, else the `Host` the client
     /// reached): a request to vanish (NIP-62) must name it, or every relay.
     pub relay: Option<crate::protocol::nip42::RelayMatch>,
+}
+
+/// Why `event`, sent by a connection authenticated as `authed`, is not taken at all under
+/// `access.mode = "members-only"` (every transport asks this before publishing): the mode's
+/// refusal, except for a NIP-43 join request (how a stranger becomes a member: the membership
+/// rules answer it) and members' mail from outside (a gift wrap or zap receipt to a member,
+/// judged by moderation like any event). `None` when the event goes on to [`publish`].
+pub fn access_refusal(app: &AppState, event: &Event, authed: Option<PubKey>) -> Option<Refusal> {
+    let refused = app.moderation.access_refusal(authed)?;
+    match event.kind == crate::membership::JOIN || app.moderation.is_mail_to_member(event) {
+        true => None,
+        false => Some(refused),
+    }
 }
 
 /// Cheap checks against the configured limits, before any hashing.
@@ -161,7 +177,8 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
     if crate::membership::is_request(verified.kind) {
         drop(permit);
         return match crate::membership::request(app, &verified, publisher.authed).await {
-            Ok(()) => Outcome::Accepted,
+            Ok(crate::membership::Answer::Done) => Outcome::Accepted,
+            Ok(crate::membership::Answer::AlreadyMember) => Outcome::AlreadyMember,
             Err(refusal) => Outcome::Refused(refusal),
         };
     }
@@ -230,6 +247,15 @@ pub(crate) async fn settle(
     now: Timestamp,
     bill: Option<(&Billed, HandlerPermit)>,
 ) -> Settled {
+    // Who may create rooms is this relay's to say, whoever else signed one (another relay's,
+    // copied by a sync round, included): a client offers "Create room" to whoever a kind 19004
+    // event names, without asking who signed it.
+    if verified.kind == crate::membership::ROOM_CREATORS && verified.pubkey != app.keys.public_key() {
+        return Settled::Refused(Refusal::new(
+            Prefix::Restricted,
+            "kind 19004 (who may create rooms) is signed by this relay's own key only; groups.create decides it",
+        ));
+    }
     match app.moderation.judge(&verified) {
         Verdict::Allowed => {}
         Verdict::Blocked(text) => return Settled::Refused(Refusal::new(Prefix::Blocked, text)),

@@ -13,6 +13,7 @@
 use serde_json::json;
 
 use crate::app::AppState;
+use crate::config::GroupCreators;
 use crate::moderation::{Invite, ModerationError};
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, Kind, PubKey, Timestamp, VerifiedEvent};
@@ -30,6 +31,9 @@ pub const LIST: Kind = Kind(13534);
 pub const ADDED: Kind = Kind(8000);
 /// A member removed (`["p", <hex>]`).
 pub const REMOVED: Kind = Kind(8001);
+/// Who may create rooms (groups), as chat clients read it (Flotilla offers "Create room" to a
+/// key a `p` tag of it names): replaceable, signed by the relay only.
+pub const ROOM_CREATORS: Kind = Kind(19004);
 /// How far a request's `created_at` may be from now: an older one is a replay.
 const FRESH_SECS: u64 = 600;
 /// How long a claim handed out in a kind 28935 event stays good (single use).
@@ -40,9 +44,22 @@ pub fn is_request(kind: Kind) -> bool {
     kind == JOIN || kind == LEAVE
 }
 
-/// Answers a join or leave request `event` from a connection authenticated as `authed`: `Ok`
-/// (`OK true`; a member's join again changes nothing and uses no claim), or why not.
-pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKey>) -> Result<(), Refusal> {
+/// What an accepted request came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Done (`OK true`): joined, left, or a join on a relay where the key may publish anyway.
+    Done,
+    /// A join from a member: nothing changes and no claim is used (`OK true "duplicate: you are
+    /// already a member"`, as NIP-43 suggests).
+    AlreadyMember,
+}
+
+/// The `OK` text of [`Answer::AlreadyMember`].
+pub const ALREADY_MEMBER: &str = "duplicate: you are already a member";
+
+/// Answers a join or leave request `event` from a connection authenticated as `authed`: what it
+/// came to, or why not.
+pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKey>) -> Result<Answer, Refusal> {
     let restricted = |text: &str| Refusal::new(Prefix::Restricted, text);
     match authed {
         None => return Err(Refusal::new(Prefix::AuthRequired, "authenticate as the requester first")),
@@ -71,11 +88,20 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
         }
         audit(app, &pubkey, "member.leave", json!(old), serde_json::Value::Null).await.map_err(|e| failed(e.into()))?;
         changed(app, pubkey, false).await;
-        return Ok(());
+        return Ok(Answer::Done);
     }
-    let Some(code) = event.tag_values("claim").next().map(str::to_string) else {
-        return Err(restricted("a join request needs a claim tag with an invite code"));
-    };
+    // A member's join again changes nothing and uses no claim (NIP-43: a duplicate).
+    if app.moderation.is_member(&pubkey) {
+        return Ok(Answer::AlreadyMember);
+    }
+    let code = event.tag_values("claim").next().map(str::to_string).unwrap_or_default();
+    // On a relay where anyone may publish (a public one without a member list), a join without a
+    // good code has nothing to grant and nothing to refuse: the key may post already. Chat
+    // clients (Flotilla) send `["claim", ""]` to add any space; a good code still makes a member.
+    let open = !app.moderation.restricted_writes();
+    if open && !app.moderation.has_invite(&code) {
+        return Ok(Answer::Done);
+    }
     // Checked, used and the member added in one change of the state.
     let joined = app
         .moderation
@@ -83,7 +109,10 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
             if s.allowed_pubkeys.contains_key(&pubkey) {
                 return Ok(false);
             }
-            let invite = s.invites.get_mut(&code).ok_or("this invite code is not valid")?;
+            let invite = s.invites.get_mut(&code).ok_or(match code.is_empty() {
+                true => "only members publish here: join with an invite code from a member",
+                false => "this invite code is not valid",
+            })?;
             if let Some(why) = invite.refusal(now) {
                 return Err(why);
             }
@@ -100,7 +129,7 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
             .map_err(|e| failed(e.into()))?;
         changed(app, pubkey, true).await;
     }
-    Ok(())
+    Ok(Answer::Done)
 }
 
 async fn audit(
@@ -153,6 +182,9 @@ pub fn invite_event(app: &AppState, code: &str) -> Event {
 /// kind 8000 / 8001 event and the member list (13534) anew, signed by the relay and stored as
 /// any event is. A failure is logged: the membership change itself stands.
 pub async fn changed(app: &AppState, pubkey: PubKey, added: bool) {
+    if app.config.groups.create != GroupCreators::Admins {
+        publish_room_creators(app).await;
+    }
     if !app.config.access.publish_members {
         return;
     }
@@ -164,10 +196,7 @@ pub async fn changed(app: &AppState, pubkey: PubKey, added: bool) {
         vec![protected.clone(), vec!["p".into(), pubkey.to_hex()]],
         "",
     );
-    let mut members: Vec<PubKey> = app.config.auth.members.clone();
-    members.extend(app.moderation.snapshot().allowed_pubkeys.keys().copied());
-    members.sort_unstable();
-    members.dedup();
+    let members = members(app);
     let mut tags = vec![protected];
     tags.extend(members.iter().map(|m| vec!["member".to_string(), m.to_hex()]));
     // Replaces the one before even within the same second (a replaceable event's tie goes to the
@@ -180,20 +209,77 @@ pub async fn changed(app: &AppState, pubkey: PubKey, added: bool) {
     }
 }
 
+/// Every member (`auth.members` and the list kept live), sorted, each once.
+fn members(app: &AppState) -> Vec<PubKey> {
+    let mut members: Vec<PubKey> = app.config.auth.members.clone();
+    members.extend(app.moderation.snapshot().allowed_pubkeys.keys().copied());
+    members.sort_unstable();
+    members.dedup();
+    members
+}
+
+/// The keys `groups.create` lets create a group: the admins, and the members unless only admins
+/// may. Under `authenticated` on a relay anyone writes to, every key may and no list names them
+/// all: none is named (the admins learn it from NIP-86 `supportedmethods`; everyone's 9007 is
+/// accepted all the same).
+fn room_creators(app: &AppState) -> Vec<PubKey> {
+    if app.config.groups.create == GroupCreators::Authenticated && !app.moderation.restricted_writes() {
+        return Vec::new();
+    }
+    let mut keys = app.config.admin.pubkeys.clone();
+    if app.config.groups.create != GroupCreators::Admins {
+        keys.extend(members(app));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Publishes the relay's kind 19004 event naming [`room_creators`] (one `p` tag each, and the
+/// NIP-70 `-` tag) when the stored one names others, or none is stored and someone is to be
+/// named: at start (the setting or
+/// the admins may have changed) and after each change of the members. Nothing with groups off.
+pub async fn publish_room_creators(app: &AppState) {
+    if !app.config.groups.enabled {
+        return;
+    }
+    let keys = room_creators(app);
+    let stored = newest_own(app, ROOM_CREATORS).await;
+    let named = |v: &serde_json::Value| -> Vec<String> {
+        let tags = v["tags"].as_array().cloned().unwrap_or_default();
+        tags.iter().filter(|t| t[0] == "p").filter_map(|t| t[1].as_str().map(str::to_string)).collect()
+    };
+    let wanted: Vec<String> = keys.iter().map(PubKey::to_hex).collect();
+    // Nothing to say (no admin, no member, none said before), or the same as before.
+    let before = stored.as_ref().map(named).unwrap_or_default();
+    if before == wanted && (stored.is_some() || wanted.is_empty()) {
+        return;
+    }
+    let at = stored.and_then(|v| v["created_at"].as_u64()).unwrap_or(0);
+    let mut tags = vec![vec!["-".to_string()]];
+    tags.extend(wanted.into_iter().map(|hex| vec!["p".to_string(), hex]));
+    let event = app.keys.sign(Timestamp(Timestamp::now().0.max(at + 1)), ROOM_CREATORS, tags, "");
+    if let Err(e) = publish_own(app, event).await {
+        tracing::error!(error = %e, "publishing who may create rooms (kind 19004) failed");
+    }
+}
+
 /// When the relay's current member list was made (0: none).
 async fn last_list_at(app: &AppState) -> u64 {
+    newest_own(app, LIST).await.and_then(|v| v["created_at"].as_u64()).unwrap_or(0)
+}
+
+/// The newest stored event of `kind` the relay signed, as JSON.
+async fn newest_own(app: &AppState, kind: Kind) -> Option<serde_json::Value> {
     let filter = crate::protocol::Filter {
-        kinds: Some(vec![LIST]),
+        kinds: Some(vec![kind]),
         authors: Some(vec![app.keys.public_key()]),
         limit: Some(1),
         ..Default::default()
     };
     let found = app.store.query_async(vec![filter], Timestamp::now(), crate::protocol::Viewer::everything()).await;
     let newest = found.ok().and_then(|(events, _)| events.into_iter().next());
-    newest
-        .and_then(|e| serde_json::from_str::<serde_json::Value>(e.as_str()).ok())
-        .and_then(|v| v["created_at"].as_u64())
-        .unwrap_or(0)
+    newest.and_then(|e| serde_json::from_str::<serde_json::Value>(e.as_str()).ok())
 }
 
 /// Stores and delivers an event the relay signed itself (no quota, no moderation: it is the

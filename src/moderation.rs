@@ -312,9 +312,10 @@ impl Moderation {
                 return Verdict::Blocked(format!("kind {} is not allowed on this relay", event.kind.0));
             }
             let member = |pk: &PubKey| self.members.contains(pk) || s.allowed_pubkeys.contains_key(pk);
-            // A gift wrap's author is a one-time key: one to a member is a member's mail.
+            // A gift wrap's author is a one-time key, a zap receipt's the recipient's zap
+            // service: one to a member is a member's mail.
             let to_member =
-                crate::protocol::private::wrap_recipient(&event.tags, event.kind).is_some_and(|r| member(&r));
+                crate::protocol::private::mail_recipient(&event.tags, event.kind).is_some_and(|r| member(&r));
             if self.writes_restricted(s) && !member(&event.pubkey) && !to_member {
                 return Verdict::Restricted("only members of this relay may publish here".into());
             }
@@ -365,6 +366,17 @@ impl Moderation {
             }
             Some(_) => None,
         }
+    }
+
+    /// True when `event` is members' mail from outside: a gift wrap or zap receipt to a member
+    /// ([`crate::protocol::private::mail_recipient`]).
+    pub fn is_mail_to_member(&self, event: &Event) -> bool {
+        crate::protocol::private::mail_recipient(&event.tags, event.kind).is_some_and(|r| self.is_member(&r))
+    }
+
+    /// True when `code` is an invite code kept here (good or spent).
+    pub fn has_invite(&self, code: &str) -> bool {
+        self.read(|s| s.invites.contains_key(code))
     }
 
     /// True when `pubkey` is banned.

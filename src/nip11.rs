@@ -38,10 +38,33 @@ pub struct RelayInfo {
     /// absent when the limiter is off, so that clients do not pace for quotas nobody enforces.
     #[serde(skip_serializing_if = "Option::is_none")]
     hearth_limits: Option<HearthLimits>,
+    /// NIP-29's own object: subgroups (`parent`) are kept; absent with groups off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nip29: Option<Nip29>,
+    /// Who may publish, in hearth's words, and what a non-member may still send: absent on a
+    /// relay anyone writes to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hearth_access: Option<HearthAccess>,
     /// Where media goes (no NIP says where a relay's Blossom server is): the relay's own HTTP
     /// address serves Blossom when `media.enabled`; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     hearth_media: Option<HearthMedia>,
+}
+
+/// NIP-11's `nip29` object.
+#[derive(Debug, Serialize)]
+struct Nip29 {
+    subgroups: bool,
+}
+
+/// A relay only members write to, and the members' mail it takes from anyone.
+#[derive(Debug, Serialize)]
+struct HearthAccess {
+    /// `access.mode`.
+    mode: &'static str,
+    /// Kinds a non-member may publish when their one `p` tag names a member: zap receipts and
+    /// gift wraps (a gift wrap from an authenticated connection).
+    members_mail_kinds: [u16; 2],
 }
 
 /// The media server, as NIP-11 describes it.
@@ -134,6 +157,11 @@ impl RelayInfo {
                 created_at_lower_limit: lim.created_at_lower_limit,
                 created_at_upper_limit: lim.created_at_upper_limit,
             },
+            nip29: config.groups.enabled.then_some(Nip29 { subgroups: true }),
+            hearth_access: moderation.restricted_writes().then(|| HearthAccess {
+                mode: moderation.mode().name(),
+                members_mail_kinds: [crate::protocol::private::ZAP_RECEIPT.0, crate::protocol::Kind::GIFT_WRAP.0],
+            }),
             hearth_limits: limits.enabled.then_some(HearthLimits {
                 human: limits.human,
                 agent: limits.agent,

@@ -160,6 +160,9 @@ impl Relay {
             app.tasks.spawn(crate::nodes::listen(app.clone()));
         }
         crate::sync::peers::spawn(&app);
+        // Who may create rooms, as chat clients read it: `groups.create` or the admins may have
+        // changed since the last start.
+        crate::membership::publish_room_creators(&app).await;
         // Both listeners keep sockets under the same caps and timeouts (each its own count).
         let limits = listener::Limits::of(&app.config);
         tracing::info!("listening on {addr}");

@@ -8,7 +8,8 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use warp::http::{HeaderMap, StatusCode};
+use warp::http::{HeaderMap, HeaderValue, StatusCode};
+use warp::path::FullPath;
 use warp::{Filter, Reply};
 
 use crate::app::AppState;
@@ -22,10 +23,14 @@ fn hard_frame_cap(max_message_length: usize) -> usize {
     max_message_length.saturating_mul(2).max(max_message_length.saturating_add(64 * 1024))
 }
 
-fn cors(reply: impl Reply) -> impl Reply {
-    let reply = warp::reply::with_header(reply, "Access-Control-Allow-Origin", "*");
-    let reply = warp::reply::with_header(reply, "Access-Control-Allow-Headers", "*");
-    warp::reply::with_header(reply, "Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+/// The CORS headers of every answer at `/`: NIP-11, its preflight, and NIP-86 (`POST /`, which a
+/// chat client calls from its own origin with a NIP-98 `Authorization` to learn whether its user
+/// is an admin) — its 200 and its 401 alike, or the browser hides the answer from the page.
+/// `Authorization` is named: a preflight's `*` does not cover it.
+fn cors(headers: &mut HeaderMap) {
+    headers.insert("Access-Control-Allow-Origin", HeaderValue::from_static("*"));
+    headers.insert("Access-Control-Allow-Headers", HeaderValue::from_static("Authorization, Content-Type, *"));
+    headers.insert("Access-Control-Allow-Methods", HeaderValue::from_static("GET, POST, OPTIONS"));
 }
 
 /// Every route of the relay's port.
@@ -73,12 +78,12 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
                 &app.moderation,
                 &app.keys.public_key(),
             ));
-            cors(warp::reply::with_header(reply, "Content-Type", "application/nostr+json")).into_response()
+            warp::reply::with_header(reply, "Content-Type", "application/nostr+json").into_response()
         });
-    // OPTIONS / (CORS preflight for NIP-11)
+    // OPTIONS / (CORS preflight for NIP-11 and NIP-86)
     let preflight = warp::path::end()
         .and(warp::options())
-        .map(|| cors(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT)).into_response());
+        .map(|| warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response());
     // GET / (anything else: a human-readable pointer)
     let home = warp::path::end().and(warp::get()).and(with_app(app.clone())).map(|app: Arc<AppState>| {
         let media = if app.config.media.enabled {
@@ -102,7 +107,7 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
     // What this port serves: without the admin routes (NIP-86 at `POST /` among them) when they
     // moved to `admin.bind`.
     let served = ROUTES.iter().copied().filter(|&(method, path)| on_this_port || !is_admin(method, path)).collect();
-    first_of([
+    let all = first_of([
         crate::http::method_not_allowed(served),
         ws.boxed(),
         nip11.boxed(),
@@ -112,7 +117,14 @@ pub fn routes(app: Arc<AppState>) -> impl Filter<Extract = (impl Reply,), Error 
         admin.boxed(),
         crate::rest::routes(app),
     ])
-    .recover(recover)
+    .recover(recover);
+    warp::path::full().and(all).map(|path: FullPath, reply| {
+        let mut response = warp::Reply::into_response(reply);
+        if path.as_str() == "/" {
+            cors(response.headers_mut());
+        }
+        response
+    })
 }
 
 /// True for the routes of the admin surface, which `admin.bind` moves to a port of its own.

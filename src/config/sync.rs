@@ -13,7 +13,9 @@ pub struct SyncConfig {
     /// otherwise at least 4096). A message is cut at this size and the exchange goes on.
     pub frame_size_limit: u64,
     /// Negentropy sessions one connection may hold open at once (a `NEG-OPEN` of an open id
-    /// replaces that session).
+    /// replaces that session): room for a chat client that lists every room at once (Flotilla
+    /// opens 11–21). Each session also takes a place under `server.max_subscriptions_per_ip` and
+    /// `server.max_subscriptions_total`, and each `NEG-OPEN` is billed to `ws_reqs`.
     pub max_sessions: usize,
     /// A session that has seen no message for this long is closed (`NEG-ERR "closed: …"`).
     pub idle_secs: u64,
@@ -30,7 +32,7 @@ impl Default for SyncConfig {
         SyncConfig {
             max_items: 500_000,
             frame_size_limit: 60_000,
-            max_sessions: 4,
+            max_sessions: 64,
             idle_secs: 60,
             max_items_held: 2_000_000,
             peers: Vec::new(),

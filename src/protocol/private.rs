@@ -29,6 +29,25 @@ pub fn wrap_recipient(tags: &[Vec<String>], kind: Kind) -> Option<PubKey> {
     if !is_gift_wrap(kind) {
         return None;
     }
+    only_p(tags)
+}
+
+/// NIP-57's zap receipt, published by the recipient's zap service (which never authenticates).
+pub const ZAP_RECEIPT: Kind = Kind(9735);
+
+/// The one recipient of members' mail from outside: a gift wrap's or a zap receipt's single `p`
+/// tag; `None` for any other event, or one that names none or several. On a relay that only
+/// members write to, such an event to a member is taken from anyone (as zooid does): without it
+/// zaps and direct messages to the members of an allow-listed relay break.
+pub fn mail_recipient(tags: &[Vec<String>], kind: Kind) -> Option<PubKey> {
+    match kind == ZAP_RECEIPT || is_gift_wrap(kind) {
+        true => only_p(tags),
+        false => None,
+    }
+}
+
+/// The value of the event's only `p` tag.
+fn only_p(tags: &[Vec<String>]) -> Option<PubKey> {
     let mut ps = tag_values(tags, "p");
     let first = ps.next().and_then(PubKey::from_hex)?;
     ps.next().is_none().then_some(first)

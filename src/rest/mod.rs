@@ -84,8 +84,9 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
         Err(e) => Err(e),
         Ok(caller) => match endpoint {
             Endpoint::OpenApi => openapi(&app),
-            _ if app.moderation.access_refusal(caller.authed).is_some() => Err(members_only(&app, &caller)),
+            // The publish path asks the access rules itself, with the event in hand.
             Endpoint::Publish => publish(&app, ctx, caller).await,
+            _ if app.moderation.access_refusal(caller.authed).is_some() => Err(members_only(&app, &caller)),
             Endpoint::Get(id) => get_event(&app, &id, caller).await,
             Endpoint::Query => query(&app, ctx, caller).await,
             Endpoint::Count => count(&app, ctx, caller).await,
@@ -163,7 +164,7 @@ struct PublishBody<'a> {
 
 fn status_of(outcome: &Outcome) -> StatusCode {
     match outcome {
-        Outcome::Accepted | Outcome::Duplicate => StatusCode::OK,
+        Outcome::Accepted | Outcome::Duplicate | Outcome::AlreadyMember => StatusCode::OK,
         Outcome::Refused(r) => match r.prefix() {
             Prefix::Invalid => StatusCode::BAD_REQUEST,
             Prefix::Duplicate => StatusCode::CONFLICT,
@@ -191,6 +192,9 @@ async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Resp
         Ok(event) => event,
         Err(e) => return unreadable(format!("invalid: malformed event: {e}")),
     };
+    if ingest::access_refusal(app, &event, caller.authed).is_some() {
+        return Err(members_only(app, &caller));
+    }
     let id = event.id.to_hex();
     let host = ctx.header("host").map(str::to_string);
     let relay = crate::protocol::nip42::RelayMatch::of(&app.config.server.public_url, host);

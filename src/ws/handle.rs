@@ -143,10 +143,7 @@ pub(super) async fn frame(
             if needs_auth {
                 return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
             }
-            // A join request is how a stranger becomes a member: the membership rules answer it.
-            if let Some(refused) = app.moderation.access_refusal(session.authed)
-                && event.kind != membership::JOIN
-            {
+            if let Some(refused) = ingest::access_refusal(app, &event, session.authed) {
                 return Action::Reply(RelayMessage::ok(id, false, refused.to_string()));
             }
             let app = app.clone();
@@ -216,7 +213,9 @@ pub(super) async fn frame(
                 session.negs.close(&sub_id);
                 return refused_neg(&sub_id, &refused, &session.challenge);
             }
-            let generation = match session.negs.open(&sub_id, app.config.sync.max_sessions) {
+            let address = app.limiter.ceiling_of(session.client_ip);
+            let generation = match session.negs.open(&sub_id, app.config.sync.max_sessions, || app.slots.take(address))
+            {
                 Ok(generation) => generation,
                 Err(refused) => return Action::Reply(refused),
             };

@@ -20,6 +20,7 @@ use crate::app::AppState;
 use crate::limiter::{Billed, RateLimited};
 use crate::protocol::refusal::Refusal;
 use crate::protocol::{Filter, RelayMessage, Timestamp, Viewer};
+use crate::slots::{Slot, SlotError};
 use crate::sync::status::Held;
 
 /// A reconciling side of one session: the relay's items, owned.
@@ -45,6 +46,8 @@ struct Open {
     reconciler: Option<Box<Reconciler>>,
     held: Option<Held>,
     last: Instant,
+    /// Its place among the subscriptions of its address and of the relay.
+    _slot: Slot,
 }
 
 /// A session's reconciler with its count in the relay's total of held items.
@@ -68,16 +71,27 @@ impl std::fmt::Debug for Negs {
 
 impl Negs {
     /// Registers a NEG-OPEN of `sub_id` (replacing an open one of that id); `Err` is the NEG-ERR
-    /// when the connection holds `max` sessions already.
-    pub fn open(&mut self, sub_id: &str, max: usize) -> Result<u64, RelayMessage> {
-        if !self.open.contains_key(sub_id) && self.open.len() >= max {
-            return Err(neg_err(
-                sub_id,
-                format!("blocked: too many open negentropy sessions: at most {max} per connection"),
-            ));
-        }
+    /// when the connection holds `max` sessions already, or when `slot` finds no place for one
+    /// more under the address's and the relay's bounds (a session is held like a subscription).
+    pub fn open(
+        &mut self,
+        sub_id: &str,
+        max: usize,
+        slot: impl FnOnce() -> Result<Slot, SlotError>,
+    ) -> Result<u64, RelayMessage> {
+        let slot = match self.open.remove(sub_id) {
+            Some(replaced) => replaced._slot,
+            None if self.open.len() >= max => {
+                return Err(neg_err(
+                    sub_id,
+                    format!("blocked: too many open negentropy sessions: at most {max} per connection"),
+                ));
+            }
+            None => slot().map_err(|e| neg_err(sub_id, format!("blocked: {e}")))?,
+        };
         self.next_generation += 1;
-        let open = Open { generation: self.next_generation, reconciler: None, held: None, last: Instant::now() };
+        let open =
+            Open { generation: self.next_generation, reconciler: None, held: None, last: Instant::now(), _slot: slot };
         self.open.insert(sub_id.to_string(), open);
         Ok(self.next_generation)
     }

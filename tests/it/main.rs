@@ -12,6 +12,7 @@ mod common;
 
 mod access;
 mod admin;
+mod clients;
 mod groups;
 mod hostile;
 mod http;
