@@ -181,6 +181,36 @@ test('a members-only space: a join without a code is refused in words, an invite
   }
 });
 
+test('a members-write space: a member groups.create allows is offered "Create room" by the relay\'s 19004 and makes a room', async () => {
+  const carol = await person('carol');
+  const place = await community({ HEARTH_ACCESS__MODE: 'members-write', HEARTH_GROUPS__CREATE: 'members' });
+  try {
+    const added = await place.admin('PUT', `/admin/v1/members/${carol.pubkey}`, { note: 'carol' });
+    expect(added.status).toBe(200);
+    // Her join: she is a member already, which the relay says (OK true, a duplicate).
+    await join_(carol, place.space);
+    await expect(carol.page.getByText('Welcome to the space!')).toBeVisible();
+    expect(await waitForFrame(carol, (f) => f.includes('you are already a member'))).toMatch(
+      /^< \["OK","[0-9a-f]{64}",true,"duplicate: you are already a member"\]$/,
+    );
+    // Not an admin (NIP-86 says 401): the button comes from the relay's kind 19004 naming her.
+    await expect(carol.page.getByText('Create room')).toBeVisible();
+    expect(carol.frames.some((f) => f.startsWith('< ["EVENT"') && f.includes('"kind":19004') && f.includes(carol.pubkey))).toBe(true);
+    await carol.page.getByText('Create room').click();
+    await carol.page.locator('input[type=text]').first().fill('book club');
+    await carol.page.getByRole('button', { name: 'Create Room', exact: true }).click();
+    await carol.page.getByText('book club').first().click();
+    await say(carol, 'First meeting on Friday');
+    await expect(carol.page.getByText('First meeting on Friday')).toBeVisible();
+    const groups = await place.admin('GET', '/admin/v1/groups');
+    expect(groups.body.groups.map((g) => g.name)).toEqual(['book club']);
+    await shot(carol, 'member-room');
+  } finally {
+    await carol.context.close();
+    await place.stop();
+  }
+});
+
 /** The first frame `who`'s page saw that `match` accepts, waiting for it. */
 async function waitForFrame(who, match) {
   await expect.poll(() => who.frames.find(match), { timeout: 15_000 }).toBeTruthy();
