@@ -237,8 +237,8 @@ fn room_creators(app: &AppState) -> Vec<PubKey> {
 
 /// Publishes the relay's kind 19004 event naming [`room_creators`] (one `p` tag each, and the
 /// NIP-70 `-` tag) when the stored one names others, or none is stored and someone is to be
-/// named: at start (the setting or
-/// the admins may have changed) and after each change of the members. Nothing with groups off.
+/// named: at start (the setting or the admins may have changed) and after each change of the
+/// members. Nothing with groups off.
 pub async fn publish_room_creators(app: &AppState) {
     if !app.config.groups.enabled {
         return;

@@ -5,14 +5,7 @@
 # `cargo test`. Screenshots of every view land in admin-ui/tests/screenshots/ (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-chromium=${HEARTH_CHROMIUM:-/usr/bin/chromium}
-if [ ! -x "$chromium" ]; then
-    sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo=sudo
-    echo "installing Debian's chromium for the admin page's browser tests" >&2
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-fi
+chromium=$(bash tests/chromium.sh)
 cargo build --locked --quiet --bin hearth
 cd admin-ui/tests
 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error

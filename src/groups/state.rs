@@ -121,7 +121,7 @@ pub enum GroupError {
     #[error("this invite code is not valid for this group; the refusal is final")]
     BadCode,
     /// `restricted:` a message to a restricted group from someone who is not a member.
-    #[error("not a member of this group: only its members write to it; send a join request (kind 9021)")]
+    #[error("not a member of this group: only its members write to it; join the group first")]
     MembersOnly,
     /// `invalid:` a kind the group does not take.
     #[error("this group does not take kind {0} (see its supported_kinds)")]

@@ -10,14 +10,7 @@ if [ ! -d "$clients/flotilla/build" ]; then
     echo "the Flotilla build is missing at $clients/flotilla/build: the chat-client tests need it" >&2
     exit 1
 fi
-chromium=${HEARTH_CHROMIUM:-/usr/bin/chromium}
-if [ ! -x "$chromium" ]; then
-    sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo=sudo
-    echo "installing Debian's chromium for the chat-client tests" >&2
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-fi
+chromium=$(bash tests/chromium.sh)
 command -v openssl >/dev/null || { echo "openssl is needed for the TLS front's certificate" >&2; exit 1; }
 cargo build --locked --quiet --bin hearth
 cd tests/clients

@@ -132,7 +132,7 @@ async fn a_closed_restricted_group_takes_members_by_invite_or_an_admins_approval
         &mut c,
         &to_group(&carol, 9, "club", &[], "let me talk"),
         false,
-        "restricted: not a member of this group: only its members write to it; send a join request (kind 9021)",
+        "restricted: not a member of this group: only its members write to it; join the group first",
     )
     .await;
     ok(
@@ -339,7 +339,7 @@ async fn the_groups_are_folded_again_from_the_store_after_a_restart() {
         &mut c,
         &to_group(&carol, 9, "g", &[], "hello?"),
         false,
-        "restricted: not a member of this group: only its members write to it; send a join request (kind 9021)",
+        "restricted: not a member of this group: only its members write to it; join the group first",
     )
     .await;
     ok(

@@ -154,7 +154,8 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     let manifest = json_out(&out);
     assert_eq!(
         (&manifest["events"], &manifest["blobs"], &manifest["relay_pubkey"], &manifest["access_mode"]),
-        (&json!(2), &json!(1), &before["self"], &json!("members-only")),
+        // Alice's note, and the relay's own kind 19004 naming who may create rooms (its members).
+        (&json!(3), &json!(1), &before["self"], &json!("members-only")),
         "{manifest}"
     );
     let key = std::fs::metadata(online.join("relay.key")).unwrap();
@@ -182,7 +183,7 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     let summary = json_out(&out);
     assert_eq!(
         (&summary["relay_pubkey"], &summary["events"], &summary["stored"], &summary["uploads"]),
-        (&before["self"], &json!(2), &json!(2), &json!(1)),
+        (&before["self"], &json!(3), &json!(3), &json!(1)),
         "{summary}"
     );
     let (relay, addr) = start_with(restored_dir.path(), &community());
@@ -211,7 +212,7 @@ async fn a_members_only_community_backed_up_online_comes_back_whole_in_an_empty_
     let again = restored_dir.path().join("again");
     let out = run(&again, &["restore", online.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("events.jsonl: line 3: "), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("events.jsonl: line 4: "), "{out:?}");
     assert_eq!(std::fs::read_dir(&again).unwrap().count(), 0, "the failed restore left files behind");
 }
 

@@ -116,17 +116,18 @@ fn a_note_typing_and_a_group_member_cross_from_one_node_to_the_other_at_once() {
         // A group made on A, Bob put in on A, Bob writes on B.
         let mut admin = Client::connect(&a.ws()).await;
         assert_eq!(admin.auth(&alice, &a.ws()).await[2], true);
-        for e in [
-            to_group(&alice, 9007, "club", &[], ""),
-            to_group(&alice, 9002, "club", &[&["name", "Club"], &["closed"], &["restricted"]], ""),
-        ] {
+        // Node B folds a group change in before it delivers it: its delivery is when B knows.
+        let mut watch_b = Client::connect(&b.ws()).await;
+        subscribe(&mut watch_b, "changes", json!({"kinds": [9002], "#h": ["club"]})).await;
+        let edit = to_group(&alice, 9002, "club", &[&["name", "Club"], &["closed"], &["restricted"]], "");
+        for e in [to_group(&alice, 9007, "club", &[], ""), edit.clone()] {
             assert_ok(&admin.publish(&e).await, &e.id.to_hex(), true, "");
         }
+        assert_eq!(next_event(&mut watch_b, "changes").await[2]["id"], json!(edit.id.to_hex()));
         let mut bob_b = Client::connect(&b.ws()).await;
         assert_eq!(bob_b.auth(&bob, &b.ws()).await[2], true);
         let early = to_group(&bob, 9, "club", &[], "may I?");
-        let refused =
-            "restricted: not a member of this group: only its members write to it; send a join request (kind 9021)";
+        let refused = "restricted: not a member of this group: only its members write to it; join the group first";
         assert_eq!(bob_b.publish(&early).await, json!(["OK", early.id.to_hex(), false, refused]));
         let put = to_group(&alice, 9000, "club", &[&["p", &bob.public_key().to_hex()]], "");
         assert_ok(&admin.publish(&put).await, &put.id.to_hex(), true, "");
