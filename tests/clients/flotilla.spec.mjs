@@ -75,17 +75,12 @@ async function person(name) {
 }
 
 /** Adds the space at `space` the way Flotilla offers first: "Add a space", "Join a space", its address or link. */
-async function join_(who, space) {
+async function addSpace(who, space) {
   const { page } = who;
   await page.getByRole('button', { name: /Add a space/ }).click();
   await page.getByRole('button', { name: /Join a space/ }).click();
   await page.locator('input[type=text]').last().fill(space);
   await page.getByRole('button', { name: /Join Space/i }).click();
-}
-
-/** The space's menu in the sidebar (a room list and, for some, "Create room"). */
-function sidebar(page) {
-  return page.locator('div').filter({ has: page.getByText('Recent Activity', { exact: true }) }).first();
 }
 
 async function shot(who, what) {
@@ -106,7 +101,7 @@ test('a public space: joined by its address, the operator creates a room, others
   const alice = await person('alice');
   try {
     // Joining by the relay's address: the NIP-43 join (claim "") is accepted on a public relay.
-    await join_(operator, place.space);
+    await addSpace(operator, place.space);
     await expect(operator.page.getByText('Welcome to the space!')).toBeVisible();
     expect(operator.frames.some((f) => f.startsWith('< ["OK"') && f.includes(',true,'))).toBe(true);
     // The operator is a NIP-86 admin: "Create room", and Flotilla's own form makes the room.
@@ -117,7 +112,7 @@ test('a public space: joined by its address, the operator creates a room, others
     await shot(operator, 'room-created');
 
     // A newcomer joins by address and finds the room at once; no "Create room" for them.
-    await join_(alice, place.space);
+    await addSpace(alice, place.space);
     await expect(alice.page.getByText('Welcome to the space!')).toBeVisible();
     await expect(alice.page.getByText('general').first()).toBeVisible();
     await expect(alice.page.getByText('Create room')).toHaveCount(0);
@@ -145,7 +140,7 @@ test('a members-only space: a join without a code is refused in words, an invite
   const bob = await person('bob');
   try {
     // Without a code: Flotilla shows its refusal and bob is not in.
-    await join_(bob, place.space);
+    await addSpace(bob, place.space);
     expect(await waitForFrame(bob, (f) => f.startsWith('< ["OK"') && f.includes('invite code'))).toContain(
       'restricted: only members publish here: join with an invite code from a member',
     );
@@ -157,7 +152,7 @@ test('a members-only space: a join without a code is refused in words, an invite
     // The operator is an admin, so the relay lets it in, and its "Create Invite" gets a code.
     const added = await place.admin('PUT', `/admin/v1/members/${operator.pubkey}`, { note: 'operator' });
     expect(added.status).toBe(200);
-    await join_(operator, place.space);
+    await addSpace(operator, place.space);
     await expect(operator.page.getByText('Welcome to the space!')).toBeVisible();
     await operator.page.getByText(place.host).first().click();
     await operator.page.getByText('Create Invite').click();
@@ -188,7 +183,7 @@ test('a members-write space: a member groups.create allows is offered "Create ro
     const added = await place.admin('PUT', `/admin/v1/members/${carol.pubkey}`, { note: 'carol' });
     expect(added.status).toBe(200);
     // Her join: she is a member already, which the relay says (OK true, a duplicate).
-    await join_(carol, place.space);
+    await addSpace(carol, place.space);
     await expect(carol.page.getByText('Welcome to the space!')).toBeVisible();
     expect(await waitForFrame(carol, (f) => f.includes('you are already a member'))).toMatch(
       /^< \["OK","[0-9a-f]{64}",true,"duplicate: you are already a member"\]$/,
