@@ -1,7 +1,7 @@
 //! The bound on open subscriptions beyond one connection: per client address and relay-wide.
 //!
 //! Owns [`Slots`], the count of subscriptions held open on this node, and the [`Slot`] each open
-//! subscription keeps: dropping it (the subscription closed or its connection gone) gives the
+//! subscription (and each open negentropy session, which holds its item set as long) keeps: dropping it (the subscription closed or its connection gone) gives the
 //! place back. `limitation.max_subscriptions` bounds one connection (the session counts that);
 //! this bounds what many connections hold together, so that no address and no number of
 //! connections makes the node hold more subscriptions than `server.max_subscriptions_per_ip` and

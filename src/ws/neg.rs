@@ -1,8 +1,9 @@
 //! NIP-77 negentropy sessions on one connection: NEG-OPEN, NEG-MSG, NEG-CLOSE.
 //!
 //! Owns which sync sessions a connection holds ([`Negs`]) and what each NEG frame asks of them.
-//! A NEG-OPEN bills the frame (`ws_events`, by the caller), is refused like a REQ by the access
-//! rules (`auth-required:` / `restricted:` as a `NEG-ERR`, with the AUTH challenge again), then,
+//! A NEG-OPEN bills the frame (`ws_reqs`, by the caller), is refused like a REQ by the access
+//! rules (`auth-required:` / `restricted:` as a `NEG-ERR`, with the AUTH challenge again), takes
+//! a place among the subscriptions of its address and of the relay ([`crate::slots`]), then,
 //! holding a handler permit, reads its filter's item set from the store's index
 //! ([`crate::store::Store::items`]: private kinds as the connection may read them; more than
 //! `sync.max_items` is `NEG-ERR "blocked: too many records"`) and answers the initiator's

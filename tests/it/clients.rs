@@ -29,6 +29,15 @@ async fn authed(relay: &TestRelay, who: &Keys) -> Client {
     c
 }
 
+/// Adds `who` to the relay's member list (`PUT`) or takes it off (`DELETE`) through the admin API;
+/// the relay has said what follows from it (its kind 19004 among it) when this returns.
+async fn member(relay: &TestRelay, method: Method, who: &Keys) {
+    let path = format!("/admin/v1/members/{}", who.public_key().to_hex());
+    let body = (method == Method::PUT).then(|| json!({}));
+    let (status, answer) = http(relay, method, &path, body, Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+}
+
 fn community(mode: AccessMode) -> impl FnOnce(&mut Config) {
     move |c: &mut Config| {
         generous(c);
@@ -58,16 +67,7 @@ async fn a_public_relay_accepts_an_empty_claim_and_a_member_is_told_it_is_one_al
     let note = sign(&alice, now(), 1, &[], "hello");
     assert_eq!(a.publish(&note).await, json!(["OK", note.id.to_hex(), true, ""]));
     // A member's join: accepted as a duplicate, nothing changes.
-    let (status, _) = http(
-        &relay,
-        Method::PUT,
-        &format!("/admin/v1/members/{}", bob.public_key().to_hex()),
-        Some(json!({"note": "bob"})),
-        Some(TOKEN),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
+    member(&relay, Method::PUT, &bob).await;
     let mut b = authed(&relay, &bob).await;
     let again = join(&bob, "");
     assert_eq!(b.publish(&again).await, json!(["OK", again.id.to_hex(), true, "duplicate: you are already a member"]));
@@ -274,19 +274,12 @@ async fn the_relay_names_who_may_create_rooms_and_keeps_it_in_step_with_its_memb
     .await;
     let ops = operator().public_key().to_hex();
     assert_eq!(room_creators(&relay).await, vec![ops.clone()]);
-    let erin = keys(6).public_key().to_hex();
-    let path = format!("/admin/v1/members/{erin}");
-    let (status, _) = http(&relay, Method::PUT, &path, Some(json!({})), Some(TOKEN), None).await;
-    assert_eq!(status, StatusCode::OK);
-    let mut expected = vec![ops.clone(), erin];
+    let erin = keys(6);
+    member(&relay, Method::PUT, &erin).await;
+    let mut expected = vec![ops.clone(), erin.public_key().to_hex()];
     expected.sort();
-    poll("19004 names the new member", STEP, async || {
-        let named = room_creators(&relay).await;
-        if named == expected { Ok(()) } else { Err(format!("{named:?}")) }
-    })
-    .await;
-    let (status, _) = http(&relay, Method::DELETE, &path, None, Some(TOKEN), None).await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(room_creators(&relay).await, expected);
+    member(&relay, Method::DELETE, &erin).await;
     assert_eq!(room_creators(&relay).await, vec![ops.clone()]);
     // Nobody else may say who creates rooms.
     let forged = sign(&keys(7), now(), 19004, &[&["p", &keys(7).public_key().to_hex()]], "");
@@ -329,10 +322,9 @@ async fn the_relay_names_who_may_create_rooms_and_keeps_it_in_step_with_its_memb
 #[tokio::test]
 async fn zap_receipts_and_gift_wraps_to_a_member_come_in_from_outside_and_nothing_else() {
     let relay = TestRelay::start(community(AccessMode::MembersOnly)).await;
-    let (member, zapper, stranger) = (keys(10), keys(11), keys(12));
-    let path = format!("/admin/v1/members/{}", member.public_key().to_hex());
-    assert_eq!(http(&relay, Method::PUT, &path, Some(json!({})), Some(TOKEN), None).await.0, StatusCode::OK);
-    let to_member = member.public_key().to_hex();
+    let (mail_to, zapper, stranger) = (keys(10), keys(11), keys(12));
+    member(&relay, Method::PUT, &mail_to).await;
+    let to_member = mail_to.public_key().to_hex();
     let to_stranger = stranger.public_key().to_hex();
     // A zap service never authenticates: its receipt to a member is taken as it comes.
     let mut anon = relay.connect().await;
@@ -362,7 +354,7 @@ async fn zap_receipts_and_gift_wraps_to_a_member_come_in_from_outside_and_nothin
         json!(["OK", stray.id.to_hex(), false, "restricted: this relay is for its members only"])
     );
     // The member reads both; the stranger reads nothing.
-    let mut m = authed(&relay, &member).await;
+    let mut m = authed(&relay, &mail_to).await;
     let mut got = m.req_ids("mail", vec![json!({"kinds": [9735, 1059], "#p": [to_member]})]).await;
     got.sort();
     let mut want = vec![receipt.id.to_hex(), wrap.id.to_hex()];
