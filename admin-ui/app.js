@@ -94,8 +94,12 @@ async function loadNode() {
   }
 }
 
-/** Runs `work`; a 401 sends the page back to sign-in, anything else is shown in `where`. */
+/**
+ * Runs `work`; a 401 sends the page back to sign-in, anything else is shown in `where`. Signed out
+ * (a 401 met by another request of the same refresh), it does nothing: no request without a token.
+ */
 async function guarded(work, where = $('page-error')) {
+  if (!token.get()) return undefined;
   try {
     const out = await work();
     if (where === $('page-error')) say(where, '');
