@@ -9,6 +9,7 @@
 //! [`state::Groups::may_deliver`]); what the relay says of a group in its signed state events is
 //! [`render`]'s, what a group event does on its way in is [`publish`]'s.
 
+pub mod group;
 pub mod publish;
 pub mod render;
 pub mod state;
@@ -153,7 +154,7 @@ impl Registry {
 /// When each group's stored state events, signed by `relay`, are dated (the latest of them).
 fn signed(store: &Store, relay: PubKey) -> Result<HashMap<String, u64>, StoreError> {
     let filter =
-        Filter { kinds: Some((39000..=39003).map(Kind).collect()), authors: Some(vec![relay]), ..Filter::default() };
+        Filter { kinds: Some((39000..=39005).map(Kind).collect()), authors: Some(vec![relay]), ..Filter::default() };
     let mut out: HashMap<String, u64> = HashMap::new();
     for json in store.export(&filter, Timestamp::now())? {
         if let Ok(event) = serde_json::from_str::<Event>(json?.as_str()) {

@@ -6,7 +6,7 @@
 //! and a change (moderation 9000–9009, join 9021, leave 9022) is judged by the fold while this
 //! node's turn to change groups is held. Once the store has the change, [`done`] commits it and
 //! carries out what it asks: the relay's own 9000 / 9001 answering a join or a leave, its
-//! 39000–39003 signed anew, a moderator's deletions, a whole group removed. Every event the relay
+//! 39000–39003 (and 39005 once pinned) signed anew, a moderator's deletions, a whole group removed. Every event the relay
 //! signs here is stored and delivered as any event, and dated after what it answers, so the fold
 //! of the store arrives where the live state did.
 
@@ -267,7 +267,7 @@ async fn answer(app: &AppState, group: &str, kind: Kind, pubkey: PubKey, code: O
     }
 }
 
-/// Signs the group's four state events anew (and its subgroups' metadata, whose `parent` shows
+/// Signs the group's state events anew (and its subgroups' metadata, whose `parent` shows
 /// only while this group exists), stored as any event. Each is dated now, or a second after the
 /// version it replaces when that one is dated now or later (several changes in one second): an
 /// addressable event of the same second would be decided by its id.
@@ -279,13 +279,14 @@ async fn sign_state(app: &AppState, group: &str) {
             out.extend(state_events(g, &groups).into_iter().map(|(k, t, c)| (g.id.clone(), k, t, c)));
         }
         for child in groups.iter().filter(|g| g.metadata.parent.as_deref() == Some(group)) {
-            let [(kind, tags, content), ..] = state_events(child, &groups);
-            out.push((child.id.clone(), kind, tags, content));
+            if let Some((kind, tags, content)) = state_events(child, &groups).into_iter().next() {
+                out.push((child.id.clone(), kind, tags, content));
+            }
         }
         out
     };
     let now = Timestamp::now();
-    // Stored together: the writer commits them in one group, one sync for all four.
+    // Stored together: the writer commits them in one group, one sync for all of them.
     let signing = events.into_iter().map(|(id, kind, tags, content)| {
         let after = app.groups.signed_at(&id);
         async move {

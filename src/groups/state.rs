@@ -20,11 +20,12 @@
 //! | 9007 create-group | anyone the caller lets create (`groups.create`); the creator is its `admin` |
 //! | 9000 put-user, 9002 edit-metadata, 9008 delete-group | `admin` |
 //! | 9001 remove-user | `admin`; `moderator` for a member with no role |
-//! | 9005 delete-event, 9009 create-invite | `admin`, `moderator` |
+//! | 9005 delete-event, 9009 create-invite, 9010 update-pin-list | `admin`, `moderator` |
 //! | anything | the relay's own key |
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+pub use super::group::{Group, Invite};
 use crate::protocol::nip29::{Action, Metadata};
 use crate::protocol::{Event, EventId, PubKey, Timestamp};
 
@@ -32,58 +33,6 @@ use crate::protocol::{Event, EventId, PubKey, Timestamp};
 pub const ADMIN: &str = "admin";
 /// The role that may delete events, remove plain members and create invites.
 pub const MODERATOR: &str = "moderator";
-
-/// An invite code of a group (9009).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invite {
-    /// Joins it lets in at most (`["uses", "n"]`); `None`: any number.
-    pub uses: Option<u32>,
-    /// Joins it has let in.
-    pub used: u32,
-    /// When it stops being good (its NIP-40 `expiration`).
-    pub expires_at: Option<u64>,
-}
-
-/// One group.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Group {
-    /// Its id (the `h` of its events, the `d` of its state events).
-    pub id: String,
-    /// How it is shown, and its flags.
-    pub metadata: Metadata,
-    /// Members and their roles (none: a plain member).
-    pub members: BTreeMap<PubKey, Vec<String>>,
-    /// Invite codes.
-    pub invites: HashMap<String, Invite>,
-    /// Join requests waiting for an admin: who, and when they asked.
-    pub pending: BTreeMap<PubKey, Timestamp>,
-    /// Events its moderators deleted: never stored again.
-    pub deleted: BTreeSet<EventId>,
-    /// The latest event of its state applied (moderation, join, leave): when, and which.
-    pub last: (Timestamp, EventId),
-}
-
-impl Group {
-    /// True for a member.
-    pub fn is_member(&self, pubkey: &PubKey) -> bool {
-        self.members.contains_key(pubkey)
-    }
-
-    /// True when `pubkey` holds `role`.
-    pub fn has_role(&self, pubkey: &PubKey, role: &str) -> bool {
-        self.members.get(pubkey).is_some_and(|roles| roles.iter().any(|r| r == role))
-    }
-
-    /// True when `reader` may read the group's events (a private group: members only).
-    pub fn may_read(&self, reader: Option<&PubKey>) -> bool {
-        !self.metadata.private || reader.is_some_and(|r| self.is_member(r))
-    }
-
-    /// True when `reader` may see the group's metadata (a hidden group: members only).
-    pub fn may_see(&self, reader: Option<&PubKey>) -> bool {
-        !self.metadata.hidden || reader.is_some_and(|r| self.is_member(r))
-    }
-}
 
 /// Why a group event is refused, each with the words a client is told.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -264,6 +213,7 @@ impl Groups {
                 invites: HashMap::new(),
                 pending: BTreeMap::new(),
                 deleted: BTreeSet::new(),
+                pins: None,
                 last: at,
             };
             return Ok((Effect::Changed, Some(Update { id, group: Some(group) })));
@@ -337,6 +287,13 @@ impl Groups {
                 }
                 let uses = event.tag_values("uses").next().and_then(|n| n.parse().ok());
                 group.invites.insert(code, Invite { uses, used: 0, expires_at: event.expiration().map(|t| t.0) });
+                Effect::Changed
+            }
+            Action::UpdatePins(pins) => {
+                if !may(moderator) {
+                    return refuse("admins and moderators may pin events");
+                }
+                group.pins = Some(pins);
                 Effect::Changed
             }
             Action::Join(code) => join(&mut group, by, event.created_at, code, now)?,

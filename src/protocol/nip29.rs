@@ -3,7 +3,7 @@
 //!
 //! Owns reading an event addressed to a group (its `h` tag) into an [`Action`]: the moderation
 //! events 9000–9009 with their arguments, the join (9021) and leave (9022) requests, or an
-//! ordinary message; and [`Metadata`], the fields of `kind:39000` that `edit-metadata` (9002)
+//! ordinary message, and the pin list update (9010) with its [`Pin`]s; and [`Metadata`], the fields of `kind:39000` that `edit-metadata` (9002)
 //! replaces as a whole. Nothing here decides whether an action is allowed: that is the group
 //! state's (`groups::state`), which folds these actions in order.
 
@@ -23,6 +23,8 @@ pub const CREATE_GROUP: Kind = Kind(9007);
 pub const DELETE_GROUP: Kind = Kind(9008);
 /// `create-invite`: an arbitrary `code`.
 pub const CREATE_INVITE: Kind = Kind(9009);
+/// `update-pin-list`: the group's whole pin list, as `e` (event id) and `a` (address) tags.
+pub const UPDATE_PINS: Kind = Kind(9010);
 /// A join request (`code` optional).
 pub const JOIN: Kind = Kind(9021);
 /// A leave request.
@@ -36,6 +38,8 @@ pub const ADMINS: Kind = Kind(39001);
 pub const MEMBERS: Kind = Kind(39002);
 /// The roles the relay supports.
 pub const ROLES: Kind = Kind(39003);
+/// The group's pinned events, as its last 9010 named them.
+pub const PINS: Kind = Kind(39005);
 
 /// True for the kinds only the relay's own key signs (39000–39009).
 pub fn is_relay_state(kind: Kind) -> bool {
@@ -59,6 +63,8 @@ pub struct Metadata {
     pub name: String,
     /// Picture URL.
     pub picture: String,
+    /// Banner picture URL.
+    pub banner: String,
     /// Description.
     pub about: String,
     /// Only members read its events.
@@ -95,6 +101,7 @@ impl Metadata {
         Ok(Metadata {
             name: text("name"),
             picture: text("picture"),
+            banner: text("banner"),
             about: text("about"),
             private: flag("private"),
             restricted: flag("restricted"),
@@ -109,7 +116,9 @@ impl Metadata {
     /// exists (`parent_exists`), since an unknown parent makes a root.
     pub fn to_tags(&self, parent_exists: bool) -> Vec<Vec<String>> {
         let mut tags = Vec::new();
-        for (name, value) in [("name", &self.name), ("picture", &self.picture), ("about", &self.about)] {
+        for (name, value) in
+            [("name", &self.name), ("picture", &self.picture), ("banner", &self.banner), ("about", &self.about)]
+        {
             if !value.is_empty() {
                 tags.push(vec![name.to_string(), value.clone()]);
             }
@@ -141,6 +150,48 @@ impl Metadata {
     }
 }
 
+/// One pinned event of a group: by id (`e`) or, a replaceable one, by address (`a`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// `["e", <id>]`.
+    Event(EventId),
+    /// `["a", "<kind>:<pubkey>:<d>"]`.
+    Address(String),
+}
+
+impl Pin {
+    /// The pins a 9010 names, in its order: every `e` and `a` tag; a malformed one is refused.
+    pub fn from_tags(tags: &[Vec<String>]) -> Result<Vec<Pin>, String> {
+        let mut pins = Vec::new();
+        for tag in tags {
+            match (tag.first().map(String::as_str), tag.get(1)) {
+                (Some("e"), Some(hex)) => {
+                    pins.push(Pin::Event(EventId::from_hex(hex).ok_or_else(|| format!("`{hex}` is not an event id"))?))
+                }
+                (Some("a"), Some(address)) => {
+                    let mut parts = address.splitn(3, ':');
+                    let kind = parts.next().and_then(|k| k.parse::<u16>().ok());
+                    let author = parts.next().and_then(PubKey::from_hex);
+                    if kind.is_none() || author.is_none() || parts.next().is_none() {
+                        return Err(format!("`{address}` is not an address: write it as <kind>:<pubkey hex>:<d>"));
+                    }
+                    pins.push(Pin::Address(address.clone()));
+                }
+                _ => {}
+            }
+        }
+        Ok(pins)
+    }
+
+    /// Its tag, as the relay's 39005 names it.
+    pub fn to_tag(&self) -> Vec<String> {
+        match self {
+            Pin::Event(id) => vec!["e".to_string(), id.to_hex()],
+            Pin::Address(address) => vec!["a".to_string(), address.clone()],
+        }
+    }
+}
+
 /// What an event addressed to a group asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -165,6 +216,8 @@ pub enum Action {
     DeleteGroup,
     /// 9009: a join with this code is let in.
     CreateInvite(String),
+    /// 9010: the group's pinned events, the whole list anew (none: nothing pinned).
+    UpdatePins(Vec<Pin>),
     /// 9021, with the invite code it names.
     Join(Option<String>),
     /// 9022.
@@ -206,6 +259,7 @@ impl Action {
                 Some(code) => Action::CreateInvite(code.to_string()),
                 None => return Err("a `code` tag with the invite code is missing".into()),
             },
+            UPDATE_PINS => Action::UpdatePins(Pin::from_tags(&event.tags)?),
             JOIN => Action::Join(event.tag_values("code").next().filter(|c| !c.is_empty()).map(str::to_string)),
             LEAVE => Action::Leave,
             kind if is_moderation(kind) => {

@@ -1,6 +1,6 @@
 //! NIP-29 groups through the `hearth` binary: a group's state is the fold of its stored events,
 //! so a `kill -9` and a move by `hearth export | hearth import` (with the relay's key) leave every
-//! rule where it was.
+//! rule where it was, its pins (39005) and its banner included.
 
 use std::path::Path;
 
@@ -46,8 +46,15 @@ async fn rules_hold(addr: &str, (alice, bob, carol): (&Keys, &Keys, &Keys)) {
     assert_eq!(b.publish(&to_group(bob, now(), 9, &[], "a moderator talks")).await[2], true);
     let mut a = as_(addr, alice).await;
     let meta = a.req("m", vec![json!({"kinds": [39000], "#d": ["den"]})]).await;
-    assert_eq!(meta[0]["tags"], json!([["d", "den"], ["name", "Den"], ["restricted"], ["closed"]]));
+    assert_eq!(meta[0]["tags"], json!([["d", "den"], ["name", "Den"], ["banner", BANNER], ["restricted"], ["closed"]]));
+    let pins = a.req("p", vec![json!({"kinds": [39005], "#d": ["den"], "authors": [meta[0]["pubkey"]]})]).await;
+    assert_eq!(pins[0]["tags"], json!([["d", "den"], ["a", RECIPES], ["e", "ab".repeat(32)]]));
+    let pin = to_group(carol, now(), 9010, &[], "");
+    assert_ok(&c.publish(&pin).await, &pin.id.to_hex(), false, "restricted: only the group's admins and moderators");
 }
+
+const BANNER: &str = "https://example.com/den.png";
+const RECIPES: &str = "30023:1b84c5567b126440995d3ed5aaba0565d71e1834604819ff9c17f5e9d5dd078f:recipes";
 
 #[tokio::test]
 async fn a_groups_rules_survive_kill_9_and_a_move_by_export_and_import() {
@@ -62,9 +69,10 @@ async fn a_groups_rules_survive_kill_9_and_a_move_by_export_and_import() {
         to_group(&alice, t - 10, 9007, &[], ""),
         // The same second, and one dated before the last: the order a replay gives them.
         to_group(&alice, t, 9002, &[&["name", "Den"], &["restricted"], &["closed"]], ""),
-        to_group(&alice, t, 9002, &[&["name", "Den"], &["restricted"], &["closed"]], "again"),
+        to_group(&alice, t, 9002, &[&["name", "Den"], &["banner", BANNER], &["restricted"], &["closed"]], "again"),
         to_group(&alice, t - 3, 9002, &[&["name", "Old"]], ""),
         to_group(&alice, t, 9000, &[&["p", &bob.public_key().to_hex(), "moderator"]], ""),
+        to_group(&bob, t, 9010, &[&["a", RECIPES], &["e", &"ab".repeat(32)]], ""),
     ] {
         let ok = a.publish(&event).await;
         assert_eq!(ok[2], true, "{ok}");

@@ -145,6 +145,16 @@ fn a_note_typing_and_a_group_member_cross_from_one_node_to_the_other_at_once() {
         })
         .await;
         assert_ok(&bob_b.publish(&said).await, &said.id.to_hex(), true, "");
+        // The admin pins Bob's message on A: B serves the relay's 39005 naming it; Bob, a plain
+        // member, may not pin on B.
+        let pin = to_group(&alice, 9010, "club", &[&["e", &said.id.to_hex()]], "");
+        assert_ok(&admin.publish(&pin).await, &pin.id.to_hex(), true, "");
+        let relay = reader.req("relay", vec![json!({"kinds": [39000], "#d": ["club"]})]).await[0]["pubkey"].clone();
+        let pins = reader.req("p", vec![json!({"kinds": [39005], "#d": ["club"], "authors": [relay]})]).await;
+        assert_eq!(pins[0]["tags"], json!([["d", "club"], ["e", said.id.to_hex()]]));
+        let mine = to_group(&bob, 9010, "club", &[], "");
+        let refused = "restricted: only the group's admins and moderators may pin events";
+        assert_eq!(bob_b.publish(&mine).await, json!(["OK", mine.id.to_hex(), false, refused]));
     });
 }
 

@@ -1,6 +1,7 @@
 //! The group fold: every rule, and a replay of the stored events arriving at the live state.
 
 use super::*;
+use crate::protocol::nip29::Pin;
 use crate::protocol::{Keys, Kind};
 
 fn key(n: u8) -> Keys {
@@ -252,4 +253,39 @@ fn an_event_dated_before_the_last_change_is_judged_where_the_replay_puts_it() {
     let replayed = Groups::replay(relay().public_key(), vec![create, later, earlier], 0);
     let folded = groups.get("g").expect("the group was created");
     assert_eq!(replayed.get("g"), Some(folded));
+}
+
+#[test]
+fn moderators_pin_the_whole_list_anew_and_others_may_not() {
+    let mut groups = with_group("g");
+    let (admin, moderator, member) = (key(1), key(2), key(3));
+    groups.apply(&ev(&admin, 101, 9000, "g", &[&["p", &hex(&moderator), "moderator"]]), 0).unwrap();
+    groups.apply(&ev(&admin, 102, 9000, "g", &[&["p", &hex(&member)]]), 0).unwrap();
+    assert_eq!(groups.get("g").unwrap().pins, None);
+    let (one, two) = (EventId([7; 32]), EventId([8; 32]));
+    let pin = ev(&moderator, 103, 9010, "g", &[&["e", &one.to_hex()], &["e", &two.to_hex()]]);
+    assert_eq!(groups.apply(&pin, 0), Ok(Effect::Changed));
+    assert_eq!(groups.get("g").unwrap().pins, Some(vec![Pin::Event(one), Pin::Event(two)]));
+    // A plain member's list is refused and changes nothing.
+    let refused = groups.apply(&ev(&member, 104, 9010, "g", &[&["e", &one.to_hex()]]), 0);
+    assert_eq!(refused, Err(GroupError::NotAllowed("only the group's admins and moderators may pin events".into())));
+    // A malformed address is refused with what to write instead.
+    let bad = groups.apply(&ev(&admin, 104, 9010, "g", &[&["a", "30023:nothex:x"]]), 0);
+    assert_eq!(
+        bad,
+        Err(GroupError::Malformed("`30023:nothex:x` is not an address: write it as <kind>:<pubkey hex>:<d>".into()))
+    );
+    // The admin's empty list unpins everything; a replay of the same events arrives there too.
+    let unpin = ev(&admin, 105, 9010, "g", &[]);
+    groups.apply(&unpin, 0).unwrap();
+    assert_eq!(groups.get("g").unwrap().pins, Some(vec![]));
+    let stored = vec![
+        ev(&key(1), 100, 9007, "g", &[]),
+        ev(&admin, 101, 9000, "g", &[&["p", &hex(&moderator), "moderator"]]),
+        pin,
+        unpin,
+    ];
+    assert_eq!(Groups::replay(relay().public_key(), stored.clone(), 0).get("g").unwrap().pins, Some(vec![]));
+    let pinned = Groups::replay(relay().public_key(), stored[..3].to_vec(), 0);
+    assert_eq!(pinned.get("g").unwrap().pins, Some(vec![Pin::Event(one), Pin::Event(two)]));
 }

@@ -1,13 +1,13 @@
 // NIP-29 against libraries hearth did not write: groups made with @welshman/util's room event
 // templates (what Flotilla sends), read back with nostr-tools' nip29 module exactly as a client
 // calls it (`fetchGroup…Event` through a SimplePool, which looks the relay's key up in NIP-11),
-// and checked with both libraries' validators and parsers. Usage: node nip29.mjs <hearth binary>.
+// and checked with both libraries' validators and parsers; a pin list (9010 → the relay's 39005). Usage: node nip29.mjs <hearth binary>.
 // Starts its own relay on a free port in a temporary directory and kills it, pass or fail.
 import assert from 'node:assert/strict';
 
 import WebSocket from 'ws';
 import { startHearth, until } from './harness.mjs';
-import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
+import { finalizeEvent, generateSecretKey, getPublicKey, verifyEvent } from 'nostr-tools/pure';
 import { Relay, useWebSocketImplementation } from 'nostr-tools/relay';
 import { SimplePool, useWebSocketImplementation as usePoolWebSocket } from 'nostr-tools/pool';
 import * as nip29 from 'nostr-tools/nip29';
@@ -99,11 +99,21 @@ try {
     assert.deepEqual(members.map((m) => m.pubkey).sort(), [getPublicKey(alice), getPublicKey(bob)].sort());
   });
 
+  const message = sign({ kind: 9, created_at: at(), tags: [['h', room.h]], content: 'margherita' }, bob);
   await step('a member talks; a stranger may not forge the group metadata', async () => {
-    const message = { kind: 9, created_at: at(), tags: [['h', room.h]], content: 'margherita' };
-    assert.equal(await b.publish(sign(message, bob)), '');
+    assert.equal(await b.publish(message), '');
     const forged = sign(nip29.generateGroupMetadataEventTemplate({ relay: url, reference: groupReference, metadata: { id: room.h, pubkey: getPublicKey(bob), name: 'Mine' } }), bob);
     await assert.rejects(b.publish(forged), /restricted: kinds 39000-39009 are signed by this relay's own key/);
+  });
+
+  await step("the admin pins the member's message: nostr-tools reads the relay's 39005; the member may not pin", async () => {
+    const pin = { kind: 9010, created_at: at(), tags: [['h', room.h], ['e', message.id]], content: '' };
+    assert.equal(await a.publish(sign(pin, alice)), '');
+    const pins = await until('the pin list', () => pool.get([url], { kinds: [39005], authors: [info.self], '#d': [room.h] }));
+    assert.deepEqual(pins.tags, [['d', room.h], ['e', message.id]]);
+    assert.ok(verifyEvent(pins));
+    const mine = { kind: 9010, created_at: at(), tags: [['h', room.h]], content: '' };
+    await assert.rejects(b.publish(sign(mine, bob)), /restricted: only the group's admins and moderators may pin events/);
   });
 
   pool.close([url]);
