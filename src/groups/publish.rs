@@ -267,30 +267,32 @@ async fn answer(app: &AppState, group: &str, kind: Kind, pubkey: PubKey, code: O
     }
 }
 
-/// Signs the group's state events anew (and its subgroups' metadata, whose `parent` shows
-/// only while this group exists), stored as any event. Each is dated now, or a second after the
-/// version it replaces when that one is dated now or later (several changes in one second): an
-/// addressable event of the same second would be decided by its id.
+/// Signs the group's state events anew (and its subgroups' metadata, whose `parent` shows only
+/// while this group exists), stored as any event. Each is dated now, and never before the change
+/// it shows (a client's clock a second ahead of ours); a second after the version it replaces
+/// when that one is dated as late (several changes in one second): an addressable event of the
+/// same second would be decided by its id.
 async fn sign_state(app: &AppState, group: &str) {
-    let events: Vec<(String, Kind, Vec<Vec<String>>, String)> = {
+    let events: Vec<(String, u64, Kind, Vec<Vec<String>>, String)> = {
         let groups = app.groups.read();
         let mut out = Vec::new();
         if let Some(g) = groups.get(group) {
-            out.extend(state_events(g, &groups).into_iter().map(|(k, t, c)| (g.id.clone(), k, t, c)));
+            out.extend(state_events(g, &groups).into_iter().map(|(k, t, c)| (g.id.clone(), g.last.0.0, k, t, c)));
         }
         for child in groups.iter().filter(|g| g.metadata.parent.as_deref() == Some(group)) {
             if let Some((kind, tags, content)) = state_events(child, &groups).into_iter().next() {
-                out.push((child.id.clone(), kind, tags, content));
+                out.push((child.id.clone(), child.last.0.0, kind, tags, content));
             }
         }
         out
     };
     let now = Timestamp::now();
     // Stored together: the writer commits them in one group, one sync for all of them.
-    let signing = events.into_iter().map(|(id, kind, tags, content)| {
+    let signing = events.into_iter().map(|(id, changed, kind, tags, content)| {
         let after = app.groups.signed_at(&id);
         async move {
-            let mut at = Timestamp(after.map_or(now.0, |t| now.0.max(t + 1)));
+            let earliest = now.0.max(changed);
+            let mut at = Timestamp(after.map_or(earliest, |t| earliest.max(t + 1)));
             for _ in 0..3 {
                 match store_own(app, app.keys.sign(at, kind, tags.clone(), &content)).await {
                     Ok(PutOutcome::Superseded) => at = Timestamp(at.0 + 1),

@@ -1,99 +1,11 @@
 // Flotilla, unmodified (../shared/clients/flotilla/build), in Debian's Chromium, as the people of
-// a community use it on hearth at its production quotas (the defaults, not `hearth dev`'s),
-// behind a TLS front: each step is asserted on what the page shows.
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { test, expect, chromium } from '@playwright/test';
-import { generateSecretKey, getPublicKey } from 'nostr-tools/pure';
-import { nsecEncode } from 'nostr-tools/nip19';
-import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED } from './harness.mjs';
+// a community use it on hearth at its production quotas, behind a TLS front: joining a space by
+// its address in each access mode, and who is offered "Create room". Each step is asserted on
+// what the page shows.
+import { test, expect } from '@playwright/test';
+import { addSpace, community, flotilla, joinAnswer, person, say, shot } from './flotilla.mjs';
 
-const BUILD = join(SHARED, 'flotilla', 'build');
-const SHOTS = join(import.meta.dirname, 'screenshots');
-mkdirSync(SHOTS, { recursive: true });
-
-let app;
-let browser;
-test.beforeAll(async () => {
-  app = await serveBuild(BUILD);
-  browser = await chromium.launch(chromiumOptions());
-});
-test.afterAll(async () => {
-  await browser?.close();
-  app?.server.close();
-});
-
-/**
- * A hearth for one test, behind its TLS front, with `env` (HEARTH_… settings); `space` is the
- * address a person types into Flotilla. `stop()` ends both.
- */
-async function community(env) {
-  const dir = mkdtempSync(join(tmpdir(), 'hearth-flotilla-'));
-  const front = await tlsFront(dir);
-  const space = `wss://127.0.0.1:${front.port}`;
-  const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: space, HEARTH_ADMIN__TOKEN: 'clients-token', ...env });
-  front.target = relay.addr;
-  const admin = async (method, path, body) => {
-    const response = await fetch(`http://${relay.addr}${path}`, {
-      method,
-      headers: { Authorization: 'Bearer clients-token', ...(body ? { 'Content-Type': 'application/json' } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    return { status: response.status, body: await response.json().catch(() => null) };
-  };
-  return {
-    space,
-    host: `127.0.0.1:${front.port}`,
-    relay,
-    admin,
-    stop: async () => {
-      front.close();
-      await stopRelay(relay);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-/** A person: a key, a browser context of their own, logged in to Flotilla with "Log in with Key". */
-async function person(name) {
-  const secret = generateSecretKey();
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  const page = await context.newPage();
-  const frames = [];
-  page.on('websocket', (ws) => {
-    ws.on('framesent', (f) => frames.push(`> ${f.payload}`));
-    ws.on('framereceived', (f) => frames.push(`< ${f.payload}`));
-  });
-  await page.goto(app.url);
-  await page.getByText('Log in', { exact: true }).click();
-  await page.getByRole('button', { name: 'Log in with Key' }).click();
-  await page.getByPlaceholder('nsec1...').fill(nsecEncode(secret));
-  await page.getByRole('button', { name: 'Log in', exact: true }).click();
-  await expect(page.getByRole('button', { name: /Add a space/ })).toBeVisible();
-  return { name, secret, pubkey: getPublicKey(secret), context, page, frames };
-}
-
-/** Adds the space at `space` the way Flotilla offers first: "Add a space", "Join a space", its address or link. */
-async function addSpace(who, space) {
-  const { page } = who;
-  await page.getByRole('button', { name: /Add a space/ }).click();
-  await page.getByRole('button', { name: /Join a space/ }).click();
-  await page.locator('input[type=text]').last().fill(space);
-  await page.getByRole('button', { name: /Join Space/i }).click();
-}
-
-async function shot(who, what) {
-  await who.page.screenshot({ path: join(SHOTS, `flotilla-${what}-${who.name}.png`) });
-}
-
-/** Sends `text` in the open room through Flotilla's composer. */
-async function say(who, text) {
-  const box = who.page.locator('[contenteditable=true][role=textbox]').last();
-  await box.click();
-  await box.pressSequentially(text);
-  await box.press('Enter');
-}
+flotilla();
 
 test('a public space: joined by its address, the operator creates a room, others see no button, messages go live both ways', async () => {
   const operator = await person('operator');
@@ -204,20 +116,3 @@ test('a members-write space: a member groups.create allows is offered "Create ro
     await place.stop();
   }
 });
-
-/** The relay's answer (`[accepted, message]`) to the first join request (28934) `who`'s page sent, waited for. */
-async function joinAnswer(who) {
-  const answer = () => {
-    const sent = who.frames
-      .filter((f) => f.startsWith('> ["EVENT"'))
-      .map((f) => JSON.parse(f.slice(2))[1])
-      .find((e) => e.kind === 28934);
-    const ok = sent && who.frames
-      .filter((f) => f.startsWith('< ["OK"'))
-      .map((f) => JSON.parse(f.slice(2)))
-      .find((frame) => frame[1] === sent.id);
-    return ok && ok.slice(2);
-  };
-  await expect.poll(answer, { timeout: 15_000 }).toBeTruthy();
-  return answer();
-}

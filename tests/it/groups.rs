@@ -551,3 +551,23 @@ async fn a_connections_changes_to_a_group_are_judged_in_the_order_it_sent_them()
     ok(&mut a, &to_group(&alice, 9002, "fast", &[&["name", "Second"], &["closed"]], ""), true, "").await;
     until_state(&relay, 39000, "fast", &[&["d", "fast"], &["name", "Second"], &["closed"]]).await;
 }
+
+#[tokio::test]
+async fn the_relays_state_events_are_never_dated_before_the_change_they_show() {
+    let relay = TestRelay::start(generous).await;
+    let (alice, bob) = (keys(1), keys(2));
+    let mut a = as_(&relay, &alice).await;
+    // A client whose clock runs two seconds ahead of the relay's.
+    let ahead = now() + 2;
+    let create = sign(&alice, ahead, 9007, &[&["h", "clock"]], "");
+    ok(&mut a, &create, true, "").await;
+    let meta = until_state(&relay, 39000, "clock", &[&["d", "clock"]]).await;
+    assert!(meta["created_at"].as_u64().unwrap() >= ahead, "{meta} is dated before the 9007 at {ahead}");
+    let mut b = as_(&relay, &bob).await;
+    let join = sign(&bob, ahead + 1, 9021, &[&["h", "clock"]], "");
+    ok(&mut b, &join, true, "").await;
+    let mut both = [hex(&alice), hex(&bob)];
+    both.sort();
+    let members = until_state(&relay, 39002, "clock", &[&["d", "clock"], &["p", &both[0]], &["p", &both[1]]]).await;
+    assert!(members["created_at"].as_u64().unwrap() >= ahead + 1, "{members} is dated before the 9021");
+}

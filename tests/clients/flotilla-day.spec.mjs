@@ -1,0 +1,229 @@
+// A community's day in Flotilla, unmodified, on one hearth at its production quotas behind a TLS
+// front: the operator and two people in a public space. A private room stays out of a
+// stranger's sight; a picture goes over Blossom; a reaction; a person joins a room's member list
+// and leaves it; and the operator moderates from the client: removes a member, deletes a
+// message, bans a key, renames the space (NIP-86 and NIP-29). Each step is asserted on what the
+// pages show and on what the relay holds.
+import { crc32, deflateSync } from 'node:zlib';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, expect } from '@playwright/test';
+import { npubEncode } from 'nostr-tools/nip19';
+import { addSpace, community, flotilla, person, say, shot } from './flotilla.mjs';
+
+flotilla();
+
+/** A `width`×`height` PNG of one colour (what a phone's picture is to the relay: bytes). */
+function png(width, height, [r, g, b]) {
+  const chunk = (type, data) => {
+    const out = Buffer.alloc(12 + data.length);
+    out.writeUInt32BE(data.length, 0);
+    out.write(type, 4, 'latin1');
+    data.copy(out, 8);
+    out.writeUInt32BE(crc32(Buffer.concat([Buffer.from(type, 'latin1'), data])), 8 + data.length);
+    return out;
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header.set([8, 2, 0, 0, 0], 8);
+  const row = Buffer.concat([Buffer.from([0]), Buffer.from(Array(width).fill([r, g, b]).flat())]);
+  const pixels = deflateSync(Buffer.concat(Array(height).fill(row)));
+  return Buffer.concat([Buffer.from('89504e470d0a1a0a', 'hex'), chunk('IHDR', header), chunk('IDAT', pixels), chunk('IEND', Buffer.alloc(0))]);
+}
+
+/** The message of the open room that shows `text`, as Flotilla lists it (a button per message). */
+const message = (who, text) => who.page.getByRole('button', { name: new RegExp(text) }).last();
+
+/** Opens the menu Flotilla shows over `text`'s message on hover: its buttons, left to right. */
+async function hoverMenu(who, text) {
+  const row = message(who, text);
+  await row.hover();
+  return row.locator('button.join-item');
+}
+
+/** The group the relay holds under `name`, with its members, through the admin API. */
+async function room(place, name) {
+  const list = await place.admin('GET', '/admin/v1/groups');
+  const found = list.body.groups.find((g) => g.name === name);
+  return found && (await place.admin('GET', `/admin/v1/groups/${encodeURIComponent(found.id)}`)).body;
+}
+const memberKeys = async (place, name) => ((await room(place, name))?.members ?? []).map((m) => m.pubkey).sort();
+
+/** The check boxes of Flotilla's "Create a Room" form, in the order it shows them. */
+const ROOM_FLAGS = [
+  'Only allow members to send messages',
+  'Only allow members to read messages',
+  'Hide this group from non-members',
+  'Ignore requests to join',
+];
+
+/** Creates a room from Flotilla's "Create room" form; `flags` are the form's check boxes to tick. */
+async function createRoom(who, name, flags = []) {
+  await who.page.getByRole('button', { name: 'Create room', exact: true }).click();
+  await who.page.locator('input[type=text]').first().fill(name);
+  for (const flag of flags) await who.page.getByRole('checkbox').nth(ROOM_FLAGS.indexOf(flag)).check();
+  const create = who.page.getByRole('button', { name: 'Create Room', exact: true });
+  await create.click();
+  await expect(create).toHaveCount(0);
+  await expect(who.page.getByRole('link', { name })).toBeVisible();
+}
+
+/** `who`'s "Room information" dialog for the open room. */
+const roomInfo = (who) => who.page.getByRole('button', { name: 'Room information' }).click();
+
+test('a day in a public space: a private room, a picture, a reaction, a member list; the operator removes, deletes, bans and renames', async () => {
+  const operator = await person('operator');
+  const place = await community({ HEARTH_ADMIN__PUBKEYS: operator.pubkey });
+  const alice = await person('alice');
+  const bob = await person('bob');
+  const scratch = mkdtempSync(join(tmpdir(), 'hearth-flotilla-day-'));
+  try {
+    await addSpace(operator, place.space);
+    await expect(operator.page.getByText('Welcome to the space!')).toBeVisible();
+    await createRoom(operator, 'general');
+    // A room only its members read, hidden from everyone else: the operator talks in it.
+    await createRoom(operator, 'staff', ['Only allow members to read messages', 'Hide this group from non-members']);
+    await operator.page.getByRole('link', { name: 'staff' }).click();
+    await say(operator, 'the spare keys are under the mat');
+    await expect(operator.page.getByText('the spare keys are under the mat')).toBeVisible();
+    const staff = await room(place, 'staff');
+    expect([staff.private, staff.hidden]).toEqual([true, true]);
+
+    for (const who of [alice, bob]) {
+      await addSpace(who, place.space);
+      await expect(who.page.getByText('Welcome to the space!')).toBeVisible();
+      await expect(who.page.getByRole('link', { name: 'general' })).toBeVisible();
+      await who.page.getByRole('link', { name: 'general' }).click();
+    }
+    // The strangers are listed "general" only; nothing of "staff" ever reached their pages.
+    for (const who of [alice, bob]) {
+      await expect(who.page.getByRole('link', { name: 'staff' })).toHaveCount(0);
+      expect(who.frames.filter((f) => f.includes('spare keys') || f.includes(staff.id))).toEqual([]);
+    }
+
+    // Talk, a picture over Blossom, and a reaction.
+    await operator.page.getByRole('link', { name: 'general' }).click();
+    await say(operator, 'Good morning, neighbours');
+    await expect(alice.page.getByText('Good morning, neighbours')).toBeVisible();
+    await say(bob, 'Morning! Bob from number 12');
+    await expect(operator.page.getByText('Morning! Bob from number 12')).toBeVisible();
+    const picture = join(scratch, 'garden.png');
+    writeFileSync(picture, png(64, 48, [60, 140, 70]));
+    const [chooser] = await Promise.all([
+      alice.page.waitForEvent('filechooser'),
+      alice.page.getByRole('button', { name: 'Add an image' }).click(),
+    ]);
+    // Flotilla uploads the picture to the space's relay as soon as it is attached (BUD-02).
+    const uploaded = alice.page.waitForResponse((r) => r.url() === `https://${place.host}/upload` && r.request().method() === 'PUT');
+    await chooser.setFiles(picture);
+    expect((await uploaded).status()).toBe(201);
+    const composer = alice.page.locator('[contenteditable=true][role=textbox]').last();
+    await expect(composer).toContainText('garden.png');
+    await composer.click();
+    await composer.press('Enter');
+    const shown = bob.page.locator(`img[src^="https://${place.host}/"]`);
+    await expect(shown).toBeVisible();
+    expect(await shown.evaluate((img) => [img.complete, img.naturalWidth, img.naturalHeight])).toEqual([true, 64, 48]);
+    const sha = /([0-9a-f]{64})/.exec(await shown.getAttribute('src'))[1];
+    const blobs = (await place.admin('GET', '/admin/v1/media')).body.blobs.map((b) => b.sha256);
+    expect(blobs).toEqual([sha]);
+    await shot(bob, 'picture');
+
+    const [, emoji] = await hoverMenu(bob, 'Good morning, neighbours').then((b) => b.all());
+    await emoji.click();
+    await bob.page.getByRole('combobox', { name: 'Search' }).fill('thumbs up');
+    await bob.page.getByRole('menuitem', { name: /thumbs up/i }).first().click();
+    await expect(operator.page.getByRole('button', { name: new RegExp(`^${shortName(bob)} reacted 👍`) })).toBeVisible();
+    await shot(operator, 'reaction');
+
+    // Alice joins the room's member list (9021; the relay's 9000) and leaves it (9022; its 9001).
+    await roomInfo(alice);
+    await alice.page.getByRole('button', { name: 'Join member list' }).click();
+    await expect(alice.page.getByRole('button', { name: 'Leave member list' })).toBeVisible();
+    await expect.poll(() => memberKeys(place, 'general')).toEqual([operator.pubkey, alice.pubkey].sort());
+    await alice.page.getByRole('button', { name: 'Leave member list' }).click();
+    // The relay lets her out (its 9001 and 39002); Flotilla no longer offers to leave. (It shows
+    // "Membership pending" then, from her own join request it keeps, on any relay.)
+    await expect.poll(() => memberKeys(place, 'general')).toEqual([operator.pubkey]);
+    await expect(alice.page.getByRole('button', { name: 'Leave member list' })).toHaveCount(0);
+    await alice.page.keyboard.press('Escape');
+
+    // Bob joins it; the operator removes him from the room's members (9001 from the client).
+    await roomInfo(bob);
+    await bob.page.getByRole('button', { name: 'Join member list' }).click();
+    await expect(bob.page.getByRole('button', { name: 'Leave member list' })).toBeVisible();
+    await bob.page.keyboard.press('Escape');
+    await roomInfo(operator);
+    await operator.page.getByRole('button', { name: 'View All' }).click();
+    await expect.poll(() => memberKeys(place, 'general')).toEqual([operator.pubkey, bob.pubkey].sort());
+    await operator.page.locator('div.card2').filter({ hasText: shortName(bob) }).locator('button').last().click();
+    await operator.page.getByRole('button', { name: 'Remove Member' }).click();
+    await operator.page.getByRole('button', { name: 'Confirm', exact: true }).click();
+    await expect(operator.page.getByText('Member has successfully been removed!')).toBeVisible();
+    await expect.poll(() => memberKeys(place, 'general')).toEqual([operator.pubkey]);
+    await operator.page.keyboard.press('Escape');
+
+    // Bob posts something the operator deletes from the client (NIP-86 banevent): the relay
+    // serves it no more.
+    await say(bob, 'cheap watches, click here');
+    await expect(operator.page.getByText('cheap watches, click here')).toBeVisible();
+    const spam = sentEvent(bob, (e) => e.content === 'cheap watches, click here');
+    expect((await place.stored({ ids: [spam.id] })).map((e) => e.content)).toEqual(['cheap watches, click here']);
+    await (await hoverMenu(operator, 'cheap watches')).last().click();
+    await operator.page.getByRole('button', { name: 'Delete Message' }).click();
+    await operator.page.getByRole('button', { name: 'Confirm', exact: true }).click();
+    await expect(operator.page.getByText('cheap watches, click here')).toHaveCount(0);
+    await expect.poll(() => place.stored({ ids: [spam.id] })).toEqual([]);
+
+    // The operator bans Bob from his profile (NIP-86 banpubkey): his next message fails, and the
+    // relay says why.
+    await operator.page.getByRole('button', { name: shortName(bob), exact: true }).first().click();
+    await operator.page.locator('button.btn-circle.btn-ghost.btn-sm').last().click();
+    await operator.page.getByRole('button', { name: 'Ban User' }).click();
+    await operator.page.getByRole('button', { name: 'Confirm', exact: true }).click();
+    await expect(operator.page.getByText('User has successfully been banned!')).toBeVisible();
+    await say(bob, 'am I still here?');
+    await expect(bob.page.getByText('Failed to send!')).toBeVisible();
+    const refused = sentEvent(bob, (e) => e.content === 'am I still here?');
+    expect(answerTo(bob, refused.id)).toEqual([false, 'blocked: this pubkey is banned from this relay']);
+    await shot(bob, 'banned');
+
+    // The operator renames the space (NIP-86 changerelayname): NIP-11 says the new name.
+    await operator.page.keyboard.press('Escape');
+    await operator.page.getByRole('button', { name: /^hearth / }).click();
+    await operator.page.getByRole('button', { name: 'Space Information' }).click();
+    await operator.page.getByRole('button', { name: 'Edit' }).click();
+    await operator.page.locator('input[type=text]').first().fill('Riverside Commons');
+    await operator.page.getByRole('button', { name: 'Save Changes' }).click();
+    await expect(operator.page.getByText('Your changes have been saved!')).toBeVisible();
+    const info = await fetch(`http://${place.relay.addr}/`, { headers: { Accept: 'application/nostr+json' } }).then((r) => r.json());
+    expect(info.name).toBe('Riverside Commons');
+    await shot(operator, 'renamed');
+  } finally {
+    for (const who of [operator, alice, bob]) await who.context.close();
+    await place.stop();
+    rmSync(scratch, { recursive: true, force: true });
+  }
+});
+
+/** The first event `who`'s page sent that `pick` chooses. */
+function sentEvent(who, pick) {
+  return who.frames
+    .filter((f) => f.startsWith('> ["EVENT"'))
+    .map((f) => JSON.parse(f.slice(2))[1])
+    .find(pick);
+}
+
+/** The relay's `[accepted, message]` to the event `id` `who` sent, once it came. */
+function answerTo(who, id) {
+  const ok = who.frames.filter((f) => f.startsWith('< ["OK"')).map((f) => JSON.parse(f.slice(2))).find((f) => f[1] === id);
+  return ok && ok.slice(2);
+}
+
+/** How Flotilla names a person without a profile: their npub's first 8 and last 5 characters. */
+function shortName(who) {
+  const npub = npubEncode(who.pubkey);
+  return `${npub.slice(0, 8)}…${npub.slice(-5)}`;
+}

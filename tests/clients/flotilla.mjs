@@ -1,0 +1,135 @@
+// What the Flotilla tests share: the unmodified build (../shared/clients/flotilla/build) served
+// and Chromium started once per file, a hearth at its production quotas (the defaults, not
+// `hearth dev`'s) behind a TLS front per test, and a person: a key, a browser context of their
+// own, logged in, with every WebSocket frame their page sends and receives kept.
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, expect, chromium } from '@playwright/test';
+import { generateSecretKey, getPublicKey } from 'nostr-tools/pure';
+import { nsecEncode } from 'nostr-tools/nip19';
+import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED } from './harness.mjs';
+
+const BUILD = join(SHARED, 'flotilla', 'build');
+// The emoji picker's data, which Flotilla loads from a CDN at start: the same file from npm.
+const EMOJI = readFileSync(join(import.meta.dirname, 'node_modules', 'emoji-picker-element-data', 'en', 'emojibase', 'data.json'));
+const SHOTS = join(import.meta.dirname, 'screenshots');
+mkdirSync(SHOTS, { recursive: true });
+
+let app;
+let browser;
+/** Serves the build and starts Chromium for the tests of the file that calls it. */
+export function flotilla() {
+  test.beforeAll(async () => {
+    app = await serveBuild(BUILD);
+    browser = await chromium.launch(chromiumOptions());
+  });
+  test.afterAll(async () => {
+    await browser?.close();
+    app?.server.close();
+  });
+}
+
+/**
+ * A hearth for one test, behind its TLS front, with `env` (HEARTH_… settings); `space` is the
+ * address a person types into Flotilla; `admin(method, path, body)` and `stored(filter)` ask its
+ * admin API. `stop()` ends both.
+ */
+export async function community(env) {
+  const dir = mkdtempSync(join(tmpdir(), 'hearth-flotilla-'));
+  const front = await tlsFront(dir);
+  const space = `wss://127.0.0.1:${front.port}`;
+  const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: space, HEARTH_ADMIN__TOKEN: 'clients-token', ...env });
+  front.target = relay.addr;
+  const admin = async (method, path, body) => {
+    const response = await fetch(`http://${relay.addr}${path}`, {
+      method,
+      headers: { Authorization: 'Bearer clients-token', ...(body ? { 'Content-Type': 'application/json' } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    return { status: response.status, body: await response.json().catch(() => null) };
+  };
+  /** The stored events `filter` matches, through the admin API's export. */
+  const stored = async (filter) => {
+    const response = await fetch(`http://${relay.addr}/admin/v1/export?filter=${encodeURIComponent(JSON.stringify(filter))}`, {
+      headers: { Authorization: 'Bearer clients-token' },
+    });
+    if (response.status !== 200) throw new Error(`export answered ${response.status}`);
+    return (await response.text()).split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  };
+  return {
+    space,
+    host: `127.0.0.1:${front.port}`,
+    relay,
+    admin,
+    stored,
+    stop: async () => {
+      front.close();
+      await stopRelay(relay);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A person: a key, a browser context of their own, logged in to Flotilla with "Log in with Key". */
+export async function person(name) {
+  const secret = generateSecretKey();
+  // Flotilla's service worker would fetch past Playwright's routes: blocked, the page fetches itself.
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, serviceWorkers: 'block' });
+  await context.route(/^https:\/\/cdn\.jsdelivr\.net\/npm\/emoji-picker-element-data@/, (route) => route.fulfill({
+    contentType: 'application/json',
+    headers: { 'access-control-allow-origin': '*', etag: 'W/"emoji-picker-element-data-1.8.0"' },
+    body: EMOJI,
+  }));
+  const page = await context.newPage();
+  const frames = [];
+  page.on('websocket', (ws) => {
+    ws.on('framesent', (f) => frames.push(`> ${f.payload}`));
+    ws.on('framereceived', (f) => frames.push(`< ${f.payload}`));
+  });
+  await page.goto(app.url);
+  await page.getByText('Log in', { exact: true }).click();
+  await page.getByRole('button', { name: 'Log in with Key' }).click();
+  await page.getByPlaceholder('nsec1...').fill(nsecEncode(secret));
+  await page.getByRole('button', { name: 'Log in', exact: true }).click();
+  await expect(page.getByRole('button', { name: /Add a space/ })).toBeVisible();
+  return { name, secret, pubkey: getPublicKey(secret), context, page, frames };
+}
+
+/** Adds the space at `space` the way Flotilla offers first: "Add a space", "Join a space", its address or link. */
+export async function addSpace(who, space) {
+  const { page } = who;
+  await page.getByRole('button', { name: /Add a space/ }).click();
+  await page.getByRole('button', { name: /Join a space/ }).click();
+  await page.locator('input[type=text]').last().fill(space);
+  await page.getByRole('button', { name: /Join Space/i }).click();
+}
+
+export async function shot(who, what) {
+  await who.page.screenshot({ path: join(SHOTS, `flotilla-${what}-${who.name}.png`) });
+}
+
+/** Sends `text` in the open room through Flotilla's composer. */
+export async function say(who, text) {
+  const box = who.page.locator('[contenteditable=true][role=textbox]').last();
+  await box.click();
+  await box.pressSequentially(text);
+  await box.press('Enter');
+}
+
+/** The relay's answer (`[accepted, message]`) to the first join request (28934) `who`'s page sent, waited for. */
+export async function joinAnswer(who) {
+  const answer = () => {
+    const sent = who.frames
+      .filter((f) => f.startsWith('> ["EVENT"'))
+      .map((f) => JSON.parse(f.slice(2))[1])
+      .find((e) => e.kind === 28934);
+    const ok = sent && who.frames
+      .filter((f) => f.startsWith('< ["OK"'))
+      .map((f) => JSON.parse(f.slice(2)))
+      .find((frame) => frame[1] === sent.id);
+    return ok && ok.slice(2);
+  };
+  await expect.poll(answer, { timeout: 15_000 }).toBeTruthy();
+  return answer();
+}
