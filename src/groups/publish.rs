@@ -17,7 +17,7 @@ use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::{Event, EventId, Filter, Kind, PubKey, Timestamp, VerifiedEvent, Viewer};
 use crate::store::PutOutcome;
 
-use super::render::state_events;
+use super::render::{StateEvent, state_events};
 use super::state::{Effect, GroupError, Update};
 
 /// How many of a group's latest events a `previous` reference may name.
@@ -273,22 +273,23 @@ async fn answer(app: &AppState, group: &str, kind: Kind, pubkey: PubKey, code: O
 /// when that one is dated as late (several changes in one second): an addressable event of the
 /// same second would be decided by its id.
 async fn sign_state(app: &AppState, group: &str) {
-    let events: Vec<(String, u64, Kind, Vec<Vec<String>>, String)> = {
+    // Each group's id, when its last change was dated, and a state event of it.
+    let events: Vec<(String, u64, StateEvent)> = {
         let groups = app.groups.read();
         let mut out = Vec::new();
         if let Some(g) = groups.get(group) {
-            out.extend(state_events(g, &groups).into_iter().map(|(k, t, c)| (g.id.clone(), g.last.0.0, k, t, c)));
+            out.extend(state_events(g, &groups).into_iter().map(|e| (g.id.clone(), g.last.0.0, e)));
         }
         for child in groups.iter().filter(|g| g.metadata.parent.as_deref() == Some(group)) {
-            if let Some((kind, tags, content)) = state_events(child, &groups).into_iter().next() {
-                out.push((child.id.clone(), child.last.0.0, kind, tags, content));
+            if let Some(metadata) = state_events(child, &groups).into_iter().next() {
+                out.push((child.id.clone(), child.last.0.0, metadata));
             }
         }
         out
     };
     let now = Timestamp::now();
     // Stored together: the writer commits them in one group, one sync for all of them.
-    let signing = events.into_iter().map(|(id, changed, kind, tags, content)| {
+    let signing = events.into_iter().map(|(id, changed, (kind, tags, content))| {
         let after = app.groups.signed_at(&id);
         async move {
             let earliest = now.0.max(changed);
