@@ -1,7 +1,7 @@
 // What the Flotilla tests share: the unmodified build (../shared/clients/flotilla/build) served
 // and Chromium started once per file, a hearth at its production quotas (the defaults, not
 // `hearth dev`'s) behind a TLS front per test, and a person: a key, a browser context of their
-// own, logged in, with every WebSocket frame their page sends and receives kept.
+// own, logged in, with every WebSocket their page opened and every frame it sent and received kept.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -83,7 +83,9 @@ export async function person(name) {
   }));
   const page = await context.newPage();
   const frames = [];
+  const sockets = [];
   page.on('websocket', (ws) => {
+    sockets.push(ws.url());
     ws.on('framesent', (f) => frames.push(`> ${f.payload}`));
     ws.on('framereceived', (f) => frames.push(`< ${f.payload}`));
   });
@@ -93,7 +95,7 @@ export async function person(name) {
   await page.getByPlaceholder('nsec1...').fill(nsecEncode(secret));
   await page.getByRole('button', { name: 'Log in', exact: true }).click();
   await expect(page.getByRole('button', { name: /Add a space/ })).toBeVisible();
-  return { name, secret, pubkey: getPublicKey(secret), context, page, frames };
+  return { name, secret, pubkey: getPublicKey(secret), context, page, frames, sockets };
 }
 
 /** Adds the space at `space` the way Flotilla offers first: "Add a space", "Join a space", its address or link. */
