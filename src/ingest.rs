@@ -183,7 +183,7 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
         };
     }
     // NIP-29: a group event meets its group's rules first; a change is done once it is stored.
-    let group = match crate::groups::publish::admit(app, &verified, publisher.authed, now).await {
+    let group = match crate::groups::publish::admit(app, &verified, now).await {
         Ok(admission) => admission,
         Err(refusal) => return Outcome::Refused(refusal),
     };

@@ -29,7 +29,8 @@ impl Default for GroupsConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GroupCreators {
-    /// Any key authenticated (NIP-42) as itself that may write under `access.mode`.
+    /// Any key that may write here (authenticated with NIP-42 first where `auth.required` or
+    /// `access.mode` asks it of every write); the 9007's signature names its creator.
     #[default]
     Authenticated,
     /// The relay's members only.

@@ -55,14 +55,8 @@ pub fn refusal(error: &GroupError) -> Refusal {
     Refusal::new(prefix, error.to_string())
 }
 
-/// The checks `event` meets as a group event, before the store's rules; `authed` is the
-/// connection's NIP-42 key.
-pub async fn admit<'a>(
-    app: &'a AppState,
-    event: &VerifiedEvent,
-    authed: Option<PubKey>,
-    now: Timestamp,
-) -> Result<Admission<'a>, Refusal> {
+/// The checks `event` meets as a group event, before the store's rules.
+pub async fn admit<'a>(app: &'a AppState, event: &VerifiedEvent, now: Timestamp) -> Result<Admission<'a>, Refusal> {
     let registry = &app.groups;
     if !registry.enabled() {
         return Ok(Admission::Plain);
@@ -90,7 +84,7 @@ pub async fn admit<'a>(
         return Ok(Admission::Message);
     }
     if event.kind == nip29::CREATE_GROUP {
-        may_create(app, event, authed)?;
+        may_create(app, event)?;
     }
     let turn = registry.turn().await;
     let judged = {
@@ -144,11 +138,11 @@ fn pending() -> Refusal {
     Refusal::new(Prefix::Restricted, "the group is closed: your join request waits for an admin to let you in")
 }
 
-/// `groups.create`: whether `event`'s author may create a group.
-fn may_create(app: &AppState, event: &Event, authed: Option<PubKey>) -> Result<(), Refusal> {
-    if authed != Some(event.pubkey) {
-        return Err(Refusal::new(Prefix::AuthRequired, "authenticate as the group's creator first (NIP-42)"));
-    }
+/// `groups.create`: whether `event`'s author may create a group. Its signature names the creator,
+/// as it names the author of every other change to a group; whether a write needs NIP-42 at all
+/// is `access.mode`'s, asked before this (a client that sends the 9007 before it answers the
+/// challenge, as Chachi does, is not sent back to authenticate on a relay anyone writes to).
+fn may_create(app: &AppState, event: &Event) -> Result<(), Refusal> {
     let allowed = match app.groups.config().create {
         GroupCreators::Authenticated => true,
         GroupCreators::Members => app.moderation.is_member(&event.pubkey),

@@ -571,3 +571,26 @@ async fn the_relays_state_events_are_never_dated_before_the_change_they_show() {
     let members = until_state(&relay, 39002, "clock", &[&["d", "clock"], &["p", &both[0]], &["p", &both[1]]]).await;
     assert!(members["created_at"].as_u64().unwrap() > ahead, "{members} is dated before the 9021");
 }
+
+#[tokio::test]
+async fn a_group_is_created_before_auth_where_anyone_writes_and_only_after_it_where_writes_need_it() {
+    // Chachi sends its 9007 first and answers the AUTH challenge later, if the person lets it;
+    // with auth.required every write needs AUTH first, a 9007 too.
+    let open = TestRelay::start(generous).await;
+    let alice = keys(1);
+    let mut c = open.connect().await;
+    ok(&mut c, &to_group(&alice, 9007, "early", &[], ""), true, "").await;
+    until_state(&open, 39001, "early", &[&["d", "early"], &["p", &hex(&alice), "admin"]]).await;
+    let closed = TestRelay::start(|c: &mut hearth::config::Config| {
+        generous(c);
+        c.auth.required = true;
+    })
+    .await;
+    let mut c = closed.connect().await;
+    let create = to_group(&alice, 9007, "early", &[], "");
+    let refused = c.publish(&create).await;
+    assert_eq!(refused[2], false, "{refused}");
+    assert!(refused[3].as_str().unwrap().starts_with("auth-required: "), "{refused}");
+    let mut c = as_(&closed, &alice).await;
+    ok(&mut c, &create, true, "").await;
+}
