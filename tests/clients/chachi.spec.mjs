@@ -1,0 +1,126 @@
+// Chachi (NDK-based), unmodified (../shared/clients/chachi/build), in Debian's Chromium, on hearth
+// at its production quotas behind a TLS front. Chachi always writes `wss://` and drops ports from
+// some links, so hearth's front listens on port 443 of 127.0.0.2; its one discovery relay,
+// purplepag.es, is mapped by Chromium to a stand-in (a second hearth, behind a front on port 443
+// of 127.0.0.3). People log in with a NIP-07 signer the test gives the page (Chachi's own nsec
+// login does not finish offline). Each step is asserted on what the page shows and what the
+// relay holds.
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, expect, chromium } from '@playwright/test';
+import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
+import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED } from './harness.mjs';
+
+const BUILD = join(SHARED, 'chachi', 'build');
+const HOST = '127.0.0.2';
+const DISCOVERY = '127.0.0.3';
+
+test.skip(!existsSync(BUILD), `the Chachi build is not at ${BUILD}`);
+
+let app;
+let browser;
+let discovery;
+let scratch;
+test.beforeAll(async () => {
+  scratch = mkdtempSync(join(tmpdir(), 'hearth-chachi-'));
+  app = await serveBuild(BUILD);
+  const front = await tlsFront(scratch, 443, DISCOVERY);
+  const relay = await startRelay({});
+  front.target = relay.addr;
+  discovery = { front, relay };
+  browser = await chromium.launch(chromiumOptions([`--host-resolver-rules=MAP purplepag.es ${DISCOVERY}`]));
+});
+test.afterAll(async () => {
+  await browser?.close();
+  app?.server.close();
+  discovery?.front.close();
+  if (discovery) await stopRelay(discovery.relay);
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+/** A person with a NIP-07 signer in their page, logged in to Chachi through "Browser extension". */
+async function person(name) {
+  const secret = generateSecretKey();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, serviceWorkers: 'block' });
+  await context.exposeBinding('hearthSigner', (_, op, template) => (op === 'pubkey' ? getPublicKey(secret) : finalizeEvent(template, secret)));
+  await context.addInitScript(() => {
+    window.nostr = {
+      getPublicKey: () => window.hearthSigner('pubkey'),
+      signEvent: (template) => window.hearthSigner('sign', template),
+      getRelays: async () => ({}),
+    };
+  });
+  const page = await context.newPage();
+  const frames = [];
+  page.on('websocket', (ws) => {
+    if (!ws.url().startsWith(`wss://${HOST}`)) return;
+    ws.on('framesent', (f) => frames.push(`> ${f.payload}`));
+    ws.on('framereceived', (f) => frames.push(`< ${f.payload}`));
+  });
+  await page.goto(app.url);
+  await page.getByRole('button', { name: 'Get started' }).click();
+  await page.getByRole('button', { name: 'Connect' }).first().click();
+  await expect(page.getByRole('button', { name: 'New group' })).toBeVisible();
+  return { name, pubkey: getPublicKey(secret), context, page, frames };
+}
+
+/** The open group's chat, as `who` sees it. */
+const chat = (who) => who.page.getByRole('tabpanel', { name: 'Chat' });
+
+/** Sends `text` through Chachi's composer in the open group. */
+async function say(who, text) {
+  const box = who.page.getByRole('textbox', { name: 'Message' });
+  await box.fill(text);
+  await box.press('Enter');
+}
+
+test('a group is created on hearth from Chachi, found by its link, joined and talked in, live both ways', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'hearth-chachi-community-'));
+  const front = await tlsFront(dir, 443, HOST);
+  const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: `wss://${HOST}`, HEARTH_ADMIN__TOKEN: 'clients-token' });
+  front.target = relay.addr;
+  const admin = async (path) => (await fetch(`http://${relay.addr}${path}`, { headers: { Authorization: 'Bearer clients-token' } })).json();
+  const organiser = await person('organiser');
+  const neighbour = await person('neighbour');
+  try {
+    // Chachi's "New group" form on a custom relay: it sends the 9007 before it answers AUTH.
+    await organiser.page.getByRole('button', { name: 'New group' }).click();
+    await organiser.page.getByText('Create a moderated group').click();
+    await organiser.page.getByRole('textbox', { name: 'Name' }).fill('Allotment');
+    await organiser.page.getByRole('textbox', { name: 'About' }).fill('the garden plots by the river');
+    await organiser.page.getByRole('button', { name: 'Use custom relay' }).click();
+    await organiser.page.getByRole('textbox', { name: 'wss://relay.example.com' }).fill(`wss://${HOST}`);
+    await organiser.page.getByRole('button', { name: 'Create' }).click();
+    await expect(organiser.page.getByRole('heading', { name: 'Allotment', level: 2 })).toBeVisible();
+    const groups = (await admin('/admin/v1/groups')).groups;
+    expect(groups.map((g) => [g.name, g.about])).toEqual([['Allotment', 'the garden plots by the river']]);
+    const [{ id }] = groups;
+    await say(organiser, 'Plot 4 has tomatoes');
+    await expect(chat(organiser).getByText('Plot 4 has tomatoes')).toBeVisible();
+
+    // The neighbour opens the group's link: the message is there, and "Join".
+    await neighbour.page.goto(`${app.url}/${HOST}/${id}`);
+    await expect(chat(neighbour).getByText('Plot 4 has tomatoes')).toBeVisible();
+    await expect(neighbour.page.getByText('You are not a member of this group yet')).toBeVisible();
+    await neighbour.page.getByRole('button', { name: 'Join' }).click();
+    await expect(neighbour.page.getByRole('textbox', { name: 'Message' })).toBeVisible();
+    await expect.poll(async () => (await admin(`/admin/v1/groups/${id}`)).members.map((m) => m.pubkey).sort())
+      .toEqual([organiser.pubkey, neighbour.pubkey].sort());
+
+    await say(neighbour, 'I can water it on Sunday');
+    await expect(chat(organiser).getByText('I can water it on Sunday')).toBeVisible();
+    await say(organiser, 'Thank you!');
+    await expect(chat(neighbour).getByText('Thank you!')).toBeVisible();
+    // Nothing the relay told either of them was a refusal.
+    for (const who of [organiser, neighbour]) {
+      expect(who.frames.filter((f) => f.startsWith('< ["OK"') && f.includes(',false,'))).toEqual([]);
+    }
+  } finally {
+    await organiser.context.close();
+    await neighbour.context.close();
+    front.close();
+    await stopRelay(relay);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
