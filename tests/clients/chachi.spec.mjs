@@ -110,6 +110,12 @@ test('a group is created on hearth from Chachi, found by its link, joined and ta
 
     await say(neighbour, 'I can water it on Sunday');
     await expect(chat(organiser).getByText('I can water it on Sunday')).toBeVisible();
+    // A reply in a later second than the message it answers, as a person types: Chachi asks
+    // again from the second after the newest event it holds (`since` + 1), so a reply dated in
+    // the same second as that event would be missed by it, on any relay.
+    const watered = neighbour.frames.map((f) => /"created_at":(\d+),"content":"I can water it on Sunday"/.exec(f)).find(Boolean);
+    expect(watered).toBeTruthy();
+    await expect.poll(() => Math.floor(Date.now() / 1000)).toBeGreaterThan(Number(watered[1]));
     await say(organiser, 'Thank you!');
     await expect(chat(neighbour).getByText('Thank you!')).toBeVisible();
     // Nothing the relay told either of them was a refusal.

@@ -4,34 +4,14 @@
 // and leaves it; and the operator moderates from the client: removes a member, deletes a
 // message, bans a key, renames the space (NIP-86 and NIP-29). Each step is asserted on what the
 // pages show and on what the relay holds.
-import { crc32, deflateSync } from 'node:zlib';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, expect } from '@playwright/test';
 import { npubEncode } from 'nostr-tools/nip19';
-import { addSpace, community, flotilla, person, say, shot } from './flotilla.mjs';
+import { addSpace, community, flotilla, person, png, say, shot } from './flotilla.mjs';
 
 flotilla();
-
-/** A `width`×`height` PNG of one colour (what a phone's picture is to the relay: bytes). */
-function png(width, height, [r, g, b]) {
-  const chunk = (type, data) => {
-    const out = Buffer.alloc(12 + data.length);
-    out.writeUInt32BE(data.length, 0);
-    out.write(type, 4, 'latin1');
-    data.copy(out, 8);
-    out.writeUInt32BE(crc32(Buffer.concat([Buffer.from(type, 'latin1'), data])), 8 + data.length);
-    return out;
-  };
-  const header = Buffer.alloc(13);
-  header.writeUInt32BE(width, 0);
-  header.writeUInt32BE(height, 4);
-  header.set([8, 2, 0, 0, 0], 8);
-  const row = Buffer.concat([Buffer.from([0]), Buffer.from(Array(width).fill([r, g, b]).flat())]);
-  const pixels = deflateSync(Buffer.concat(Array(height).fill(row)));
-  return Buffer.concat([Buffer.from('89504e470d0a1a0a', 'hex'), chunk('IHDR', header), chunk('IDAT', pixels), chunk('IEND', Buffer.alloc(0))]);
-}
 
 /** The message of the open room that shows `text`, as Flotilla lists it (a button per message). */
 const message = (who, text) => who.page.getByRole('button', { name: new RegExp(text) }).last();

@@ -3,7 +3,9 @@
 // `hearth dev`'s) behind a TLS front per test, and a person: a key, a browser context of their
 // own, logged in, with every WebSocket their page opened and every frame it sent and received kept.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
+import { crc32, deflateSync } from 'node:zlib';
 import { join } from 'node:path';
 import { test, expect, chromium } from '@playwright/test';
 import { generateSecretKey, getPublicKey } from 'nostr-tools/pure';
@@ -134,4 +136,26 @@ export async function joinAnswer(who) {
   };
   await expect.poll(answer, { timeout: 15_000 }).toBeTruthy();
   return answer();
+}
+
+/**
+ * A `width`×`height` PNG of one colour (what a phone's picture is to the relay: bytes), or of
+ * random pixels when `colour` is `null` (a picture that does not compress).
+ */
+export function png(width, height, colour) {
+  const chunk = (type, data) => {
+    const out = Buffer.alloc(12 + data.length);
+    out.writeUInt32BE(data.length, 0);
+    out.write(type, 4, 'latin1');
+    data.copy(out, 8);
+    out.writeUInt32BE(crc32(Buffer.concat([Buffer.from(type, 'latin1'), data])), 8 + data.length);
+    return out;
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header.set([8, 2, 0, 0, 0], 8);
+  const row = () => Buffer.concat([Buffer.from([0]), colour ? Buffer.from(Array(width).fill(colour).flat()) : randomBytes(width * 3)]);
+  const pixels = deflateSync(Buffer.concat(Array.from({ length: height }, row)));
+  return Buffer.concat([Buffer.from('89504e470d0a1a0a', 'hex'), chunk('IHDR', header), chunk('IDAT', pixels), chunk('IEND', Buffer.alloc(0))]);
 }

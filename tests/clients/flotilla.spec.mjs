@@ -2,8 +2,11 @@
 // a community use it on hearth at its production quotas, behind a TLS front: joining a space by
 // its address in each access mode, and who is offered "Create room". Each step is asserted on
 // what the page shows.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test, expect } from '@playwright/test';
-import { addSpace, community, flotilla, joinAnswer, person, say, shot } from './flotilla.mjs';
+import { addSpace, community, flotilla, joinAnswer, person, png, say, shot } from './flotilla.mjs';
 
 flotilla();
 
@@ -91,7 +94,13 @@ test('a members-only space: a join without a code is refused in words, an invite
 
 test('a members-write space: a member groups.create allows is offered "Create room" by the relay\'s 19004 and makes a room', async () => {
   const carol = await person('carol');
-  const place = await community({ HEARTH_ACCESS__MODE: 'members-write', HEARTH_GROUPS__CREATE: 'members' });
+  // Production quotas but for uploads: 20,000 bytes a day, so one picture goes over.
+  const place = await community({
+    HEARTH_ACCESS__MODE: 'members-write',
+    HEARTH_GROUPS__CREATE: 'members',
+    HEARTH_LIMITS__HUMAN__UPLOAD_BYTES_PER_DAY: '20000',
+  });
+  const scratch = mkdtempSync(join(tmpdir(), 'hearth-flotilla-quota-'));
   try {
     const added = await place.admin('PUT', `/admin/v1/members/${carol.pubkey}`, { note: 'carol' });
     expect(added.status).toBe(200);
@@ -110,9 +119,25 @@ test('a members-write space: a member groups.create allows is offered "Create ro
     await expect(carol.page.getByText('First meeting on Friday')).toBeVisible();
     const groups = await place.admin('GET', '/admin/v1/groups');
     expect(groups.body.groups.map((g) => g.name)).toEqual(['book club']);
+    // A picture over her day's upload quota: Flotilla shows the relay's sentence (inside the
+    // JSON body it reads verbatim; hearth's X-Reason says the same).
+    const big = join(scratch, 'scan.png');
+    writeFileSync(big, png(120, 120, null));
+    const refused = carol.page.waitForResponse((r) => r.url() === `https://${place.host}/upload` && r.request().method() === 'PUT');
+    const [chooser] = await Promise.all([
+      carol.page.waitForEvent('filechooser'),
+      carol.page.getByRole('button', { name: 'Add an image' }).click(),
+    ]);
+    await chooser.setFiles(big);
+    const answer = await refused;
+    const reason = 'invalid: the blob is larger than your daily upload quota of 19456 bytes';
+    expect([answer.status(), await answer.headerValue('x-reason')]).toEqual([413, reason]);
+    await expect(carol.page.getByRole('alert').filter({ hasText: reason })).toBeVisible();
+    await shot(carol, 'over-quota');
     await shot(carol, 'member-room');
   } finally {
     await carol.context.close();
     await place.stop();
+    rmSync(scratch, { recursive: true, force: true });
   }
 });
