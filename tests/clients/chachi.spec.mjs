@@ -65,6 +65,14 @@ async function person(name) {
   return { name, pubkey: getPublicKey(secret), context, page, frames };
 }
 
+/** The event `who`'s page sent with `content`. */
+function sentEvent(who, content) {
+  return who.frames
+    .filter((f) => f.startsWith('> ["EVENT"'))
+    .map((f) => JSON.parse(f.slice(2))[1])
+    .find((e) => e.content === content);
+}
+
 /** The open group's chat, as `who` sees it. */
 const chat = (who) => who.page.getByRole('tabpanel', { name: 'Chat' });
 
@@ -75,12 +83,17 @@ async function say(who, text) {
   await box.press('Enter');
 }
 
-test('a group is created on hearth from Chachi, found by its link, joined and talked in, live both ways', async () => {
+test('a group is created on hearth from Chachi, found by its link, joined, talked in live both ways, reacted to, renamed and left', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'hearth-chachi-community-'));
   const front = await tlsFront(dir, 443, HOST);
   const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: `wss://${HOST}`, HEARTH_ADMIN__TOKEN: 'clients-token' });
   front.target = relay.addr;
   const admin = async (path) => (await fetch(`http://${relay.addr}${path}`, { headers: { Authorization: 'Bearer clients-token' } })).json();
+  const stored = async (filter) => {
+    const url = `http://${relay.addr}/admin/v1/export?filter=${encodeURIComponent(JSON.stringify(filter))}`;
+    const text = await (await fetch(url, { headers: { Authorization: 'Bearer clients-token' } })).text();
+    return text.split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  };
   const organiser = await person('organiser');
   const neighbour = await person('neighbour');
   try {
@@ -118,6 +131,31 @@ test('a group is created on hearth from Chachi, found by its link, joined and ta
     await expect.poll(() => Math.floor(Date.now() / 1000)).toBeGreaterThan(Number(watered[1]));
     await say(organiser, 'Thank you!');
     await expect(chat(neighbour).getByText('Thank you!')).toBeVisible();
+    // A reaction from the message's menu.
+    const thanks = chat(neighbour).getByText('Thank you!');
+    await thanks.hover();
+    await neighbour.page.getByRole('button', { name: 'Add emoji reaction' }).last().click();
+    await neighbour.page.getByRole('dialog').getByRole('button', { name: '👍' }).first().click();
+    const thanked = sentEvent(organiser, 'Thank you!');
+    await expect.poll(async () => (await stored({ kinds: [7], '#e': [thanked.id] })).map((e) => [e.pubkey, e.content]))
+      .toEqual([[neighbour.pubkey, '👍']]);
+    await expect(chat(organiser).getByText('👍')).toBeVisible();
+
+    // The organiser renames the group from its settings (a 9002): the relay's 39000 says so.
+    await organiser.page.getByRole('link', { name: 'Group settings' }).click();
+    await organiser.page.getByRole('textbox', { name: 'Group Name' }).fill('Allotment Society');
+    await organiser.page.getByRole('button', { name: 'Save Information' }).click();
+    await expect.poll(async () => (await admin(`/admin/v1/groups/${id}`)).name).toBe('Allotment Society');
+    await expect(organiser.page.getByRole('heading', { name: 'Allotment Society', level: 2 })).toBeVisible();
+
+    // The neighbour leaves (a 9022; the relay's 9001).
+    await neighbour.page.getByRole('button', { name: 'Group actions' }).click();
+    await neighbour.page.getByRole('menuitem', { name: 'Leave' }).click();
+    await neighbour.page.getByRole('alertdialog').getByRole('button', { name: 'Leave' }).click();
+    await expect.poll(async () => (await admin(`/admin/v1/groups/${id}`)).members.map((m) => m.pubkey)).toEqual([organiser.pubkey]);
+    // Chachi takes the person home.
+    await expect(neighbour.page.getByRole('heading', { name: 'Home', level: 2 })).toBeVisible();
+
     // Nothing the relay told either of them was a refusal.
     for (const who of [organiser, neighbour]) {
       expect(who.frames.filter((f) => f.startsWith('< ["OK"') && f.includes(',false,'))).toEqual([]);
