@@ -1,7 +1,7 @@
 // A community's day in Flotilla, unmodified, on one hearth at its production quotas behind a TLS
 // front: the operator and two people in a public space. A private room stays out of a
-// stranger's sight; a picture goes over Blossom; a reaction; a person joins a room's member list
-// and leaves it; and the operator moderates from the client: removes a member, deletes a
+// stranger's sight; a picture goes over Blossom; a reaction; a thread and a reply; a person joins
+// a room's member list and leaves it; and the operator moderates from the client: removes a member, deletes a
 // message, bans a key, renames the space (NIP-86 and NIP-29). Each step is asserted on what the
 // pages show and on what the relay holds.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -53,7 +53,7 @@ async function createRoom(who, name, flags = []) {
 /** `who`'s "Room information" dialog for the open room. */
 const roomInfo = (who) => who.page.getByRole('button', { name: 'Room information' }).click();
 
-test('a day in a public space: a private room, a picture, a reaction, a member list; the operator removes, deletes, bans and renames', async () => {
+test('a day in a public space: a private room, a picture, a reaction, a thread, a member list; the operator removes, deletes, bans and renames', async () => {
   const operator = await person('operator');
   const place = await community({ HEARTH_ADMIN__PUBKEYS: operator.pubkey });
   const alice = await person('alice');
@@ -117,6 +117,34 @@ test('a day in a public space: a private room, a picture, a reaction, a member l
     await bob.page.getByRole('menuitem', { name: /thumbs up/i }).first().click();
     await expect(operator.page.getByRole('button', { name: new RegExp(`^${shortName(bob)} reacted 👍`) })).toBeVisible();
     await shot(operator, 'reaction');
+
+    // A thread (kind 11) the operator starts from the space's Threads page, and Alice's reply
+    // (kind 1111) from hers: Flotilla lists "Threads" once the space holds one.
+    await operator.page.goto(new URL(`/spaces/${encodeURIComponent(place.host)}/threads`, operator.page.url()).href);
+    await operator.page.getByRole('button', { name: 'Create a Thread' }).click();
+    await operator.page.getByPlaceholder('What is this thread about?').fill('Seed swap');
+    const body = operator.page.locator('[contenteditable=true][role=textbox]').last();
+    await body.click();
+    await body.pressSequentially('Bring your spare seeds on Saturday');
+    await operator.page.getByRole('button', { name: 'Create Thread' }).click();
+    await expect(operator.page.getByText('Seed swap').first()).toBeVisible();
+    await alice.page.getByRole('link', { name: 'Threads' }).click();
+    await alice.page.getByText('Seed swap').first().click();
+    await alice.page.getByRole('button', { name: 'Reply to thread' }).click();
+    const reply = alice.page.locator('[contenteditable=true][role=textbox]').last();
+    await reply.click();
+    await reply.pressSequentially('I have bean seeds');
+    await alice.page.getByRole('button', { name: 'Post Reply' }).click();
+    await operator.page.getByText('Seed swap').first().click();
+    await expect(operator.page.getByText('I have bean seeds')).toBeVisible();
+    const [thread] = await place.stored({ kinds: [11] });
+    expect([thread.pubkey, thread.content, thread.tags.find((t) => t[0] === 'title')?.[1]])
+      .toEqual([operator.pubkey, 'Bring your spare seeds on Saturday', 'Seed swap']);
+    const [answer] = await place.stored({ kinds: [1111] });
+    expect([answer.pubkey, answer.content, answer.tags.some((t) => t[0] === 'E' && t[1] === thread.id)])
+      .toEqual([alice.pubkey, 'I have bean seeds', true]);
+    await shot(operator, 'thread');
+    for (const who of [operator, alice]) await who.page.getByRole('link', { name: 'general' }).click();
 
     // Alice joins the room's member list (9021; the relay's 9000) and leaves it (9022; its 9001).
     await roomInfo(alice);
