@@ -83,7 +83,7 @@ async function say(who, text) {
   await box.press('Enter');
 }
 
-test('a group is created on hearth from Chachi, found by its link, joined, talked in live both ways, reacted to, renamed and left', async () => {
+test('a group is created on hearth from Chachi, found by its link, joined, talked in live both ways, reacted to, renamed; a visitor kicked; the neighbour leaves', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'hearth-chachi-community-'));
   const front = await tlsFront(dir, 443, HOST);
   const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: `wss://${HOST}`, HEARTH_ADMIN__TOKEN: 'clients-token' });
@@ -147,6 +147,25 @@ test('a group is created on hearth from Chachi, found by its link, joined, talke
     await organiser.page.getByRole('button', { name: 'Save Information' }).click();
     await expect.poll(async () => (await admin(`/admin/v1/groups/${id}`)).name).toBe('Allotment Society');
     await expect(organiser.page.getByRole('heading', { name: 'Allotment Society', level: 2 })).toBeVisible();
+
+    // A visitor joins by the link; the organiser kicks them from their message's menu (a 9001).
+    await organiser.page.goBack();
+    await expect(chat(organiser).getByText('Thank you!')).toBeVisible();
+    const visitor = await person('visitor');
+    try {
+      await visitor.page.goto(`${app.url}/${HOST}/${id}`);
+      await visitor.page.getByRole('button', { name: 'Join' }).click();
+      await expect(visitor.page.getByRole('textbox', { name: 'Message' })).toBeVisible();
+      await say(visitor, 'Selling cheap watches');
+      await chat(organiser).getByText('Selling cheap watches').click({ button: 'right' });
+      await organiser.page.getByRole('menuitem', { name: 'Kick' }).click();
+      const members = async () => (await admin(`/admin/v1/groups/${id}`)).members.map((m) => m.pubkey).sort();
+      await expect.poll(members).toEqual([organiser.pubkey, neighbour.pubkey].sort());
+      const kicked = organiser.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 9001);
+      expect(kicked.tags).toContainEqual(['p', visitor.pubkey]);
+    } finally {
+      await visitor.context.close();
+    }
 
     // The neighbour leaves (a 9022; the relay's 9001).
     await neighbour.page.getByRole('button', { name: 'Group actions' }).click();

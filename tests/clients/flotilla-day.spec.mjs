@@ -1,9 +1,9 @@
 // A community's day in Flotilla, unmodified, on one hearth at its production quotas behind a TLS
 // front: the operator and two people in a public space. A private room stays out of a
 // stranger's sight; a picture goes over Blossom; a reaction; a thread and a reply; a person joins
-// a room's member list and leaves it; and the operator moderates from the client: removes a member, deletes a
-// message, bans a key, renames the space (NIP-86 and NIP-29). Each step is asserted on what the
-// pages show and on what the relay holds.
+// a room's member list and leaves it; and the operator moderates from the client: removes a
+// member, deletes a message, bans a key, renames the space (NIP-86 and NIP-29). Each step is
+// asserted on what the pages show and on what the relay holds.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

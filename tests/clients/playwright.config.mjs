@@ -14,5 +14,6 @@ export default defineConfig({
   expect: { timeout: 20_000 },
   reporter: [['list']],
   outputDir: 'test-results',
-  use: { trace: 'off', screenshot: 'off' },
+  // An action that cannot happen fails on its own deadline, naming the step, not at the test's.
+  use: { trace: 'off', screenshot: 'off', actionTimeout: 30_000, navigationTimeout: 30_000 },
 });
