@@ -3,12 +3,12 @@
 //! Owns the checks an event addressed to a group meets before the store's rules ([`admit`]):
 //! only the relay signs kinds 39000–39009; late publication; `previous` references to events
 //! the relay has; then a message is held to [`Groups::admits`](super::state::Groups::admits)
-//! and a change (moderation 9000–9009, join 9021, leave 9022) is judged by the fold while this
+//! and a change (moderation 9000–9010, join 9021, leave 9022) is judged by the fold while this
 //! node's turn to change groups is held. Once the store has the change, [`done`] commits it and
 //! carries out what it asks: the relay's own 9000 / 9001 answering a join or a leave, its
-//! 39000–39003 (and 39005 once pinned) signed anew, a moderator's deletions, a whole group removed. Every event the relay
-//! signs here is stored and delivered as any event, and dated after what it answers, so the fold
-//! of the store arrives where the live state did.
+//! 39000–39003 (and 39005 once pinned) signed anew, a moderator's deletions, a whole group
+//! removed. Every event the relay signs here is stored and delivered as any event, and dated
+//! after what it answers, so the fold of the store arrives where the live state did.
 
 use crate::app::AppState;
 use crate::config::GroupCreators;
