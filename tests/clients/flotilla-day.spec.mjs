@@ -70,6 +70,8 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     await expect(operator.page.getByText('the spare keys are under the mat')).toBeVisible();
     const staff = await room(place, 'staff');
     expect([staff.private, staff.hidden]).toEqual([true, true]);
+    await expect.poll(async () => (await place.stored({ kinds: [9], '#h': [staff.id] })).map((e) => e.content))
+      .toEqual(['the spare keys are under the mat']);
 
     for (const who of [alice, bob]) {
       await addSpace(who, place.space);
