@@ -83,7 +83,7 @@ async function say(who, text) {
   await box.press('Enter');
 }
 
-test('a group is created on hearth from Chachi, found by its link, joined, talked in live both ways, reacted to, renamed; a visitor kicked; the neighbour leaves', async () => {
+test('a group made on hearth from Chachi: found by its link, joined, talked in, quoted, posted in, reacted to, renamed; a visitor invited and kicked; the neighbour leaves', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'hearth-chachi-community-'));
   const front = await tlsFront(dir, 443, HOST);
   const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: `wss://${HOST}`, HEARTH_ADMIN__TOKEN: 'clients-token' });
@@ -141,6 +141,23 @@ test('a group is created on hearth from Chachi, found by its link, joined, talke
       .toEqual([[neighbour.pubkey, '👍']]);
     await expect(chat(organiser).getByText('👍')).toBeVisible();
 
+    // A reply quoting the message (from its menu), and a post (kind 11) from the Posts tab.
+    await chat(neighbour).getByText('Thank you!').click({ button: 'right' });
+    await neighbour.page.getByRole('menuitem', { name: 'Reply' }).click();
+    await say(neighbour, 'You are welcome');
+    await expect(chat(organiser).getByText('You are welcome')).toBeVisible();
+    const welcome = sentEvent(neighbour, 'You are welcome');
+    expect(welcome.tags.some((t) => ['q', 'e'].includes(t[0]) && t[1] === sentEvent(organiser, 'Thank you!').id)).toBe(true);
+    await neighbour.page.getByRole('tab', { name: 'Posts' }).click();
+    await neighbour.page.getByRole('button', { name: 'Start a conversation' }).click();
+    await neighbour.page.getByRole('textbox', { name: "What's on your mind?" }).fill('Who wants the spare compost bin?');
+    await neighbour.page.getByRole('button', { name: 'Post' }).click();
+    await expect.poll(async () => (await stored({ kinds: [11], '#h': [id] })).map((e) => [e.pubkey, e.content]))
+      .toEqual([[neighbour.pubkey, 'Who wants the spare compost bin?']]);
+    await organiser.page.getByRole('tab', { name: 'Posts' }).click();
+    await expect(organiser.page.getByText('Who wants the spare compost bin?')).toBeVisible();
+    for (const who of [organiser, neighbour]) await who.page.getByRole('tab', { name: 'Chat' }).click();
+
     // The organiser renames the group from its settings (a 9002): the relay's 39000 says so.
     await organiser.page.getByRole('link', { name: 'Group settings' }).click();
     await organiser.page.getByRole('textbox', { name: 'Group Name' }).fill('Allotment Society');
@@ -148,17 +165,30 @@ test('a group is created on hearth from Chachi, found by its link, joined, talke
     await expect.poll(async () => (await admin(`/admin/v1/groups/${id}`)).name).toBe('Allotment Society');
     await expect(organiser.page.getByRole('heading', { name: 'Allotment Society', level: 2 })).toBeVisible();
 
-    // A visitor joins by the link; the organiser kicks them from their message's menu (a 9001).
+    // An invite code from the settings' Members tab (a 9009); a visitor joins by its URL (a 9021
+    // naming the code); the organiser kicks them from their message's menu (a 9001).
+    await organiser.page.getByRole('tab', { name: 'Members' }).click();
+    await organiser.page.getByRole('button', { name: 'Create Invite Code' }).click();
+    await organiser.page.getByRole('dialog').getByRole('button', { name: 'Create Invite Code' }).click();
+    const created = organiser.page.getByRole('dialog', { name: 'Invite Code Created' });
+    const inviteUrl = await created.getByRole('textbox').last().inputValue();
+    const code = await created.getByRole('textbox').first().inputValue();
+    expect(inviteUrl).toBe(`${app.url}/join/${code}/${HOST}/${id}`);
+    await expect.poll(async () => (await admin(`/admin/v1/groups/${id}`)).invites.map((i) => i.code)).toEqual([code]);
+    await organiser.page.keyboard.press('Escape');
     await organiser.page.goBack();
-    await expect(chat(organiser).getByText('Thank you!')).toBeVisible();
+    await expect(chat(organiser).getByText('You are welcome')).toBeVisible();
     const visitor = await person('visitor');
     try {
-      await visitor.page.goto(`${app.url}/${HOST}/${id}`);
-      await visitor.page.getByRole('button', { name: 'Join' }).click();
+      await visitor.page.goto(inviteUrl);
+      await expect(visitor.page.getByText("You've been invited to join a group")).toBeVisible();
+      await visitor.page.getByRole('button', { name: 'Join Group' }).click();
       await expect(visitor.page.getByRole('textbox', { name: 'Message' })).toBeVisible();
       await say(visitor, 'Selling cheap watches');
       await chat(organiser).getByText('Selling cheap watches').click({ button: 'right' });
       await organiser.page.getByRole('menuitem', { name: 'Kick' }).click();
+      const asked = visitor.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 9021);
+      expect(asked.tags).toContainEqual(['code', code]);
       const members = async () => (await admin(`/admin/v1/groups/${id}`)).members.map((m) => m.pubkey).sort();
       await expect.poll(members).toEqual([organiser.pubkey, neighbour.pubkey].sort());
       const kicked = organiser.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 9001);
