@@ -148,6 +148,19 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     await shot(operator, 'thread');
     for (const who of [operator, alice]) await who.page.getByRole('link', { name: 'general' }).click();
 
+    // A room only its members write to: Flotilla tells Alice so and offers "Ask to Join" (a 9021,
+    // the relay's 9000 for a room that is not closed); then she posts.
+    await createRoom(operator, 'notices', ['Only allow members to send messages']);
+    await alice.page.getByRole('link', { name: 'notices' }).click();
+    await expect(alice.page.getByText('Only members are allowed to post to this room.')).toBeVisible();
+    await alice.page.getByRole('button', { name: 'Ask to Join' }).click();
+    await expect.poll(() => memberKeys(place, 'notices')).toEqual([operator.pubkey, alice.pubkey].sort());
+    await say(alice, 'Bins go out on Tuesday');
+    await operator.page.getByRole('link', { name: 'notices' }).click();
+    await expect(operator.page.getByText('Bins go out on Tuesday')).toBeVisible();
+    await shot(alice, 'members-write-room');
+    for (const who of [operator, alice]) await who.page.getByRole('link', { name: 'general' }).click();
+
     // Alice joins the room's member list (9021; the relay's 9000) and leaves it (9022; its 9001).
     await roomInfo(alice);
     await alice.page.getByRole('button', { name: 'Join member list' }).click();
