@@ -2,7 +2,7 @@
 //! (BUD-12).
 //!
 //! Owns serving a blob's bytes straight from its file (streamed, never read whole), a byte
-//! range of it, and an owner's list. A blob is served only while it has an owner who is not
+//! range of it, and an owner's list; what a blob may do once opened is `safety.rs`'s. A blob is served only while it has an owner who is not
 //! banned: a kill mid-upload leaves nothing recorded, and a ban takes a key's uploads down.
 
 use std::io::SeekFrom;
@@ -107,6 +107,7 @@ pub async fn blob(
     let media_type =
         HeaderValue::from_str(&record.media_type).unwrap_or(HeaderValue::from_static("application/octet-stream"));
     headers.insert(CONTENT_TYPE, media_type);
+    super::safety::protect(headers, &record.media_type);
     headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
     headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     if let Ok(etag) = HeaderValue::from_str(&format!("\"{hash}\"")) {

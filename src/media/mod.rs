@@ -6,12 +6,14 @@
 //! each. It is a [`Front`]: the listener hands it these requests before warp's routes, because
 //! blobs stream in and out through hyper's own bodies, and an upload's body is bounded per chunk
 //! rather than by the whole-request timeout. Who may do what is `access.rs`'s, reading and
-//! listing `download.rs`'s, changing `upload.rs`'s, the answers `reply.rs`'s; the bytes and
-//! their records are [`crate::blobs`]'.
+//! listing `download.rs`'s, changing `upload.rs`'s, the answers `reply.rs`'s, the headers that
+//! keep a blob from acting in the relay's origin `safety.rs`'s; the bytes and their records are
+//! [`crate::blobs`]'.
 
 mod access;
 mod download;
 mod reply;
+mod safety;
 mod upload;
 
 use std::net::SocketAddr;

@@ -611,3 +611,66 @@ async fn nip11_and_the_home_page_say_where_media_is() {
     let put = upload(&off, &auth(&keys(1), Verb::Upload, &[]), b"x", "text/plain").await;
     assert_eq!(put.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_strangers_blob_never_acts_in_the_relays_origin() {
+    let relay = start(|_| {}).await;
+    let stranger = keys(66);
+    let script = b"<script>fetch('/steal?'+sessionStorage.getItem('hearth-admin-token'))</script>";
+    let sandboxed = "default-src 'none'; img-src 'self' data:; media-src 'self'; style-src 'unsafe-inline'; sandbox";
+    // Documents and script are saved, never shown; pictures, sounds and videos are shown, all
+    // without sniffing and without script.
+    for (media_type, disposition) in [
+        ("text/html", "attachment"),
+        ("application/xhtml+xml", "attachment"),
+        ("image/svg+xml", "attachment"),
+        ("text/xml", "attachment"),
+        ("application/javascript", "attachment"),
+        ("text/plain", "attachment"),
+        ("application/octet-stream", "attachment"),
+        ("image/png", "inline"),
+        ("audio/ogg", "inline"),
+        ("video/mp4", "inline"),
+    ] {
+        let mut bytes = script.to_vec();
+        bytes.extend_from_slice(media_type.as_bytes());
+        let put = upload(&relay, &auth(&stranger, Verb::Upload, &[hash_of(&bytes)]), &bytes, media_type).await;
+        assert_eq!(put.status, StatusCode::CREATED, "{media_type}: {}", put.reason());
+        let path = format!("/{}", hash_of(&bytes).to_hex());
+        let ranged = [("range", "bytes=0-7")];
+        for (method, headers, status) in [
+            (Method::GET, &[][..], StatusCode::OK),
+            (Method::HEAD, &[][..], StatusCode::OK),
+            (Method::GET, &ranged[..], StatusCode::PARTIAL_CONTENT),
+        ] {
+            let got = call(&relay, method.clone(), &path, headers, None).await;
+            assert_eq!(got.status, status, "{method} {media_type}");
+            assert_eq!(
+                (
+                    got.header("content-type"),
+                    got.header("x-content-type-options"),
+                    got.header("content-security-policy"),
+                    got.header("content-disposition"),
+                ),
+                (media_type, "nosniff", sandboxed, disposition),
+                "{method} {media_type}"
+            );
+        }
+    }
+    // A PDF is shown, in Chromium's viewer (which needs `object-src`), and runs nothing here.
+    let pdf = b"%PDF-1.4\n%%EOF\n".to_vec();
+    upload(&relay, &auth(&stranger, Verb::Upload, &[hash_of(&pdf)]), &pdf, "application/pdf").await;
+    let got = call(&relay, Method::GET, &format!("/{}", hash_of(&pdf).to_hex()), &[], None).await;
+    assert_eq!(
+        (
+            got.header("content-security-policy"),
+            got.header("content-disposition"),
+            got.header("x-content-type-options")
+        ),
+        (
+            "default-src 'none'; img-src 'self' data:; media-src 'self'; style-src 'unsafe-inline'; object-src 'self'",
+            "inline",
+            "nosniff"
+        )
+    );
+}
