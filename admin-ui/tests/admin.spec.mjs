@@ -371,6 +371,43 @@ test('media: an uploaded picture with its uploader\'s name, bytes per uploader; 
   expect((await api('GET', '/admin/v1/audit')).body.entries[0].action).toBe('media.delete');
 });
 
+test("a stranger's HTML, XHTML, SVG and text opened in the admin's tab run nothing: each is saved, not shown", async ({ page }, info) => {
+  const key = await freshKey();
+  const steal = "fetch('/stolen?' + sessionStorage.getItem('hearth-admin-token'))";
+  const blobs = [
+    ['text/html', `<!doctype html><title>x</title><script>${steal}</script>`],
+    ['application/xhtml+xml', `<html xmlns="http://www.w3.org/1999/xhtml"><body><script>${steal}</script></body></html>`],
+    ['image/svg+xml', `<svg xmlns="http://www.w3.org/2000/svg"><script>${steal}</script></svg>`],
+    ['text/plain', `<script>${steal}</script>`],
+  ];
+  const shas = [];
+  for (const [type, text] of blobs) {
+    const body = Buffer.from(`${text}<!-- ${info.project.name} -->`);
+    const sha = createHash('sha256').update(body).digest('hex');
+    const now = Math.floor(Date.now() / 1000);
+    const auth = finalizeEvent({ kind: 24242, created_at: now, content: 'Upload', tags: [['t', 'upload'], ['x', sha], ['expiration', String(now + 600)]] }, Buffer.from(key.secret, 'hex'));
+    const put = await fetch(`${HTTP()}/upload`, {
+      method: 'PUT',
+      headers: { Authorization: `Nostr ${Buffer.from(JSON.stringify(auth)).toString('base64')}`, 'Content-Type': type },
+      body,
+    });
+    expect(put.status).toBe(201);
+    shas.push(sha);
+  }
+  const stolen = [];
+  page.on('request', (r) => { if (r.url().includes('/stolen')) stolen.push(r.url()); });
+  await signIn(page);
+  for (const sha of shas) {
+    // Opened in the admin's own tab: the browser saves the file and the page stays the admin's.
+    const saved = page.waitForEvent('download');
+    await page.goto(`${HTTP()}/${sha}`).catch((e) => expect(e.message).toContain('Download is starting'));
+    expect((await saved).url()).toBe(`${HTTP()}/${sha}`);
+  }
+  // A round trip to the page: a script the blobs ran would have asked before this answers.
+  expect(await page.evaluate(() => sessionStorage.getItem('hearth-admin-token'))).toBe(TOKEN());
+  expect(stolen).toEqual([]);
+});
+
 test('members: a member added by npub with a note and removed; an invite created, listed and revoked', async ({ page }, info) => {
   const key = await freshKey();
   // Shown by the name of its profile (kind 0), not only its key.
