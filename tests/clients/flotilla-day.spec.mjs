@@ -117,6 +117,9 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     await emoji.click();
     await bob.page.getByRole('combobox', { name: 'Search' }).fill('thumbs up');
     await bob.page.getByRole('menuitem', { name: /thumbs up/i }).first().click();
+    const morning = sentEvent(operator, (e) => e.content === 'Good morning, neighbours');
+    await expect.poll(async () => (await place.stored({ kinds: [7], '#e': [morning.id] })).map((e) => [e.pubkey, e.content.slice(0, 2)]))
+      .toEqual([[bob.pubkey, '👍']]);
     await expect(operator.page.getByRole('button', { name: new RegExp(`^${shortName(bob)} reacted 👍`) })).toBeVisible();
     await shot(operator, 'reaction');
 
