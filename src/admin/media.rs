@@ -37,6 +37,13 @@ fn by_blob(records: Vec<BlobRecord>) -> Vec<Vec<BlobRecord>> {
 pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Response, ApiError> {
     let limit = ctx.query_count("limit", 100, MAX_PAGE)?.max(1);
     let records = app.blobs.records();
+    // Checked whichever list is asked for: a malformed query is refused, never ignored.
+    let after = match ctx.query_param("after") {
+        None => None,
+        Some(a) => {
+            Some(BlobHash::from_hex(&a).ok_or_else(|| ApiError::BadRequest("after must be a blob's sha256".into()))?.0)
+        }
+    };
     let (groups, next) = match ctx.query_param("pubkey") {
         Some(pk) => {
             let pk = PubKey::from_hex(&pk)
@@ -50,14 +57,6 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
             (groups, None)
         }
         None => {
-            let after = match ctx.query_param("after") {
-                None => None,
-                Some(a) => Some(
-                    BlobHash::from_hex(&a)
-                        .ok_or_else(|| ApiError::BadRequest("after must be a blob's sha256".into()))?
-                        .0,
-                ),
-            };
             let groups = by_blob(records.page(after, limit + 1).map_err(internal)?);
             let more = groups.len() > limit;
             let groups: Vec<Vec<BlobRecord>> = groups.into_iter().take(limit).collect();

@@ -2,9 +2,9 @@
 //! metadata, as typed values.
 //!
 //! Owns reading an event addressed to a group (its `h` tag) into an [`Action`]: the moderation
-//! events 9000–9009 with their arguments, the join (9021) and leave (9022) requests, or an
-//! ordinary message, and the pin list update (9010) with its [`Pin`]s; and [`Metadata`], the fields of `kind:39000` that `edit-metadata` (9002)
-//! replaces as a whole. Nothing here decides whether an action is allowed: that is the group
+//! events 9000–9010 with their arguments (the pin list's as [`Pin`]s), the join (9021) and leave
+//! (9022) requests, or an ordinary message; and [`Metadata`], the fields of `kind:39000` that
+//! `edit-metadata` (9002) replaces as a whole. Nothing here decides whether an action is allowed: that is the group
 //! state's (`groups::state`), which folds these actions in order.
 
 use super::event::{Event, EventId, Kind, PubKey, tag_values};
