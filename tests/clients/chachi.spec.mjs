@@ -73,6 +73,16 @@ function sentEvent(who, content) {
     .find((e) => e.content === content);
 }
 
+/**
+ * Waits until the clock is past the second `event` is dated in, as a person's next message is:
+ * Chachi asks again from the second after the newest event it holds (`since` + 1), so an event
+ * dated in that same second would be missed by it, on any relay.
+ */
+async function nextSecond(event) {
+  expect(event).toBeTruthy();
+  await expect.poll(() => Math.floor(Date.now() / 1000)).toBeGreaterThan(event.created_at);
+}
+
 /** The open group's chat, as `who` sees it. */
 const chat = (who) => who.page.getByRole('tabpanel', { name: 'Chat' });
 
@@ -123,15 +133,10 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
 
     await say(neighbour, 'I can water it on Sunday');
     await expect(chat(organiser).getByText('I can water it on Sunday')).toBeVisible();
-    // A reply in a later second than the message it answers, as a person types: Chachi asks
-    // again from the second after the newest event it holds (`since` + 1), so a reply dated in
-    // the same second as that event would be missed by it, on any relay.
-    const watered = neighbour.frames.map((f) => /"created_at":(\d+),"content":"I can water it on Sunday"/.exec(f)).find(Boolean);
-    expect(watered).toBeTruthy();
-    await expect.poll(() => Math.floor(Date.now() / 1000)).toBeGreaterThan(Number(watered[1]));
+    await nextSecond(sentEvent(neighbour, 'I can water it on Sunday'));
     await say(organiser, 'Thank you!');
     await expect(chat(neighbour).getByText('Thank you!')).toBeVisible();
-    // A reaction from the message's menu.
+    // A reaction from the button beside the message.
     const thanks = chat(neighbour).getByText('Thank you!');
     await thanks.hover();
     await neighbour.page.getByRole('button', { name: 'Add emoji reaction' }).last().click();
@@ -142,6 +147,7 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
     await expect(chat(organiser).getByText('👍')).toBeVisible();
 
     // A reply quoting the message (from its menu), and a post (kind 11) from the Posts tab.
+    await nextSecond(neighbour.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 7));
     await chat(neighbour).getByText('Thank you!').click({ button: 'right' });
     await neighbour.page.getByRole('menuitem', { name: 'Reply' }).click();
     await say(neighbour, 'You are welcome');
