@@ -47,7 +47,9 @@ async fn rules_hold(addr: &str, (alice, bob, carol): (&Keys, &Keys, &Keys)) {
     let mut a = as_(addr, alice).await;
     let meta = a.req("m", vec![json!({"kinds": [39000], "#d": ["den"]})]).await;
     assert_eq!(meta[0]["tags"], json!([["d", "den"], ["name", "Den"], ["banner", BANNER], ["restricted"], ["closed"]]));
-    let pins = a.req("p", vec![json!({"kinds": [39005], "#d": ["den"], "authors": [meta[0]["pubkey"]]})]).await;
+    // On a connection of its own: the subscription above stays open and may hear the state anew.
+    let mut reader = Client::connect(&format!("ws://{addr}/")).await;
+    let pins = reader.req("p", vec![json!({"kinds": [39005], "#d": ["den"], "authors": [meta[0]["pubkey"]]})]).await;
     assert_eq!(pins[0]["tags"], json!([["d", "den"], ["a", RECIPES], ["e", "ab".repeat(32)]]));
     let pin = to_group(carol, now(), 9010, &[], "");
     assert_ok(&c.publish(&pin).await, &pin.id.to_hex(), false, "restricted: only the group's admins and moderators");

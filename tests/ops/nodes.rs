@@ -149,9 +149,22 @@ fn a_note_typing_and_a_group_member_cross_from_one_node_to_the_other_at_once() {
         // member, may not pin on B.
         let pin = to_group(&alice, 9010, "club", &[&["e", &said.id.to_hex()]], "");
         assert_ok(&admin.publish(&pin).await, &pin.id.to_hex(), true, "");
-        let relay = reader.req("relay", vec![json!({"kinds": [39000], "#d": ["club"]})]).await[0]["pubkey"].clone();
-        let pins = reader.req("p", vec![json!({"kinds": [39005], "#d": ["club"], "authors": [relay]})]).await;
-        assert_eq!(pins[0]["tags"], json!([["d", "club"], ["e", said.id.to_hex()]]));
+        // Each REQ on a connection of its own: a subscription left open hears the state signed anew.
+        let relay = Client::connect(&b.ws()).await.req("relay", vec![json!({"kinds": [39000], "#d": ["club"]})]).await
+            [0]["pubkey"]
+            .clone();
+        let want = json!([["d", "club"], ["e", said.id.to_hex()]]);
+        poll("node B to serve the relay's 39005", STEP, async || {
+            let pins = Client::connect(&b.ws())
+                .await
+                .req("p", vec![json!({"kinds": [39005], "#d": ["club"], "authors": [relay.clone()]})])
+                .await;
+            match pins.first() {
+                Some(p) if p["tags"] == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
         let mine = to_group(&bob, 9010, "club", &[], "");
         let refused = "restricted: only the group's admins and moderators may pin events";
         assert_eq!(bob_b.publish(&mine).await, json!(["OK", mine.id.to_hex(), false, refused]));
