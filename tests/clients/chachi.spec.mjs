@@ -200,7 +200,7 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
       const kicked = organiser.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 9001);
       expect(kicked.tags).toContainEqual(['p', visitor.pubkey]);
     } finally {
-      await visitor.context.close();
+      await visitor.context.close().catch(() => {});
     }
 
     // The neighbour leaves (a 9022; the relay's 9001).
@@ -216,8 +216,8 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
       expect(who.frames.filter((f) => f.startsWith('< ["OK"') && f.includes(',false,'))).toEqual([]);
     }
   } finally {
-    await organiser.context.close();
-    await neighbour.context.close();
+    await organiser.context.close().catch(() => {});
+    await neighbour.context.close().catch(() => {});
     front.close();
     await stopRelay(relay);
     rmSync(dir, { recursive: true, force: true });

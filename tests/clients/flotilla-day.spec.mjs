@@ -228,7 +228,7 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     expect(info.name).toBe('Riverside Commons');
     await shot(operator, 'renamed');
   } finally {
-    for (const who of [operator, alice, bob]) await who.context.close();
+    for (const who of [operator, alice, bob]) await who.context.close().catch(() => {});
     await place.stop();
     rmSync(scratch, { recursive: true, force: true });
   }

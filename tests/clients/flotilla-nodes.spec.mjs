@@ -62,8 +62,8 @@ test('two nodes on one PostgreSQL and Redis: the operator on node A and a neighb
     await shot(alice, 'node-b');
     await shot(operator, 'node-a');
   } finally {
-    await operator.context.close();
-    await alice.context.close();
+    await operator.context.close().catch(() => {});
+    await alice.context.close().catch(() => {});
     for (const place of places) await place.stop();
     await redis.stop();
     await pg.stop();

@@ -43,8 +43,8 @@ test('a public space: joined by its address, the operator creates a room, others
     await shot(alice, 'conversation');
     await shot(operator, 'conversation');
   } finally {
-    await operator.context.close();
-    await alice.context.close();
+    await operator.context.close().catch(() => {});
+    await alice.context.close().catch(() => {});
     await place.stop();
   }
 });
@@ -86,8 +86,8 @@ test('a members-only space: a join without a code is refused in words, an invite
     expect(members.body.members.map((m) => m.pubkey)).toContain(bob.pubkey);
     await shot(bob, 'joined');
   } finally {
-    await operator.context.close();
-    await bob.context.close();
+    await operator.context.close().catch(() => {});
+    await bob.context.close().catch(() => {});
     await place.stop();
   }
 });
@@ -136,7 +136,7 @@ test('a members-write space: a member groups.create allows is offered "Create ro
     await shot(carol, 'over-quota');
     await shot(carol, 'member-room');
   } finally {
-    await carol.context.close();
+    await carol.context.close().catch(() => {});
     await place.stop();
     rmSync(scratch, { recursive: true, force: true });
   }

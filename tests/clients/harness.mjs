@@ -24,6 +24,15 @@ function listen(server) {
 }
 
 /**
+ * Every relay started here and not yet stopped: killed when this process ends, however it ends
+ * short of SIGKILL (a test that timed out never reaches its own `stopRelay`).
+ */
+const running = new Set();
+process.on('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/**
  * Starts hearth with `env` (HEARTH_… settings) in a fresh data directory; resolves to
  * `{ addr, child, dir, log() }` once it logs where it listens.
  */
@@ -39,6 +48,8 @@ export async function startRelay(env = {}, args = []) {
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
+  running.add(child);
+  child.once('exit', () => running.delete(child));
   let log = '';
   child.stderr.on('data', (chunk) => { log += chunk; });
   const addr = await new Promise((ok, fail) => {
