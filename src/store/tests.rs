@@ -738,7 +738,9 @@ pub(super) fn same_answers(segmented: &Store, reference: &Store, authors: &[Keys
     }
 }
 
-#[tokio::test]
+// Two workers: a compaction's task let go by the shutdown drops its handles on one while the
+// reopen waits for the directory's lock (blocking) on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_index_in_segments_answers_exactly_as_one_in_memory_through_removals_reopens_and_compactions() {
     // The same writes go to a store whose index is written out every 5 events (so it is in many
     // segments, merged as they come) and to a temporary store, whose index is all in memory; the
@@ -995,7 +997,9 @@ impl Model {
     }
 }
 
-#[tokio::test]
+// Two workers: a compaction's task let go by the shutdown drops its handles on one while the
+// reopen waits for the directory's lock (blocking) on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_through_reopens_and_compactions() {
     // Seeded random writes (notes, replaceable and addressable versions, NIP-09 deletions by id
     // and by address, some of other authors' events, NIP-40 expirations), moderation removals,
@@ -1285,7 +1289,9 @@ async fn stored_notes(dir: &Path, key: u8, n: u64) -> (Store, Vec<VerifiedEvent>
     (store, events)
 }
 
-#[tokio::test]
+// Two workers: a compaction's task let go by the shutdown drops its handles on one while the
+// reopen waits for the directory's lock (blocking) on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_offline_compaction_finishes_a_remap_left_by_a_stop_first() {
     let dir = tempfile::tempdir().unwrap();
     let (store, want) = swapped_with_its_remap_held(dir.path(), 12).await;
