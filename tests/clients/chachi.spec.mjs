@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, expect, chromium } from '@playwright/test';
 import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
-import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED } from './harness.mjs';
+import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED, exported, sentEvent } from './harness.mjs';
 
 const BUILD = join(SHARED, 'chachi', 'build');
 const HOST = '127.0.0.2';
@@ -65,14 +65,6 @@ async function person(name) {
   return { name, pubkey: getPublicKey(secret), context, page, frames };
 }
 
-/** The event `who`'s page sent with `content`. */
-function sentEvent(who, content) {
-  return who.frames
-    .filter((f) => f.startsWith('> ["EVENT"'))
-    .map((f) => JSON.parse(f.slice(2))[1])
-    .find((e) => e.content === content);
-}
-
 /**
  * Waits until the clock is past the second `event` is dated in, as a person's next message is:
  * Chachi asks again from the second after the newest event it holds (`since` + 1), so an event
@@ -99,11 +91,7 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
   const relay = await startRelay({ HEARTH_SERVER__PUBLIC_URL: `wss://${HOST}`, HEARTH_ADMIN__TOKEN: 'clients-token' });
   front.target = relay.addr;
   const admin = async (path) => (await fetch(`http://${relay.addr}${path}`, { headers: { Authorization: 'Bearer clients-token' } })).json();
-  const stored = async (filter) => {
-    const url = `http://${relay.addr}/admin/v1/export?filter=${encodeURIComponent(JSON.stringify(filter))}`;
-    const text = await (await fetch(url, { headers: { Authorization: 'Bearer clients-token' } })).text();
-    return text.split('\n').filter(Boolean).map((line) => JSON.parse(line));
-  };
+  const stored = (filter) => exported(relay.addr, 'clients-token', filter);
   const organiser = await person('organiser');
   const neighbour = await person('neighbour');
   try {
@@ -133,7 +121,7 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
 
     await say(neighbour, 'I can water it on Sunday');
     await expect(chat(organiser).getByText('I can water it on Sunday')).toBeVisible();
-    await nextSecond(sentEvent(neighbour, 'I can water it on Sunday'));
+    await nextSecond(sentEvent(neighbour.frames, (e) => e.content === 'I can water it on Sunday'));
     await say(organiser, 'Thank you!');
     await expect(chat(neighbour).getByText('Thank you!')).toBeVisible();
     // A reaction from the button beside the message.
@@ -141,19 +129,19 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
     await thanks.hover();
     await neighbour.page.getByRole('button', { name: 'Add emoji reaction' }).last().click();
     await neighbour.page.getByRole('dialog').getByRole('button', { name: '👍' }).first().click();
-    const thanked = sentEvent(organiser, 'Thank you!');
+    const thanked = sentEvent(organiser.frames, (e) => e.content === 'Thank you!');
     await expect.poll(async () => (await stored({ kinds: [7], '#e': [thanked.id] })).map((e) => [e.pubkey, e.content]))
       .toEqual([[neighbour.pubkey, '👍']]);
     await expect(chat(organiser).getByText('👍')).toBeVisible();
 
     // A reply quoting the message (from its menu), and a post (kind 11) from the Posts tab.
-    await nextSecond(neighbour.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 7));
+    await nextSecond(sentEvent(neighbour.frames, (e) => e.kind === 7));
     await chat(neighbour).getByText('Thank you!').click({ button: 'right' });
     await neighbour.page.getByRole('menuitem', { name: 'Reply' }).click();
     await say(neighbour, 'You are welcome');
     await expect(chat(organiser).getByText('You are welcome')).toBeVisible();
-    const welcome = sentEvent(neighbour, 'You are welcome');
-    expect(welcome.tags.some((t) => ['q', 'e'].includes(t[0]) && t[1] === sentEvent(organiser, 'Thank you!').id)).toBe(true);
+    const welcome = sentEvent(neighbour.frames, (e) => e.content === 'You are welcome');
+    expect(welcome.tags.some((t) => ['q', 'e'].includes(t[0]) && t[1] === sentEvent(organiser.frames, (e) => e.content === 'Thank you!').id)).toBe(true);
     await neighbour.page.getByRole('tab', { name: 'Posts' }).click();
     await neighbour.page.getByRole('button', { name: 'Start a conversation' }).click();
     await neighbour.page.getByRole('textbox', { name: "What's on your mind?" }).fill('Who wants the spare compost bin?');
@@ -193,11 +181,11 @@ test('a group made on hearth from Chachi: found by its link, joined, talked in, 
       await say(visitor, 'Selling cheap watches');
       await chat(organiser).getByText('Selling cheap watches').click({ button: 'right' });
       await organiser.page.getByRole('menuitem', { name: 'Kick' }).click();
-      const asked = visitor.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 9021);
+      const asked = sentEvent(visitor.frames, (e) => e.kind === 9021);
       expect(asked.tags).toContainEqual(['code', code]);
       const members = async () => (await admin(`/admin/v1/groups/${id}`)).members.map((m) => m.pubkey).sort();
       await expect.poll(members).toEqual([organiser.pubkey, neighbour.pubkey].sort());
-      const kicked = organiser.frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find((e) => e.kind === 9001);
+      const kicked = sentEvent(organiser.frames, (e) => e.kind === 9001);
       expect(kicked.tags).toContainEqual(['p', visitor.pubkey]);
     } finally {
       await visitor.context.close().catch(() => {});

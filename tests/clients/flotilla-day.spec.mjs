@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { test, expect } from '@playwright/test';
 import { npubEncode } from 'nostr-tools/nip19';
 import { addSpace, community, flotilla, person, png, say, shot } from './flotilla.mjs';
+import { answerTo, sentEvent } from './harness.mjs';
 
 flotilla();
 
@@ -117,7 +118,7 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     await emoji.click();
     await bob.page.getByRole('combobox', { name: 'Search' }).fill('thumbs up');
     await bob.page.getByRole('menuitem', { name: /thumbs up/i }).first().click();
-    const morning = sentEvent(operator, (e) => e.content === 'Good morning, neighbours');
+    const morning = sentEvent(operator.frames, (e) => e.content === 'Good morning, neighbours');
     await expect.poll(async () => (await place.stored({ kinds: [7], '#e': [morning.id] })).map((e) => [e.pubkey, e.content.slice(0, 2)]))
       .toEqual([[bob.pubkey, '👍']]);
     await expect(operator.page.getByRole('button', { name: new RegExp(`^${shortName(bob)} reacted 👍`) })).toBeVisible();
@@ -195,7 +196,7 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     // serves it no more.
     await say(bob, 'cheap watches, click here');
     await expect(operator.page.getByText('cheap watches, click here')).toBeVisible();
-    const spam = sentEvent(bob, (e) => e.content === 'cheap watches, click here');
+    const spam = sentEvent(bob.frames, (e) => e.content === 'cheap watches, click here');
     expect((await place.stored({ ids: [spam.id] })).map((e) => e.content)).toEqual(['cheap watches, click here']);
     await (await hoverMenu(operator, 'cheap watches')).last().click();
     await operator.page.getByRole('button', { name: 'Delete Message' }).click();
@@ -212,8 +213,8 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     await expect(operator.page.getByText('User has successfully been banned!')).toBeVisible();
     await say(bob, 'am I still here?');
     await expect(bob.page.getByText('Failed to send!')).toBeVisible();
-    const refused = sentEvent(bob, (e) => e.content === 'am I still here?');
-    expect(answerTo(bob, refused.id)).toEqual([false, 'blocked: this pubkey is banned from this relay']);
+    const refused = sentEvent(bob.frames, (e) => e.content === 'am I still here?');
+    expect(answerTo(bob.frames, refused.id)).toEqual([false, 'blocked: this pubkey is banned from this relay']);
     await shot(bob, 'banned');
 
     // The operator renames the space (NIP-86 changerelayname): NIP-11 says the new name.
@@ -233,20 +234,6 @@ test('a day in a public space: a private room, a picture, a reaction, a thread, 
     rmSync(scratch, { recursive: true, force: true });
   }
 });
-
-/** The first event `who`'s page sent that `pick` chooses. */
-function sentEvent(who, pick) {
-  return who.frames
-    .filter((f) => f.startsWith('> ["EVENT"'))
-    .map((f) => JSON.parse(f.slice(2))[1])
-    .find(pick);
-}
-
-/** The relay's `[accepted, message]` to the event `id` `who` sent, once it came. */
-function answerTo(who, id) {
-  const ok = who.frames.filter((f) => f.startsWith('< ["OK"')).map((f) => JSON.parse(f.slice(2))).find((f) => f[1] === id);
-  return ok && ok.slice(2);
-}
 
 /** How Flotilla names a person without a profile: their npub's first 8 and last 5 characters. */
 function shortName(who) {

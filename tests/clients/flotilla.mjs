@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { test, expect, chromium } from '@playwright/test';
 import { generateSecretKey, getPublicKey } from 'nostr-tools/pure';
 import { nsecEncode } from 'nostr-tools/nip19';
-import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED } from './harness.mjs';
+import { startRelay, stopRelay, tlsFront, serveBuild, chromiumOptions, SHARED, answerTo, exported, sentEvent } from './harness.mjs';
 
 const BUILD = join(SHARED, 'flotilla', 'build');
 // The emoji picker's data, which Flotilla loads from a CDN at start: the same file from npm.
@@ -51,14 +51,7 @@ export async function community(env) {
     });
     return { status: response.status, body: await response.json().catch(() => null) };
   };
-  /** The stored events `filter` matches, through the admin API's export. */
-  const stored = async (filter) => {
-    const response = await fetch(`http://${relay.addr}/admin/v1/export?filter=${encodeURIComponent(JSON.stringify(filter))}`, {
-      headers: { Authorization: 'Bearer clients-token' },
-    });
-    if (response.status !== 200) throw new Error(`export answered ${response.status}`);
-    return (await response.text()).split('\n').filter(Boolean).map((line) => JSON.parse(line));
-  };
+  const stored = (filter) => exported(relay.addr, 'clients-token', filter);
   return {
     space,
     host: `127.0.0.1:${front.port}`,
@@ -124,15 +117,8 @@ export async function say(who, text) {
 /** The relay's answer (`[accepted, message]`) to the first join request (28934) `who`'s page sent, waited for. */
 export async function joinAnswer(who) {
   const answer = () => {
-    const sent = who.frames
-      .filter((f) => f.startsWith('> ["EVENT"'))
-      .map((f) => JSON.parse(f.slice(2))[1])
-      .find((e) => e.kind === 28934);
-    const ok = sent && who.frames
-      .filter((f) => f.startsWith('< ["OK"'))
-      .map((f) => JSON.parse(f.slice(2)))
-      .find((frame) => frame[1] === sent.id);
-    return ok && ok.slice(2);
+    const sent = sentEvent(who.frames, (e) => e.kind === 28934);
+    return sent && answerTo(who.frames, sent.id);
   };
   await expect.poll(answer, { timeout: 15_000 }).toBeTruthy();
   return answer();

@@ -148,3 +148,22 @@ export function chromiumOptions(extra = []) {
       '--disable-component-update', '--disable-sync', '--ignore-certificate-errors', ...extra],
   };
 }
+
+/** The first event a page sent, among `frames` (`> …` lines of its WebSocket log), that `pick` chooses. */
+export function sentEvent(frames, pick) {
+  return frames.filter((f) => f.startsWith('> ["EVENT"')).map((f) => JSON.parse(f.slice(2))[1]).find(pick);
+}
+
+/** The relay's `[accepted, message]` to the event `id`, among `frames`, once it came. */
+export function answerTo(frames, id) {
+  const ok = frames.filter((f) => f.startsWith('< ["OK"')).map((f) => JSON.parse(f.slice(2))).find((f) => f[1] === id);
+  return ok && ok.slice(2);
+}
+
+/** The events the relay at `addr` stores that `filter` matches, through its admin API's export. */
+export async function exported(addr, token, filter) {
+  const url = `http://${addr}/admin/v1/export?filter=${encodeURIComponent(JSON.stringify(filter))}`;
+  const response = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+  if (response.status !== 200) throw new Error(`export answered ${response.status}`);
+  return (await response.text()).split('\n').filter(Boolean).map((line) => JSON.parse(line));
+}
