@@ -189,6 +189,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/{sha256}"),
     ("PUT", "/upload"),
     ("HEAD", "/upload"),
+    ("PUT", "/media"),
+    ("HEAD", "/media"),
     ("PUT", "/mirror"),
+    ("PUT", "/report"),
     ("GET", "/list/{pubkey}"),
 ];

@@ -371,6 +371,41 @@ test('media: an uploaded picture with its uploader\'s name, bytes per uploader; 
   expect((await api('GET', '/admin/v1/audit')).body.entries[0].action).toBe('media.delete');
 });
 
+test('reports: a blob reported over Blossom (BUD-09) in the queue with its uploader; deleted and banned from the page', async ({ page }, info) => {
+  const [uploader, reporter] = [await freshKey(), await freshKey()];
+  const profile = `${JSON.stringify({ kind: 0, content: JSON.stringify({ name: `Uploader ${info.project.name}` }) })}\n`;
+  const published = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', uploader.secret], profile);
+  expect(JSON.parse(published.stdout.trim().split('\n').pop()).accepted).toBe(true);
+  const png = Buffer.concat([Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64'), Buffer.from(`reported ${info.project.name}`)]);
+  const sha = createHash('sha256').update(png).digest('hex');
+  const now = Math.floor(Date.now() / 1000);
+  const auth = finalizeEvent({ kind: 24242, created_at: now, content: 'Upload', tags: [['t', 'upload'], ['x', sha], ['expiration', String(now + 600)]] }, Buffer.from(uploader.secret, 'hex'));
+  const put = await fetch(`${HTTP()}/upload`, {
+    method: 'PUT',
+    headers: { Authorization: `Nostr ${Buffer.from(JSON.stringify(auth)).toString('base64')}`, 'Content-Type': 'image/png' },
+    body: png,
+  });
+  expect(put.status).toBe(201);
+  const report = finalizeEvent({ kind: 1984, created_at: now, content: 'not for here', tags: [['x', sha, 'nudity']] }, Buffer.from(reporter.secret, 'hex'));
+  const reported = await fetch(`${HTTP()}/report`, { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(report) });
+  expect(reported.status).toBe(200);
+  await signIn(page);
+  await view(page, 'Reports');
+  const short = `${sha.slice(0, 8)}…${sha.slice(-6)}`;
+  const row = page.locator('#reports tbody tr', { hasText: short });
+  await expect(row).toContainText(`Uploader ${info.project.name}`);
+  await expect(row).toContainText('nudity ×1');
+  await expect(row).toContainText('not for here');
+  await expect.poll(() => row.getByRole('img', { name: `Reported blob ${short}` }).evaluate((img) => img.complete && img.naturalWidth)).toBe(1);
+  await accessible(page, 'reports');
+  await row.getByRole('combobox', { name: `Ban reach for ${short}` }).selectOption('writes');
+  await page.getByRole('button', { name: `Ban the author of ${short}` }).click();
+  await expect(page.locator('#reports-message')).toHaveText(`Banned ${uploader.pubkey.slice(0, 8)}…${uploader.pubkey.slice(-6)} (their future writes).`);
+  expect((await fetch(`${HTTP()}/${sha}`)).status).toBe(404);
+  expect((await api('GET', '/admin/v1/audit')).body.entries[0].action).toBe('report.ban');
+  expect((await api('POST', '/admin/v1/rpc', { method: 'listbannedpubkeys', params: [] })).body.result.map((b) => b.pubkey)).toContain(uploader.pubkey);
+});
+
 test("a stranger's HTML, XHTML, SVG and text opened in the admin's tab run nothing: each is saved, not shown", async ({ page }, info) => {
   const key = await freshKey();
   const steal = "fetch('/stolen?' + sessionStorage.getItem('hearth-admin-token'))";

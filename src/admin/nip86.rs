@@ -112,7 +112,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
             Ok(json!(
                 queue
                     .iter()
-                    .filter(|e| e.is_event)
+                    .filter(|e| e.of == super::reports::Target::Event)
                     .map(|e| json!({"id": e.target, "reason": e.reason()}))
                     .collect::<Vec<_>>()
             ))

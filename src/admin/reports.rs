@@ -2,11 +2,13 @@
 //!
 //! Owns the queue: every stored kind 1984 report (read with the operator's view: reports are
 //! sealed to their author and the admins on every other read path) against an event stored
-//! here or a key with events here, grouped by target (the event of its first `e` tag, else the
-//! key of its first `p` tag), newest first, each with the reported event, its author's kind 0
+//! here, a key with events here or a blob held here, grouped by target (each blob of its `x`
+//! tags, as BUD-09's `PUT /report` sends them; else the event of its first `e` tag; else the key
+//! of its first `p` tag), newest first, each with the reported event, its author's kind 0
 //! name and picture, the report types and their counts; reports made before an admin decided on
-//! their target leave it. And the decisions: dismiss, delete the event, ban the key (with its
-//! reach: this event, every event of theirs, their future writes), each audited and kept in the
+//! their target leave it. And the decisions: dismiss, delete the event (or the blob, every
+//! upload of it), ban the key (the blob's first uploader for a blob; with its reach: this event
+//! or blob, every event and blob of theirs, their future writes), each audited and kept in the
 //! moderation document (`reviewed`) every node shares. NIP-86's `listeventsneedingmoderation`,
 //! `allowevent` and `banevent` work over the same queue.
 
@@ -22,23 +24,40 @@ use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
 use crate::moderation::Reviewed;
+use crate::protocol::blossom::BlobHash;
 use crate::protocol::private::REPORT;
 use crate::protocol::{Event, EventId, Filter, PubKey, Timestamp, Viewer};
+use crate::store::media::BlobRecord;
 
 /// The newest reports read for the queue.
 const MAX_REPORTS: u64 = 10_000;
 /// A page of the queue holds at most this many targets.
 const MAX_PAGE: usize = 500;
 
+/// What a report is about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Target {
+    /// An event (the report's first `e` tag).
+    Event,
+    /// A key (its first `p` tag, without an `e` or `x` tag).
+    #[default]
+    Key,
+    /// A blob held here (each of its `x` tags: BUD-09's `PUT /report`, or a NIP-56 report
+    /// naming media).
+    Blob,
+}
+
 /// One target of the queue.
 #[derive(Debug, Default)]
 pub(super) struct Entry {
-    /// An event id or a pubkey, hex.
+    /// An event id, a pubkey or a blob's SHA-256, hex.
     pub(super) target: String,
-    /// The target is an event (the report's `e` tag), not a key.
-    pub(super) is_event: bool,
+    /// What the target is.
+    pub(super) of: Target,
     /// The event reported, when the target is one.
     event: Option<Event>,
+    /// The blob's uploads, oldest first, when the target is one.
+    blob: Vec<BlobRecord>,
     /// The event is held (`moderation.hold_after_reports`): off every read path.
     held: bool,
     /// The key reported: the event's author, or the target.
@@ -68,29 +87,30 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
     let mut by_target: BTreeMap<String, Entry> = BTreeMap::new();
     for json in reports {
         let Ok(report) = serde_json::from_str::<Event>(json.as_str()) else { continue };
-        let tag = |name: &str| report.tags.iter().find(|t| t.first().map(String::as_str) == Some(name)).cloned();
-        let (target, kind_of_report, is_event) = match (tag("e"), tag("p")) {
-            (Some(e), _) => (e.get(1).cloned().unwrap_or_default(), e.get(2).cloned(), true),
-            (None, Some(p)) => (p.get(1).cloned().unwrap_or_default(), p.get(2).cloned(), false),
-            (None, None) => continue,
-        };
-        if reviewed.get(&target).is_some_and(|r| r.at >= report.created_at.0) {
-            continue;
+        for (target, kind_of_report, of) in targets(&report) {
+            if reviewed.get(&target).is_some_and(|r| r.at >= report.created_at.0) {
+                continue;
+            }
+            let entry = by_target.entry(target.clone()).or_insert_with(|| Entry { target, of, ..Entry::default() });
+            *entry.types.entry(kind_of_report.unwrap_or_else(|| "other".into())).or_default() += 1;
+            if !entry.reporters.contains(&report.pubkey) {
+                entry.reporters.push(report.pubkey);
+            }
+            if !report.content.is_empty() {
+                entry.comments.push(report.content.clone());
+            }
+            entry.count += 1;
+            entry.latest = entry.latest.max(report.created_at.0);
         }
-        let entry = by_target.entry(target.clone()).or_insert_with(|| Entry { target, is_event, ..Entry::default() });
-        *entry.types.entry(kind_of_report.unwrap_or_else(|| "other".into())).or_default() += 1;
-        if !entry.reporters.contains(&report.pubkey) {
-            entry.reporters.push(report.pubkey);
-        }
-        if !report.content.is_empty() {
-            entry.comments.push(report.content.clone());
-        }
-        entry.count += 1;
-        entry.latest = entry.latest.max(report.created_at.0);
     }
     let mut out = Vec::new();
     for (_, mut entry) in by_target {
-        if let Some(id) = EventId::from_hex(&entry.target).filter(|_| entry.is_event) {
+        if let Some(hash) = BlobHash::from_hex(&entry.target).filter(|_| entry.of == Target::Blob) {
+            // Only reports of blobs this relay holds.
+            entry.blob = app.blobs.records().owners_of(&hash.0).map_err(internal)?;
+            let Some(first) = entry.blob.first() else { continue };
+            entry.pubkey = Some(first.owner);
+        } else if let Some(id) = EventId::from_hex(&entry.target).filter(|_| entry.of == Target::Event) {
             // Only reports of events this relay holds.
             let Some(json) = app.store.get(&id, Timestamp::now()).map_err(internal)? else { continue };
             entry.held = app.moderation.snapshot().held.contains_key(&id);
@@ -98,7 +118,7 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
             let event: Event = serde_json::from_str(&json).map_err(internal)?;
             entry.pubkey = Some(event.pubkey);
             entry.event = Some(event);
-        } else if let Some(pk) = PubKey::from_hex(&entry.target).filter(|_| !entry.is_event) {
+        } else if let Some(pk) = PubKey::from_hex(&entry.target).filter(|_| entry.of == Target::Key) {
             // Only reports of keys this relay holds events of (or its members).
             if app.store.count_by_author_async(pk).await.map_err(internal)? == 0 && !app.moderation.is_member(&pk) {
                 continue;
@@ -111,6 +131,26 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
     }
     out.sort_by(|a, b| b.latest.cmp(&a.latest).then_with(|| a.target.cmp(&b.target)));
     Ok(out)
+}
+
+/// What `report` is about, each with its report type: every blob of its `x` tags, else the event
+/// of its first `e` tag, else the key of its first `p` tag.
+fn targets(report: &Event) -> Vec<(String, Option<String>, Target)> {
+    let named = |t: &Vec<String>| (t.get(1).cloned().unwrap_or_default(), t.get(2).cloned());
+    let tagged = |name: &'static str| report.tags.iter().filter(move |t| t.first().map(String::as_str) == Some(name));
+    let blobs: Vec<_> = tagged("x")
+        .map(named)
+        .filter(|(hash, _)| BlobHash::from_hex(hash).is_some())
+        .map(|(hash, kind)| (hash.to_ascii_lowercase(), kind, Target::Blob))
+        .collect();
+    if !blobs.is_empty() {
+        return blobs;
+    }
+    match (tagged("e").next(), tagged("p").next()) {
+        (Some(e), _) => vec![(named(e).0, named(e).1, Target::Event)],
+        (None, Some(p)) => vec![(named(p).0, named(p).1, Target::Key)],
+        (None, None) => Vec::new(),
+    }
 }
 
 /// `GET /admin/v1/reports?limit=N&after=<target>`: the queue, a page at a time.
@@ -129,8 +169,12 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
         .map(|e| {
             json!({
                 "target": e.target,
-                "type": if e.event.is_some() { "event" } else { "pubkey" },
+                "type": match e.of { Target::Event => "event", Target::Key => "pubkey", Target::Blob => "blob" },
                 "event": e.event,
+                "blob": e.blob.first().map(|b| json!({
+                    "sha256": b.sha256, "size": b.size, "type": b.media_type, "uploaded": b.uploaded,
+                    "uploaders": e.blob.len(),
+                })),
                 "author": e.pubkey.as_ref().map(person),
                 "banned": e.pubkey.as_ref().is_some_and(|pk| app.moderation.is_banned(pk)),
                 "held": e.held,
@@ -170,8 +214,15 @@ pub async fn decide(
     let why =
         if decision.reason.is_empty() { format!("reported: {}", entry.reason()) } else { decision.reason.clone() };
     let store = &app.store;
+    let blob = BlobHash::from_hex(&target).filter(|_| entry.of == Target::Blob);
     let done = match (action.as_str(), decision.reach.as_deref()) {
         ("dismiss", None) => json!({"dismissed": target}),
+        ("delete", None) | ("ban", Some("event")) if blob.is_some() => {
+            if let Some(hash) = &blob {
+                app.blobs.remove(hash, None).await.map_err(internal)?;
+            }
+            json!({"deleted": target})
+        }
         ("delete", None) | ("ban", Some("event")) => {
             let Some(event) = &entry.event else {
                 return Err(ApiError::BadRequest(format!(
@@ -191,6 +242,13 @@ pub async fn decide(
             } else {
                 0
             };
+            // A blob reported: gone with the ban; with `events`, every blob of the key's as well.
+            if let Some(hash) = &blob {
+                app.blobs.remove(hash, None).await.map_err(internal)?;
+            }
+            if reach == "events" && blob.is_some() {
+                app.blobs.remove_owner(&pk).await.map_err(internal)?;
+            }
             json!({"banned": pk.to_hex(), "reach": reach, "removed": removed})
         }
         ("ban", _) => {

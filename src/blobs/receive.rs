@@ -25,6 +25,11 @@ pub struct Received {
 }
 
 impl Received {
+    /// Where its bytes wait to be placed.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
     /// Renames the file to `target` (unless a whole copy is already there) and syncs the
     /// folder, so the blob is in place for good.
     pub(super) async fn place(self, target: &Path) -> Result<(), BlobError> {

@@ -16,6 +16,10 @@ pub struct MediaConfig {
     pub max_total_bytes: u64,
     /// MIME types taken (`image/*` covers a family); empty = any.
     pub allowed_types: Vec<String>,
+    /// `PUT /media` (BUD-05) takes location, camera and other metadata (EXIF, XMP, IPTC,
+    /// comments) out of JPEG, PNG, WebP and HEIC pictures before they are stored; `/upload`
+    /// always keeps the bytes it is sent.
+    pub strip_metadata: bool,
     /// Whose keys may upload; unset: `members` in the members modes, `anyone` in `public`.
     pub upload: Option<Uploaders>,
 }
@@ -27,6 +31,7 @@ impl Default for MediaConfig {
             max_blob_bytes: 100 << 20,
             max_total_bytes: 10 << 30,
             allowed_types: Vec::new(),
+            strip_metadata: true,
             upload: None,
         }
     }

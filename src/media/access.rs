@@ -61,6 +61,18 @@ pub async fn caller(app: &AppState, ctx: &RequestCtx, verb: Verb) -> Result<Call
     Ok(Caller { auth, billed })
 }
 
+/// A caller known only by its address (a report carries its own signature): refused when the
+/// address is blocked, billed one `api_calls`.
+pub async fn by_address(app: &AppState, ctx: &RequestCtx) -> Result<Billed, MediaError> {
+    let ip_addr = ctx.client_ip(app);
+    if client_ip::check_blocked(app, Some(ip_addr)).is_err() {
+        return Err(MediaError::Forbidden("blocked: this address is blocked from this relay".into()));
+    }
+    let billed = Billed::ip(ip_addr);
+    app.limiter.admit(&billed, LimitType::ApiCalls).await?;
+    Ok(billed)
+}
+
 /// True when `pubkey` is a member of the relay or one of its admins.
 fn belongs(app: &AppState, pubkey: &PubKey) -> bool {
     app.moderation.is_member(pubkey) || app.config.admin.pubkeys.contains(pubkey)

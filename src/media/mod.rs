@@ -1,19 +1,22 @@
-//! The media server inside the relay: Blossom (BUD-01, 02, 04, 06, 11, 12) at the root of its
+//! The media server inside the relay: Blossom (BUD-01, 02, 04, 05, 06, 09, 11, 12) at the root of its
 //! HTTP address, on the relay's members and its one limiter.
 //!
 //! Owns the media routes and their dispatch: `GET`/`HEAD /<sha256>[.ext]`, `DELETE /<sha256>`,
-//! `PUT`/`HEAD /upload`, `PUT /mirror`, `GET /list/<pubkey>`, and `OPTIONS` (CORS preflight) on
-//! each. It is a [`Front`]: the listener hands it these requests before warp's routes, because
+//! `PUT`/`HEAD /upload`, `PUT`/`HEAD /media` (BUD-05), `PUT /mirror`, `PUT /report` (BUD-09),
+//! `GET /list/<pubkey>`, and `OPTIONS` (CORS preflight) on each. It is a [`Front`]: the listener hands it these requests before warp's routes, because
 //! blobs stream in and out through hyper's own bodies, and an upload's body is bounded per chunk
 //! rather than by the whole-request timeout. Who may do what is `access.rs`'s, reading and
-//! listing `download.rs`'s, changing `upload.rs`'s, the answers `reply.rs`'s, the headers that
+//! listing `download.rs`'s, changing `upload.rs`'s (a picture's metadata taken out `strip.rs`'s),
+//! reports of blobs `report.rs`'s, the answers `reply.rs`'s, the headers that
 //! keep a blob from acting in the relay's origin `safety.rs`'s; the bytes and their records are
 //! [`crate::blobs`]'.
 
 mod access;
 mod download;
 mod reply;
+mod report;
 mod safety;
+pub(crate) mod strip;
 mod upload;
 
 use std::net::SocketAddr;
@@ -32,7 +35,9 @@ use reply::{MediaError, empty, with_cors};
 enum Route {
     Blob(BlobHash),
     Upload,
+    Media,
     Mirror,
+    Report,
     List(String),
 }
 
@@ -40,6 +45,8 @@ impl Route {
     fn of(path: &str) -> Option<Route> {
         match path {
             "/upload" => Some(Route::Upload),
+            "/media" => Some(Route::Media),
+            "/report" => Some(Route::Report),
             "/mirror" => Some(Route::Mirror),
             _ => match path.strip_prefix("/list/") {
                 Some(pk) if !pk.is_empty() && !pk.contains('/') => Some(Route::List(pk.to_string())),
@@ -53,7 +60,8 @@ impl Route {
     fn allowed(&self) -> &'static str {
         match self {
             Route::Blob(_) => "GET, HEAD, DELETE, OPTIONS",
-            Route::Upload => "PUT, HEAD, OPTIONS",
+            Route::Upload | Route::Media => "PUT, HEAD, OPTIONS",
+            Route::Report => "PUT, OPTIONS",
             Route::Mirror => "PUT, OPTIONS",
             Route::List(_) => "GET, OPTIONS",
         }
@@ -118,6 +126,8 @@ async fn answer(
         (Route::Blob(_), &Method::GET | &Method::HEAD) => Verb::Get,
         (Route::Blob(_), &Method::DELETE) => Verb::Delete,
         (Route::Upload, &Method::PUT | &Method::HEAD) | (Route::Mirror, &Method::PUT) => Verb::Upload,
+        (Route::Media, &Method::PUT | &Method::HEAD) => Verb::Media,
+        (Route::Report, &Method::PUT) => return report::put(app, ctx, body).await,
         (Route::List(_), &Method::GET) => Verb::List,
         _ => return Err(MediaError::MethodNotAllowed(route.allowed())),
     };
@@ -125,8 +135,10 @@ async fn answer(
     match route {
         Route::Blob(hash) if verb == Verb::Delete => upload::delete(app, &caller, hash).await,
         Route::Blob(hash) => download::blob(app, ctx, &caller, hash, ctx.method == Method::HEAD).await,
-        Route::Upload if ctx.method == Method::HEAD => upload::check(app, ctx, &caller).await,
+        Route::Upload | Route::Media if ctx.method == Method::HEAD => upload::check(app, ctx, &caller).await,
         Route::Upload => upload::put(app, ctx, &caller, body).await,
+        Route::Media => upload::media(app, ctx, &caller, body).await,
+        Route::Report => Err(MediaError::MethodNotAllowed(route.allowed())),
         Route::Mirror => upload::mirror(app, ctx, &caller, body).await,
         Route::List(pubkey) => download::list(app, ctx, &caller, &pubkey).await,
     }

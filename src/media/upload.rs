@@ -15,8 +15,9 @@ use warp::http::StatusCode;
 
 use super::access::{self, Caller};
 use super::reply::{MediaError, descriptor, empty, json};
+use super::strip::{self, Picture};
 use crate::app::AppState;
-use crate::blobs::Received;
+use crate::blobs::{BlobError, Received};
 use crate::http::RequestCtx;
 use crate::http::front::FrontResponse;
 use crate::limiter::{LimitType, UPLOAD_CELL_BYTES, upload_cells};
@@ -128,8 +129,16 @@ fn chunks(app: &AppState, body: hyper::body::Incoming) -> impl Stream<Item = Res
     })
 }
 
-/// Commits a received blob for the authorization's key, checking its `x` tags: 201 new, 200
-/// already held, with the descriptor.
+/// The authorization's `x` tags, when it has any, name `hash`.
+fn covers(auth: &Authorized, hash: &BlobHash) -> Result<(), MediaError> {
+    match auth.covers(hash, false) {
+        true => Ok(()),
+        false => Err(MediaError::Unauthorized(AuthError::WrongBlob)),
+    }
+}
+
+/// Commits a received blob for the authorization's key: 201 new, 200 already held, with the
+/// descriptor.
 async fn commit(
     app: &AppState,
     ctx: &RequestCtx,
@@ -137,9 +146,6 @@ async fn commit(
     received: Received,
     media_type: &str,
 ) -> Result<FrontResponse, MediaError> {
-    if !auth.covers(&received.hash, false) {
-        return Err(MediaError::Unauthorized(AuthError::WrongBlob));
-    }
     let (record, new) = app.blobs.commit(received, auth.pubkey, media_type, Timestamp::now()).await?;
     let status = if new { StatusCode::CREATED } else { StatusCode::OK };
     Ok(json(status, &descriptor(app, ctx, &record)))
@@ -159,6 +165,38 @@ pub async fn put(
     bill(app, caller, a.size).await?;
     let limit = app.config.media.max_blob_bytes;
     let received = app.blobs.receive(chunks(app, body), limit, Some(a.size), a.hash).await?;
+    covers(auth, &received.hash)?;
+    commit(app, ctx, auth, received, &a.media_type).await
+}
+
+/// `PUT /media` (BUD-05): an upload the relay may transform before it is stored. With
+/// `media.strip_metadata` a JPEG, PNG, WebP or HEIC picture loses its metadata (`strip.rs`), and
+/// the descriptor names the hash of what is served; the authorization's `x` tags name the bytes
+/// sent. Anything else is stored as `/upload` stores it.
+pub async fn media(
+    app: &AppState,
+    ctx: &RequestCtx,
+    caller: &Caller,
+    body: hyper::body::Incoming,
+) -> Result<FrontResponse, MediaError> {
+    let auth = access::may_upload(app, caller)?;
+    let a = announced(ctx, false)?;
+    judge(app, caller, auth, &a)?;
+    access::spend(app, auth)?;
+    bill(app, caller, a.size).await?;
+    let limit = app.config.media.max_blob_bytes;
+    let received = app.blobs.receive(chunks(app, body), limit, Some(a.size), a.hash).await?;
+    covers(auth, &received.hash)?;
+    let picture = Picture::of(&a.media_type).filter(|_| app.config.media.strip_metadata);
+    let Some(picture) = picture else { return commit(app, ctx, auth, received, &a.media_type).await };
+    let original = tokio::fs::read(received.path()).await.map_err(|e| MediaError::from(BlobError::Io(e)))?;
+    drop(received);
+    let stripped = tokio::task::spawn_blocking(move || strip::strip(picture, original))
+        .await
+        .map_err(|_| MediaError::UnsupportedType(format!("the {} picture could not be read", a.media_type)))?
+        .map_err(|e| MediaError::UnsupportedType(e.to_string()))?;
+    let once = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(Bytes::from(stripped)) });
+    let received = app.blobs.receive(once, limit, None, None).await?;
     commit(app, ctx, auth, received, &a.media_type).await
 }
 
@@ -223,6 +261,7 @@ pub async fn mirror(
     if size.is_none() {
         bill(app, caller, received.size).await?;
     }
+    covers(auth, &received.hash)?;
     commit(app, ctx, auth, received, &media_type).await
 }
 

@@ -102,6 +102,8 @@ pub enum Verb {
     Get,
     /// `PUT /upload`, `HEAD /upload`, `PUT /mirror`.
     Upload,
+    /// `PUT /media`, `HEAD /media` (BUD-05): a `media` authorization, or an `upload` one.
+    Media,
     /// `GET /list/<pubkey>`.
     List,
     /// `DELETE /<sha256>`.
@@ -114,6 +116,7 @@ impl Verb {
         match self {
             Verb::Get => "get",
             Verb::Upload => "upload",
+            Verb::Media => "media",
             Verb::List => "list",
             Verb::Delete => "delete",
         }
@@ -229,7 +232,8 @@ pub fn check(header: &str, verb: Verb, now: Timestamp, host: &str) -> Result<Aut
     if expiration <= now.0 {
         return Err(AuthError::Expired);
     }
-    if event.tag_values("t").next() != Some(verb.as_str()) {
+    let t = event.tag_values("t").next();
+    if t != Some(verb.as_str()) && !(verb == Verb::Media && t == Some(Verb::Upload.as_str())) {
         return Err(AuthError::WrongVerb(verb.as_str()));
     }
     let servers: Vec<&str> = event.tag_values("server").collect();

@@ -17,6 +17,7 @@ mod groups;
 mod hostile;
 mod http;
 mod media;
+mod media_privacy;
 mod membership;
 mod nip01;
 mod private;

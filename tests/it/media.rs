@@ -12,39 +12,39 @@ use sha2::{Digest, Sha256};
 
 use crate::common::{STEP, TestRelay, generous, keys, now, web};
 
-fn hash_of(bytes: &[u8]) -> BlobHash {
+pub(crate) fn hash_of(bytes: &[u8]) -> BlobHash {
     BlobHash(Sha256::digest(bytes).into())
 }
 
 /// A kind 24242 authorization header for `verb` naming `blobs`, valid for an hour; each one a
 /// new event (two signed in one second would otherwise be the same event, and a replay).
-fn auth(k: &Keys, verb: Verb, blobs: &[BlobHash]) -> String {
+pub(crate) fn auth(k: &Keys, verb: Verb, blobs: &[BlobHash]) -> String {
     static FRESH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let fresh = FRESH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     blossom::header(k, verb, blobs, hearth::protocol::Timestamp(now()), now() + 3600 + fresh)
 }
 
 /// What a media call answered.
-struct Answer {
-    status: StatusCode,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
     }
-    fn header(&self, name: &str) -> &str {
+    pub(crate) fn header(&self, name: &str) -> &str {
         self.headers.get(name).map(|v| v.to_str().unwrap()).unwrap_or("")
     }
-    fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         self.header("x-reason")
     }
 }
 
-async fn call(
+pub(crate) async fn call(
     relay: &TestRelay,
     method: Method,
     path: &str,
@@ -63,13 +63,13 @@ async fn call(
     Answer { status, headers, body: resp.bytes().await.unwrap().to_vec() }
 }
 
-async fn upload(relay: &TestRelay, auth_header: &str, bytes: &[u8], media_type: &str) -> Answer {
+pub(crate) async fn upload(relay: &TestRelay, auth_header: &str, bytes: &[u8], media_type: &str) -> Answer {
     let sha = hash_of(bytes).to_hex();
     let headers = [("authorization", auth_header), ("content-type", media_type), ("x-sha-256", sha.as_str())];
     call(relay, Method::PUT, "/upload", &headers, Some(bytes.to_vec())).await
 }
 
-async fn start(tweak: impl FnOnce(&mut Config)) -> TestRelay {
+pub(crate) async fn start(tweak: impl FnOnce(&mut Config)) -> TestRelay {
     TestRelay::start(|c| {
         generous(c);
         tweak(c);

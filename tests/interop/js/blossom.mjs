@@ -4,6 +4,7 @@
 // Usage: node blossom.mjs <hearth binary>. Starts its relays on free ports in temporary
 // directories and kills them, pass or fail.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { finalizeEvent, generateSecretKey, getPublicKey } from 'nostr-tools/pure';
 import {
   Actions,
@@ -95,6 +96,36 @@ await step('members only: downloadBlob is asked for auth and signs a get authori
     Actions.downloadBlob(c, sha256, { onAuth: (server) => createDownloadAuth(signer(bob), server) }),
     (e) => e.status === 403,
   );
+});
+
+await step('uploadMedia (BUD-05): a photo comes back without its place, under the hash of what is served', async () => {
+  const photo = new Uint8Array(readFileSync(new URL('../../fixtures/media/gps.jpg', import.meta.url)));
+  const sent = new Blob([photo], { type: 'image/jpeg' });
+  const media = await Actions.uploadMedia(b, sent, {
+    onAuth: (server, hash) => createUploadAuth(signer(bob), hash, { type: 'media' }),
+  });
+  assert.notEqual(media.sha256, await getBlobSha256(sent));
+  const served = new Uint8Array(await (await Actions.downloadBlob(b, media.sha256)).arrayBuffer());
+  assert.equal(media.size, served.length);
+  assert.equal(media.sha256, await getBlobSha256(new Blob([served])));
+  const text = Buffer.from(served).toString('latin1');
+  for (const secret of ['HEARTH-SERIAL-4711', 'HearthCam', 'hearth-secret-place']) {
+    assert.ok(Buffer.from(photo).toString('latin1').includes(secret));
+    assert.ok(!text.includes(secret), `${secret} is served`);
+  }
+});
+
+await step('reportBlobs (BUD-09): the report is taken; a report of a blob not held is refused', async () => {
+  const report = finalizeEvent(
+    { kind: 1984, created_at: Math.floor(Date.now() / 1000), tags: [['x', sha256, 'spam']], content: '' },
+    alice,
+  );
+  const errors = [];
+  const results = await Actions.reportBlobs([b], report, { onError: (server, e) => errors.push(e.message) });
+  assert.equal(results.get(b), true, errors.join());
+  const elsewhere = await Actions.reportBlobs([a], report, { onError: (server, e) => errors.push(e.message) });
+  assert.equal(elsewhere.get(a), undefined);
+  assert.match(errors.at(-1), new RegExp(`no blob ${sha256} is held here`));
 });
 
 console.log(`${passed} Blossom checks passed against blossom-client-sdk`);
