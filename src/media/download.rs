@@ -37,7 +37,7 @@ pub fn served(app: &AppState, hash: &BlobHash) -> Result<Option<BlobRecord>, Med
 
 /// `Range: bytes=…` against a blob of `size` bytes: `None` for the whole blob (no header, or
 /// one this server does not take, such as several ranges), else the inclusive range.
-fn range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, MediaError> {
+pub(crate) fn range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, MediaError> {
     let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else { return Ok(None) };
     if spec.contains(',') {
         return Ok(None);
@@ -47,7 +47,9 @@ fn range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, MediaErr
     let parsed = match (start.parse::<u64>(), end.parse::<u64>()) {
         (Ok(s), Ok(e)) if s <= e => Some((s, e.min(size.saturating_sub(1)))),
         (Ok(s), Err(_)) if end.is_empty() => Some((s, size.saturating_sub(1))),
-        (Err(_), Ok(n)) if start.is_empty() && n > 0 => Some((size.saturating_sub(n), size.saturating_sub(1))),
+        // A suffix of no bytes selects nothing (RFC 9110 §14.1.1).
+        (Err(_), Ok(0)) if start.is_empty() => None,
+        (Err(_), Ok(n)) if start.is_empty() => Some((size.saturating_sub(n), size.saturating_sub(1))),
         _ => return Ok(None),
     };
     match parsed {
@@ -191,5 +193,9 @@ mod tests {
         assert_eq!(range(Some("items=0-1"), 100).unwrap(), None);
         assert!(matches!(range(Some("bytes=100-"), 100), Err(MediaError::RangeNotSatisfiable(100))));
         assert!(matches!(range(Some("bytes=200-300"), 100), Err(MediaError::RangeNotSatisfiable(100))));
+        assert!(matches!(range(Some("bytes=-0"), 100), Err(MediaError::RangeNotSatisfiable(100))));
+        assert_eq!(range(Some("bytes=-500"), 100).unwrap(), Some((0, 99)));
+        assert!(matches!(range(Some("bytes=0-"), 0), Err(MediaError::RangeNotSatisfiable(0))));
+        assert_eq!(range(Some("bytes=9-3"), 100).unwrap(), None);
     }
 }

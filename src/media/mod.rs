@@ -12,7 +12,7 @@
 //! [`crate::blobs`]'.
 
 mod access;
-mod download;
+pub(crate) mod download;
 mod reply;
 mod report;
 mod safety;
@@ -104,7 +104,11 @@ async fn handle(app: &AppState, request: hyper::Request<hyper::body::Incoming>, 
         Some(route) => answer(app, &ctx, route, body).await,
     };
     let error = result.as_ref().err().map(ToString::to_string);
-    let response = with_cors(result.unwrap_or_else(|e| e.into_response(head)));
+    let mut response = with_cors(result.unwrap_or_else(|e| e.into_response(head)));
+    // Refusals too: no answer of the media routes is ever sniffed into something else.
+    response
+        .headers_mut()
+        .insert(warp::http::header::X_CONTENT_TYPE_OPTIONS, warp::http::HeaderValue::from_static("nosniff"));
     if let Some(log) = app.frame_log.get() {
         log.call(&format!("{} {}", ctx.method, ctx.path), response.status().as_u16(), error.as_deref());
     }

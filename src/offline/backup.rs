@@ -144,6 +144,7 @@ pub async fn restore(config: Config, from: &Path) -> Result<Restored, OfflineErr
     }
     let keys = crate::protocol::Keys::parse(&backup.key()?)
         .map_err(|e| OfflineError::Unusable(format!("{}: relay.key: {e}", from.display())))?;
+    key_is_private(&from.join(crate::backup::folder::KEY))?;
     std::fs::create_dir_all(&dir)?;
     let restored = restore_into(config, &backup, keys).await;
     if restored.is_err() {
@@ -180,13 +181,53 @@ async fn restore_into(config: Config, backup: &Reader, keys: crate::protocol::Ke
     let closed = store.close(config.storage.cache_capacity_mb).await;
     let mut restored = restored?;
     closed?;
+    let mut blobs = 0;
     if backup.dir.join(MEDIA).join(super::media::RECORDS).exists() && backup.manifest.blobs > 0 {
         let app = open(config, false)?;
         let media = super::media::import(&app, &backup.dir.join(MEDIA)).await;
+        let held = app.blobs.records().hashes().map(|h| h.len() as u64);
         AppState::close(app).await?;
-        restored.uploads = media?.uploads;
+        let media = media?;
+        if media.invalid > 0 {
+            return Err(OfflineError::Unusable(format!(
+                "{} of the backup's blobs were refused (each named above: a file whose bytes are not the \
+                 hash it is named by, or a record naming no blob); the backup was changed or damaged: \
+                 restore an intact copy",
+                media.invalid
+            )));
+        }
+        restored.uploads = media.uploads;
+        blobs = held.map_err(OfflineError::from)?;
+    }
+    let m = &backup.manifest;
+    let counted = [
+        ("events", m.events, restored.events),
+        ("settings documents", m.settings, restored.settings),
+        ("audit entries", m.audit, restored.audit),
+        ("blobs", m.blobs, blobs),
+    ];
+    if let Some((what, said, found)) = counted.into_iter().find(|(_, said, found)| said != found) {
+        return Err(OfflineError::Unusable(format!(
+            "the manifest says {said} {what}, the folder holds {found}: the backup is incomplete or was \
+             changed; restore an intact copy"
+        )));
     }
     Ok(restored)
+}
+
+/// A relay key that others could read was not written by `hearth backup` (it writes 0600):
+/// refused, so that a copied or tampered folder is not taken as the community's identity.
+fn key_is_private(path: &Path) -> Result<(), OfflineError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(OfflineError::Unusable(format!(
+            "{}: the relay's secret key is readable by others (mode {mode:o}); `hearth backup` writes it \
+             0600. If this folder is yours, `chmod 600` it and restore again",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The events, settings and audit log of `backup` into `store`.

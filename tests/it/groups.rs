@@ -9,26 +9,26 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 /// `who` signs a `kind` event to group `g` with `tags` after its `h`.
-fn to_group(who: &Keys, kind: u16, g: &str, tags: &[&[&str]], content: &str) -> Event {
+pub(crate) fn to_group(who: &Keys, kind: u16, g: &str, tags: &[&[&str]], content: &str) -> Event {
     let h = ["h", g];
     let mut all: Vec<&[&str]> = vec![&h];
     all.extend_from_slice(tags);
     sign(who, now(), kind, &all, content)
 }
 
-fn hex(k: &Keys) -> String {
+pub(crate) fn hex(k: &Keys) -> String {
     k.public_key().to_hex()
 }
 
 /// A connection authenticated as `who`.
-async fn as_(relay: &TestRelay, who: &Keys) -> Client {
+pub(crate) async fn as_(relay: &TestRelay, who: &Keys) -> Client {
     let mut c = relay.connect().await;
     assert_eq!(c.auth(who, &relay.ws_url()).await[2], true);
     c
 }
 
 /// Publishes `event` and asserts the exact OK.
-async fn ok(c: &mut Client, event: &Event, accepted: bool, message: &str) {
+pub(crate) async fn ok(c: &mut Client, event: &Event, accepted: bool, message: &str) {
     assert_eq!(c.publish(event).await, json!(["OK", event.id.to_hex(), accepted, message]), "kind {}", event.kind.0);
 }
 

@@ -15,6 +15,7 @@ mod admin;
 mod clients;
 mod groups;
 mod hostile;
+mod hostile_media;
 mod http;
 mod media;
 mod media_privacy;

@@ -238,3 +238,94 @@ async fn a_community_set_up_through_the_admin_api_survives_a_power_cut() {
     let (_relay, addr) = start_with(dir.path(), &community());
     assert_eq!(what_it_is(&addr, &keys(1), &blob).await, before);
 }
+
+/// Copies the backup folder `from` to `to` (its modes kept: `relay.key` stays 0600).
+fn copy_folder(from: &Path, to: &Path) {
+    let out = std::process::Command::new("cp").arg("-a").arg(from).arg(to).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A backup folder changed after `hearth backup` wrote it is refused whole, with what is wrong,
+/// the data directory left empty and nothing written beside it: a blob whose bytes are not its
+/// name, a record naming `../` as its blob, a manifest that lies about a count, a relay key of
+/// the wrong size, one others could read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_backup_folder_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, addr) = start_with(dir.path(), &community());
+    let blob = set_up(&addr).await;
+    stop(relay);
+    let intact = dir.path().join("intact");
+    assert_eq!(run(&dir.path().join("data"), &["backup", intact.to_str().unwrap()]).status.code(), Some(0));
+    type Tamper = fn(&Path, &BlobHash);
+    let cases: [(&str, Tamper, &str); 6] = [
+        (
+            "a blob's bytes changed",
+            |f, blob| std::fs::write(f.join("media").join(blob.to_hex()), b"something else entirely").unwrap(),
+            "1 of the backup's blobs were refused",
+        ),
+        (
+            "a record naming ../ as its blob",
+            |f, _| {
+                let records = f.join("media/records.jsonl");
+                let text = std::fs::read_to_string(&records).unwrap();
+                let line = text.lines().next().unwrap().to_string();
+                let mut record: Value = serde_json::from_str(&line).unwrap();
+                record["sha256"] = json!("../../escaped");
+                std::fs::write(&records, format!("{text}{record}\n")).unwrap();
+            },
+            "1 of the backup's blobs were refused",
+        ),
+        (
+            "a manifest that counts more events",
+            |f, _| {
+                let path = f.join("manifest.json");
+                let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+                manifest["events"] = json!(manifest["events"].as_u64().unwrap() + 1);
+                std::fs::write(&path, manifest.to_string()).unwrap();
+            },
+            "the manifest says 4 events, the folder holds 3: the backup is incomplete or was changed",
+        ),
+        (
+            "a manifest that counts fewer blobs",
+            |f, _| {
+                let path = f.join("manifest.json");
+                let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+                manifest["blobs"] = json!(2);
+                std::fs::write(&path, manifest.to_string()).unwrap();
+            },
+            "the manifest says 2 blobs, the folder holds 1",
+        ),
+        ("a relay key of the wrong size", |f, _| std::fs::write(f.join("relay.key"), "abcdef").unwrap(), "relay.key: "),
+        (
+            "a relay key others could read",
+            |f, _| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(f.join("relay.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
+            },
+            "the relay's secret key is readable by others (mode 644)",
+        ),
+    ];
+    for (n, (what, tamper, says)) in cases.into_iter().enumerate() {
+        let place = dir.path().join(format!("case-{n}"));
+        std::fs::create_dir(&place).unwrap();
+        let folder = place.join("backup");
+        copy_folder(&intact, &folder);
+        tamper(&folder, &blob);
+        let data = place.join("data");
+        let out = run(&data, &["restore", folder.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(says), "{what}: {stderr}");
+        let left = std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(left, 0, "{what}: the refused restore left files in the data directory");
+        let mut beside: Vec<String> =
+            std::fs::read_dir(&place).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        beside.retain(|name| name != "backup" && name != "data");
+        assert!(beside.is_empty(), "{what}: {beside:?} written beside the data directory");
+        assert!(!dir.path().join("escaped").exists() && !place.join("escaped").exists(), "{what}");
+    }
+    // The intact folder restores.
+    let out = run(&dir.path().join("whole"), &["restore", intact.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}

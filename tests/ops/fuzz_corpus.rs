@@ -14,10 +14,19 @@ const TARGETS: &[(&str, Target)] = &[
     ("record", hearth::fuzz::record),
     ("store_files", hearth::fuzz::store_files),
     ("config", hearth::fuzz::config),
+    ("blossom_auth", hearth::fuzz::blossom_auth),
+    ("range", hearth::fuzz::range),
+    ("strip", hearth::fuzz::strip),
+    ("nip29_action", hearth::fuzz::nip29_action),
+    ("backup_restore", hearth::fuzz::backup_restore),
+    ("store_differential", hearth::fuzz::store_differential),
 ];
 
 #[test]
 fn every_committed_fuzz_input_runs_clean_through_its_target() {
+    // The differential target runs a PostgreSQL of its own.
+    let install = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/postgres/install.sh");
+    assert!(std::process::Command::new("bash").arg(install).status().unwrap().success(), "{install}");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
     let mut targets =
         std::fs::read_dir(&root).unwrap().map(|d| d.unwrap().file_name().into_string().unwrap()).collect::<Vec<_>>();

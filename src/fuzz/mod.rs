@@ -1,12 +1,24 @@
 //! The entry points of hearth's fuzz targets (`fuzz/`, run with `cargo fuzz`) and of the test
 //! that replays their committed corpora on stable (`tests/ops/fuzz_corpus.rs`): one function per
-//! target, taking the fuzzer's bytes.
+//! target, taking the fuzzer's bytes. The protocol's and the store's targets are here; the media
+//! server's (`media.rs`), NIP-29's (`groups.rs`), a backup folder's (`backup.rs`) and the two
+//! stores side by side (`stores.rs`) beside.
 //!
 //! Owns no parsing of its own: each function feeds the bytes to the code the relay runs on
 //! untrusted input (a client's frame, a filter, an event and its signature, a NIP-98 header, a
 //! record or frame read back from disk, a configuration file) and asserts what must hold for any
 //! input, besides not panicking: what parses serializes back to itself, a refusal is a frame a
 //! client can read, a decoded record re-encodes to the same bytes.
+
+mod backup;
+mod groups;
+mod media;
+mod stores;
+
+pub use backup::backup_restore;
+pub use groups::nip29_action;
+pub use media::{blossom_auth, range, strip};
+pub use stores::store_differential;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -17,7 +29,7 @@ use crate::protocol::{Event, Filter, Keys, Kind, Timestamp, nip98, verify};
 use crate::store::format::{log, record, segment};
 
 /// The bytes as text, when they are UTF-8 (the relay reads only text frames and bodies as JSON).
-fn text(data: &[u8]) -> Option<&str> {
+pub(crate) fn text(data: &[u8]) -> Option<&str> {
     std::str::from_utf8(data).ok()
 }
 
@@ -148,10 +160,10 @@ pub fn record(data: &[u8]) {
 }
 
 /// A directory of this process's own for the files a target writes, emptied when dropped.
-struct Scratch(std::path::PathBuf);
+pub(crate) struct Scratch(pub(crate) std::path::PathBuf);
 
 impl Scratch {
-    fn new() -> Option<Scratch> {
+    pub(crate) fn new() -> Option<Scratch> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,49 @@
+//! The fuzz entry points of the media server's parsers: a Blossom `Authorization` header, a
+//! `Range` header, and a picture whose metadata is taken out.
+
+use crate::media::download::range as parse_range;
+use crate::media::strip::{Picture, strip as strip_picture};
+use crate::protocol::Timestamp;
+use crate::protocol::blossom::{self, BlobHash, Verb};
+
+use super::text;
+
+/// A Blossom `Authorization` header (either base64 alphabet, padded or not, the JSON and its
+/// tags), checked for every verb at a fixed time and host: refused or taken, never a panic; one
+/// taken for `upload` is taken for `media` too, and names the blobs it covers.
+pub fn blossom_auth(data: &[u8]) {
+    let Some(header) = text(data) else { return };
+    let now = Timestamp(1_700_000_000);
+    for verb in [Verb::Get, Verb::Upload, Verb::Media, Verb::List, Verb::Delete] {
+        let Ok(auth) = blossom::check(header, verb, now, "relay.example") else { continue };
+        let _ = auth.covers(&BlobHash([0; 32]), verb == Verb::Delete);
+        if verb == Verb::Upload {
+            assert!(blossom::check(header, Verb::Media, now, "relay.example").is_ok(), "upload but not media");
+        }
+    }
+}
+
+/// A `Range` header against a blob of the size the first two bytes give: a range taken lies
+/// inside the blob, first byte first.
+pub fn range(data: &[u8]) {
+    let [a, b, rest @ ..] = data else { return };
+    let size = u64::from(u16::from_le_bytes([*a, *b]));
+    let Some(header) = text(rest) else { return };
+    if let Ok(Some((start, end))) = parse_range(Some(header), size) {
+        assert!(start <= end && end < size, "{header:?} of {size} bytes gave {start}-{end}");
+    }
+}
+
+/// A picture (the first byte picks JPEG, PNG, WebP or HEIC) stripped of its metadata: refused or
+/// stripped, never a panic; what comes out of JPEG, PNG and WebP strips again to itself.
+pub fn strip(data: &[u8]) {
+    let [pick, rest @ ..] = data else { return };
+    let picture = [Picture::Jpeg, Picture::Png, Picture::WebP, Picture::Heif][usize::from(pick % 4)];
+    let Ok(out) = strip_picture(picture, rest.to_vec()) else { return };
+    if picture != Picture::Heif {
+        match strip_picture(picture, out.clone()) {
+            Ok(again) => assert_eq!(again, out, "stripping twice changed the picture"),
+            Err(e) => panic!("a stripped picture no longer reads: {e}"),
+        }
+    }
+}
