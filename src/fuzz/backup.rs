@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use crate::backup::folder::{AUDIT, EVENTS, KEY, MANIFEST, MEDIA, RECORDS, SETTINGS};
 use crate::config::Config;
 
-use super::{Scratch, text};
+use super::input::{Scratch, text};
 
 fn runtime() -> Option<&'static tokio::runtime::Runtime> {
     static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use crate::protocol::nip29::{Action, Metadata, Pin};
 use crate::protocol::{Keys, Kind, Timestamp};
 
-use super::text;
+use super::input::text;
 
 fn keys() -> Option<&'static Keys> {
     static KEYS: OnceLock<Option<Keys>> = OnceLock::new();

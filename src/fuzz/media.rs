@@ -6,7 +6,7 @@ use crate::media::strip::{Picture, strip as strip_picture};
 use crate::protocol::Timestamp;
 use crate::protocol::blossom::{self, BlobHash, Verb};
 
-use super::text;
+use super::input::text;
 
 /// A Blossom `Authorization` header (either base64 alphabet, padded or not, the JSON and its
 /// tags), checked for every verb at a fixed time and host: refused or taken, never a panic; one

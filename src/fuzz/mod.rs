@@ -12,6 +12,7 @@
 
 mod backup;
 mod groups;
+mod input;
 mod media;
 mod stores;
 
@@ -21,17 +22,14 @@ pub use media::{blossom_auth, range, strip};
 pub use stores::store_differential;
 
 use std::collections::HashMap;
+
+use input::{Scratch, text};
 use std::sync::OnceLock;
 
 use crate::config::Config;
 use crate::protocol::message::{ClientMessage, RelayMessage};
 use crate::protocol::{Event, Filter, Keys, Kind, Timestamp, nip98, verify};
 use crate::store::format::{log, record, segment};
-
-/// The bytes as text, when they are UTF-8 (the relay reads only text frames and bodies as JSON).
-pub(crate) fn text(data: &[u8]) -> Option<&str> {
-    std::str::from_utf8(data).ok()
-}
 
 /// A few signed events for filters to be matched against (signed once).
 fn events() -> &'static [Event] {
@@ -156,26 +154,6 @@ pub fn record(data: &[u8]) {
     }
     if record::encode(&event) == data {
         assert_eq!(event.to_json().ok().as_deref(), Some(rendered.as_str()));
-    }
-}
-
-/// A directory of this process's own for the files a target writes, emptied when dropped.
-pub(crate) struct Scratch(pub(crate) std::path::PathBuf);
-
-impl Scratch {
-    pub(crate) fn new() -> Option<Scratch> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("hearth-fuzz-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        Some(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

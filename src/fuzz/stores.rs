@@ -13,7 +13,7 @@ use crate::protocol::{EventId, Filter, Keys, Kind, Timestamp, VerifiedEvent, ver
 use crate::store::{INDEX_MEMORY_EVENTS, PgTuning, Store, Tuning};
 use crate::testing::postgres::Postgres;
 
-use super::text;
+use super::input::text;
 
 /// When the stores are asked (after every write's `created_at`).
 const NOW: Timestamp = Timestamp(2_000_000_000);
