@@ -2,6 +2,9 @@
 //! free port of 127.0.0.1 with a temporary directory, and [`Postgres::database`] gives each
 //! relay a database of its own.
 //!
+//! A partition test runs it inside a network namespace of its own
+//! ([`Postgres::start_in_namespace`]), each node reaching it through a link the test can cut.
+//!
 //! Owns finding the server's programs (`HEARTH_PG_BIN`, else `pg_config --bindir`, else the
 //! newest `/usr/lib/postgresql/*/bin`), one `initdb` per test process (each server starts from a
 //! copy of it), running the server as the `postgres` user when the test runs as root (PostgreSQL
@@ -21,6 +24,10 @@ const READY: Duration = Duration::from_secs(60);
 /// A PostgreSQL server for a test; stopped when dropped.
 pub struct Postgres {
     port: u16,
+    /// The network namespace it runs in (a partition test's), else this process's.
+    netns: Option<String>,
+    /// The address it is reached at.
+    host: String,
     fsync: bool,
     buffers_mb: u32,
     child: Child,
@@ -52,16 +59,28 @@ impl Postgres {
     /// [`Postgres::start`] with `shared_buffers` of `buffers_mb` MiB (a benchmark's: a test's
     /// server keeps 16).
     pub async fn start_tuned(fsync: bool, buffers_mb: u32) -> Result<Postgres, String> {
-        Postgres::start_in(None, fsync, buffers_mb).await
+        Postgres::start_in(None, fsync, buffers_mb, None).await
+    }
+
+    /// [`Postgres::start`] inside the network namespace `netns` (which the caller made, as root),
+    /// listening on all of its addresses and reached at `host`, one of them (a partition
+    /// test's).
+    pub async fn start_in_namespace(netns: &str, host: &str) -> Result<Postgres, String> {
+        Postgres::start_in(None, false, 16, Some((netns.to_string(), host.to_string()))).await
     }
 
     /// [`Postgres::start`] with its data in `parent/pgdata` (a power-cut test's lossy disk),
     /// fsync on.
     pub async fn start_on(parent: &Path) -> Result<Postgres, String> {
-        Postgres::start_in(Some(parent), true, 16).await
+        Postgres::start_in(Some(parent), true, 16, None).await
     }
 
-    async fn start_in(parent: Option<&Path>, fsync: bool, buffers_mb: u32) -> Result<Postgres, String> {
+    async fn start_in(
+        parent: Option<&Path>,
+        fsync: bool,
+        buffers_mb: u32,
+        place: Option<(String, String)>,
+    ) -> Result<Postgres, String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let parent = parent.unwrap_or(dir.path());
@@ -70,14 +89,26 @@ impl Postgres {
         if !copied.is_ok_and(|s| s.success()) {
             return Err("cannot copy the template database directory".into());
         }
+        if place.is_some() {
+            // Reached over its namespace's links, not loopback: trusted from any address, as the
+            // template trusts loopback (the namespace is the test's alone).
+            let hba = data.join("pg_hba.conf");
+            let mut rules = std::fs::read_to_string(&hba).map_err(|e| format!("{}: {e}", hba.display()))?;
+            rules.push_str("\nhost all all 0.0.0.0/0 trust\n");
+            std::fs::write(&hba, rules).map_err(|e| format!("{}: {e}", hba.display()))?;
+        }
         own(dir.path(), template.user.as_deref())?;
         own(parent, template.user.as_deref())?;
         // The copy made durable, as initdb's own would be: a power-cut test's disk loses what
         // was not synced, and a cluster without its PG_VERSION does not start.
         sync_tree(&data).map_err(|e| format!("cannot sync the copied database directory: {e}"))?;
         let port = free_port()?;
-        let (child, stdin) = serve(template, dir.path(), &data, port, fsync, buffers_mb)?;
-        let server = Postgres { port, fsync, buffers_mb, child, stdin, dir, data };
+        let (netns, host) = match place {
+            Some((netns, host)) => (Some(netns), host),
+            None => (None, "127.0.0.1".to_string()),
+        };
+        let (child, stdin) = serve(template, netns.as_deref(), dir.path(), &data, port, (fsync, buffers_mb))?;
+        let server = Postgres { port, netns, host, fsync, buffers_mb, child, stdin, dir, data };
         server.ready().await?;
         Ok(server)
     }
@@ -89,7 +120,13 @@ impl Postgres {
 
     /// The URL of database `name` (made by [`Postgres::database`]).
     pub fn url(&self, name: &str) -> String {
-        format!("postgres://hearth@127.0.0.1:{}/{name}", self.port)
+        self.url_at(&self.host, name)
+    }
+
+    /// The URL of database `name` through another of the server's addresses (in a namespace,
+    /// each node's own link).
+    pub fn url_at(&self, host: &str, name: &str) -> String {
+        format!("postgres://hearth@{host}:{}/{name}", self.port)
     }
 
     /// Creates database `name` unless it exists; its URL.
@@ -122,8 +159,9 @@ impl Postgres {
     /// Starts the server again on the same port and data after [`Postgres::kill`].
     pub async fn restart(&mut self) -> Result<(), String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
+        let tuning = (self.fsync, self.buffers_mb);
         (self.child, self.stdin) =
-            serve(template, self.dir.path(), &self.data, self.port, self.fsync, self.buffers_mb)?;
+            serve(template, self.netns.as_deref(), self.dir.path(), &self.data, self.port, tuning)?;
         self.ready().await
     }
 
@@ -149,26 +187,39 @@ impl Drop for Postgres {
     }
 }
 
-/// Runs the server of `data` on `port`, its socket in `dir`, under the shell that stops it (an
-/// immediate shutdown) once its standard input closes.
+/// Runs the server of `data` on `port` (in `netns`, on all its addresses, when given), its
+/// socket in `dir`, under the shell that stops it (an immediate shutdown) once its standard input
+/// closes.
 fn serve(
     template: &Template,
+    netns: Option<&str>,
     dir: &Path,
     data: &Path,
     port: u16,
-    fsync: bool,
-    buffers_mb: u32,
+    (fsync, buffers_mb): (bool, u32),
 ) -> Result<(Child, Option<ChildStdin>), String> {
     let fsync = if fsync { "on" } else { "off" };
+    let listen = if netns.is_some() { "'*'" } else { "127.0.0.1" };
     let server = format!(
-        "{} -D {} -p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=200 \
+        "{} -D {} -p {port} -k {} -c listen_addresses={listen} -c fsync={fsync} -c max_connections=200 \
          -c shared_buffers={buffers_mb}MB -c log_min_messages=fatal",
         template.bin.join("postgres").display(),
         data.display(),
         dir.display(),
     );
     let script = format!("{server} & pid=$!; read _; kill -QUIT $pid; wait $pid");
-    let mut command = as_user(template.user.as_deref(), "sh");
+    let mut command = match netns {
+        Some(netns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", netns]);
+            if let Some(user) = template.user.as_deref() {
+                command.args(["runuser", "-u", user, "--"]);
+            }
+            command.arg("sh");
+            command
+        }
+        None => as_user(template.user.as_deref(), "sh"),
+    };
     command.arg("-c").arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = command.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
     let stdin = child.stdin.take();

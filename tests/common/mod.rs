@@ -255,18 +255,7 @@ impl Client {
 
     /// The next text frame, parsed.
     pub async fn recv(&mut self) -> Value {
-        loop {
-            let msg = tokio::time::timeout(STEP, self.ws.next())
-                .await
-                .expect("timed out waiting for a frame")
-                .expect("connection closed")
-                .expect("read failed");
-            match msg {
-                Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-                Message::Close(_) => panic!("connection closed by relay"),
-                _ => continue,
-            }
-        }
+        self.recv_within(STEP).await.expect("timed out waiting for a frame")
     }
 
     /// Asserts that nothing was sent to this connection before a barrier: a COUNT whose answer
@@ -300,7 +289,15 @@ impl Client {
 
     /// The next frame, or None if nothing arrives within `wait`.
     pub async fn recv_within(&mut self, wait: Duration) -> Option<Value> {
-        tokio::time::timeout(wait, self.recv()).await.ok()
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let msg = tokio::time::timeout_at(deadline, self.ws.next()).await.ok()?;
+            match msg.expect("connection closed").expect("read failed") {
+                Message::Text(t) => return Some(serde_json::from_str(&t).unwrap()),
+                Message::Close(_) => panic!("connection closed by relay"),
+                _ => continue,
+            }
+        }
     }
 
     /// Sends an EVENT and returns its OK frame.

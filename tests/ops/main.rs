@@ -21,6 +21,7 @@ mod groups;
 mod limiter;
 mod media;
 mod nodes;
+mod partition;
 mod search;
 mod sockets;
 mod switch;

@@ -82,6 +82,10 @@ impl Drop for Background {
     }
 }
 
+/// How long a connection to PostgreSQL may go unanswered (a new one unaccepted, data sent
+/// unacknowledged, an idle one silent) before it is given up.
+const NETWORK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Pg {
     /// Connects to `tuning.url`, applies the schema's migrations, opens the node's records in
     /// `dir`.
@@ -90,6 +94,16 @@ impl Pg {
         // OK true only once the commit is on the server's disk, whatever the server's default.
         config.options("-c synchronous_commit=on");
         config.application_name("hearth");
+        // A server cut off by the network (no reset, nothing answered) fails a call within
+        // NETWORK_TIMEOUT rather than the kernel's quarter of an hour: the writer answers
+        // `error: …` and the pool drops the dead connection. The URL's own settings win.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(NETWORK_TIMEOUT);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(NETWORK_TIMEOUT);
+        }
+        config.keepalives_idle(NETWORK_TIMEOUT);
         let manager = Manager::from_config(
             config,
             tokio_postgres::NoTls,
