@@ -12,7 +12,7 @@ use img_parts::Bytes;
 use img_parts::jpeg::{Jpeg, markers};
 use img_parts::png::Png;
 use img_parts::riff::{RiffChunk, RiffContent};
-use img_parts::webp::{CHUNK_EXIF, CHUNK_VP8X, CHUNK_XMP, WebP};
+use img_parts::webp::{CHUNK_ANMF, CHUNK_EXIF, CHUNK_VP8, CHUNK_VP8L, CHUNK_VP8X, CHUNK_XMP, WebP};
 use little_exif::filetype::FileExtension;
 use little_exif::metadata::Metadata;
 
@@ -75,6 +75,10 @@ pub fn strip(picture: Picture, bytes: Vec<u8>) -> Result<Vec<u8>, StripError> {
         Picture::Jpeg => jpeg(bytes).ok_or_else(unreadable),
         Picture::Png => {
             let mut png = Png::from_bytes(Bytes::from(bytes)).map_err(|_| unreadable())?;
+            let has = |kind: &[u8; 4]| png.chunks().iter().any(|c| &c.kind() == kind);
+            if !has(b"IHDR") || !has(b"IDAT") {
+                return Err(unreadable());
+            }
             png.chunks_mut().retain(|c| !PNG_METADATA.contains(&c.kind()));
             Ok(png.encoder().bytes().to_vec())
         }
@@ -95,6 +99,12 @@ fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
         .ok()
         .and_then(|m| m.get_tag_by_hex(ORIENTATION, None).next().cloned());
     let mut jpeg = Jpeg::from_bytes(Bytes::from(bytes)).ok()?;
+    // A picture has a frame and a scan; segments alone are not one.
+    let has = |marker: u8| jpeg.segments().iter().any(|s| s.marker() == marker);
+    let frame = (markers::SOF0..=markers::SOF15).filter(|m| ![markers::DHT, markers::JPG, markers::DAC].contains(m));
+    if !has(markers::SOS) || !{ frame }.any(has) {
+        return None;
+    }
     jpeg.segments_mut().retain(|s| {
         let marker = s.marker();
         let app = (markers::APP0..=markers::APP15).contains(&marker);
@@ -117,6 +127,9 @@ fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
 /// Drops the EXIF and XMP chunks and clears the flags that announced them.
 fn webp(bytes: Vec<u8>) -> Option<Vec<u8>> {
     let mut webp = WebP::from_bytes(Bytes::from(bytes)).ok()?;
+    if ![CHUNK_VP8, CHUNK_VP8L, CHUNK_ANMF].iter().any(|id| webp.has_chunk(*id)) {
+        return None;
+    }
     webp.chunks_mut().retain(|c| c.id() != CHUNK_EXIF && c.id() != CHUNK_XMP);
     for chunk in webp.chunks_mut().iter_mut().filter(|c| c.id() == CHUNK_VP8X) {
         if let RiffContent::Data(data) = chunk.content()
@@ -221,6 +234,17 @@ mod tests {
         };
         assert_eq!(flags[0] & VP8X_EXIF_XMP, 0);
         assert!(!webp.has_chunk(CHUNK_EXIF) && !webp.has_chunk(CHUNK_XMP));
+    }
+
+    #[test]
+    fn a_jpeg_of_metadata_alone_is_not_a_picture() {
+        // Found by the `strip` fuzz target: segments without a frame or a scan came out as a
+        // file nothing reads (kept as fuzz/corpus/strip/regression-no-scan).
+        let data = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/strip/regression-no-scan"),
+        )
+        .unwrap();
+        assert_eq!(strip(Picture::Jpeg, data[1..].to_vec()), Err(StripError::Unreadable("JPEG")));
     }
 
     #[test]
