@@ -101,8 +101,9 @@ fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
     let mut jpeg = Jpeg::from_bytes(Bytes::from(bytes)).ok()?;
     // A picture has a frame and a scan; segments alone are not one.
     let has = |marker: u8| jpeg.segments().iter().any(|s| s.marker() == marker);
-    let frame = (markers::SOF0..=markers::SOF15).filter(|m| ![markers::DHT, markers::JPG, markers::DAC].contains(m));
-    if !has(markers::SOS) || !{ frame }.any(has) {
+    let mut frames =
+        (markers::SOF0..=markers::SOF15).filter(|m| ![markers::DHT, markers::JPG, markers::DAC].contains(m));
+    if !has(markers::SOS) || !frames.any(has) {
         return None;
     }
     jpeg.segments_mut().retain(|s| {
