@@ -151,13 +151,15 @@ async fn commit(
     Ok(json(status, &descriptor(app, ctx, &record)))
 }
 
-/// `PUT /upload`.
-pub async fn put(
+/// What `PUT /upload` and `PUT /media` share: the checks before the body, the authorization's
+/// one use, the bytes billed, the body received, and the authorization's `x` tags against what
+/// arrived.
+async fn take<'a>(
     app: &AppState,
     ctx: &RequestCtx,
-    caller: &Caller,
+    caller: &'a Caller,
     body: hyper::body::Incoming,
-) -> Result<FrontResponse, MediaError> {
+) -> Result<(&'a Authorized, Announced, Received), MediaError> {
     let auth = access::may_upload(app, caller)?;
     let a = announced(ctx, false)?;
     judge(app, caller, auth, &a)?;
@@ -166,6 +168,17 @@ pub async fn put(
     let limit = app.config.media.max_blob_bytes;
     let received = app.blobs.receive(chunks(app, body), limit, Some(a.size), a.hash).await?;
     covers(auth, &received.hash)?;
+    Ok((auth, a, received))
+}
+
+/// `PUT /upload`.
+pub async fn put(
+    app: &AppState,
+    ctx: &RequestCtx,
+    caller: &Caller,
+    body: hyper::body::Incoming,
+) -> Result<FrontResponse, MediaError> {
+    let (auth, a, received) = take(app, ctx, caller, body).await?;
     commit(app, ctx, auth, received, &a.media_type).await
 }
 
@@ -179,14 +192,7 @@ pub async fn media(
     caller: &Caller,
     body: hyper::body::Incoming,
 ) -> Result<FrontResponse, MediaError> {
-    let auth = access::may_upload(app, caller)?;
-    let a = announced(ctx, false)?;
-    judge(app, caller, auth, &a)?;
-    access::spend(app, auth)?;
-    bill(app, caller, a.size).await?;
-    let limit = app.config.media.max_blob_bytes;
-    let received = app.blobs.receive(chunks(app, body), limit, Some(a.size), a.hash).await?;
-    covers(auth, &received.hash)?;
+    let (auth, a, received) = take(app, ctx, caller, body).await?;
     let picture = Picture::of(&a.media_type).filter(|_| app.config.media.strip_metadata);
     let Some(picture) = picture else { return commit(app, ctx, auth, received, &a.media_type).await };
     let original = tokio::fs::read(received.path()).await.map_err(|e| MediaError::from(BlobError::Io(e)))?;
@@ -196,7 +202,7 @@ pub async fn media(
         .map_err(|_| MediaError::UnsupportedType(format!("the {} picture could not be read", a.media_type)))?
         .map_err(|e| MediaError::UnsupportedType(e.to_string()))?;
     let once = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(Bytes::from(stripped)) });
-    let received = app.blobs.receive(once, limit, None, None).await?;
+    let received = app.blobs.receive(once, app.config.media.max_blob_bytes, None, None).await?;
     commit(app, ctx, auth, received, &a.media_type).await
 }
 
