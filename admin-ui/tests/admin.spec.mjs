@@ -90,6 +90,22 @@ test.afterEach(async () => {
   expect(consoleErrors.filter((e) => !allowed.some((re) => re.test(e)))).toEqual([]);
 });
 
+/** Uploads a 1x1 PNG as `key` and returns its hash; the bytes of `tail` after the picture's end
+ * make each blob its own (browsers ignore them). */
+async function uploadPicture(key, tail) {
+  const png = Buffer.concat([Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64'), Buffer.from(tail)]);
+  const sha = createHash('sha256').update(png).digest('hex');
+  const now = Math.floor(Date.now() / 1000);
+  const auth = finalizeEvent({ kind: 24242, created_at: now, content: 'Upload a picture', tags: [['t', 'upload'], ['x', sha], ['expiration', String(now + 600)]] }, Buffer.from(key.secret, 'hex'));
+  const put = await fetch(`${HTTP()}/upload`, {
+    method: 'PUT',
+    headers: { Authorization: `Nostr ${Buffer.from(JSON.stringify(auth)).toString('base64')}`, 'Content-Type': 'image/png' },
+    body: png,
+  });
+  expect(put.status).toBe(201);
+  return sha;
+}
+
 async function signIn(page) {
   await page.goto(`${HTTP()}/admin/`);
   await page.getByLabel('Admin token').fill(TOKEN());
@@ -341,17 +357,7 @@ test('media: an uploaded picture with its uploader\'s name, bytes per uploader; 
   const profile = `${JSON.stringify({ kind: 0, content: JSON.stringify({ name: 'Painter' }) })}\n`;
   const published = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', key.secret], profile);
   expect(JSON.parse(published.stdout.trim().split('\n').pop()).accepted).toBe(true);
-  // A 1x1 PNG; the bytes after its end make each project's blob its own (browsers ignore them).
-  const png = Buffer.concat([Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64'), Buffer.from(info.project.name)]);
-  const sha = createHash('sha256').update(png).digest('hex');
-  const now = Math.floor(Date.now() / 1000);
-  const auth = finalizeEvent({ kind: 24242, created_at: now, content: 'Upload a picture', tags: [['t', 'upload'], ['x', sha], ['expiration', String(now + 600)]] }, Buffer.from(key.secret, 'hex'));
-  const put = await fetch(`${HTTP()}/upload`, {
-    method: 'PUT',
-    headers: { Authorization: `Nostr ${Buffer.from(JSON.stringify(auth)).toString('base64')}`, 'Content-Type': 'image/png' },
-    body: png,
-  });
-  expect(put.status).toBe(201);
+  const sha = await uploadPicture(key, info.project.name);
   await signIn(page);
   await view(page, 'Media');
   const short = `${sha.slice(0, 8)}…${sha.slice(-6)}`;
@@ -376,16 +382,8 @@ test('reports: a blob reported over Blossom (BUD-09) in the queue with its uploa
   const profile = `${JSON.stringify({ kind: 0, content: JSON.stringify({ name: `Uploader ${info.project.name}` }) })}\n`;
   const published = await hearth(['publish', '--relay', HTTP().replace('http://', 'ws://'), '--key', uploader.secret], profile);
   expect(JSON.parse(published.stdout.trim().split('\n').pop()).accepted).toBe(true);
-  const png = Buffer.concat([Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64'), Buffer.from(`reported ${info.project.name}`)]);
-  const sha = createHash('sha256').update(png).digest('hex');
+  const sha = await uploadPicture(uploader, `reported ${info.project.name}`);
   const now = Math.floor(Date.now() / 1000);
-  const auth = finalizeEvent({ kind: 24242, created_at: now, content: 'Upload', tags: [['t', 'upload'], ['x', sha], ['expiration', String(now + 600)]] }, Buffer.from(uploader.secret, 'hex'));
-  const put = await fetch(`${HTTP()}/upload`, {
-    method: 'PUT',
-    headers: { Authorization: `Nostr ${Buffer.from(JSON.stringify(auth)).toString('base64')}`, 'Content-Type': 'image/png' },
-    body: png,
-  });
-  expect(put.status).toBe(201);
   const report = finalizeEvent({ kind: 1984, created_at: now, content: 'not for here', tags: [['x', sha, 'nudity']] }, Buffer.from(reporter.secret, 'hex'));
   const reported = await fetch(`${HTTP()}/report`, { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(report) });
   expect(reported.status).toBe(200);

@@ -73,7 +73,7 @@ async fn next_event(c: &mut Client, sub: &str) -> Value {
 }
 
 /// Subscribes `c` to `filter` as `sub` and waits for its EOSE.
-async fn subscribe(c: &mut Client, sub: &str, filter: Value) {
+pub(crate) async fn subscribe(c: &mut Client, sub: &str, filter: Value) {
     c.send(json!(["REQ", sub, filter])).await;
     let deadline = Instant::now() + STEP;
     loop {

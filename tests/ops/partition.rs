@@ -13,9 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::cluster::{Node, node_at};
+use super::nodes::subscribe;
 use crate::common::*;
 use hearth::testing::postgres::Postgres;
 
@@ -221,19 +222,6 @@ fn install_postgres() {
     assert!(Command::new("bash").arg(install).status().unwrap().success(), "{install}");
 }
 
-/// Subscribes `c` to `filter` as `sub` and waits for its EOSE.
-async fn subscribe(c: &mut Client, sub: &str, filter: Value) {
-    c.send(json!(["REQ", sub, filter])).await;
-    let deadline = Instant::now() + STEP;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let frame = c.recv_within(left).await.expect("no EOSE in time");
-        if frame == json!(["EOSE", sub]) {
-            return;
-        }
-    }
-}
-
 /// The ids of the EVENT frames of `sub`, in order, until `last` arrives (within `within`).
 async fn events_until(c: &mut Client, sub: &str, last: &str, within: Duration) -> Vec<String> {
     let deadline = Instant::now() + within;
@@ -251,8 +239,18 @@ async fn events_until(c: &mut Client, sub: &str, last: &str, within: Duration) -
     }
 }
 
-#[test]
-fn a_node_cut_from_redis_catches_up_once_healed_without_a_duplicate_and_bills_locally_meanwhile() {
+/// Two nodes of one relay on one PostgreSQL and one Redis, one of the two in a namespace of the
+/// test's own, each node over its own link; fields drop in order, the nodes first.
+struct Apart {
+    a: Node,
+    b: Node,
+    rt: tokio::runtime::Runtime,
+    _services: (Postgres, Option<super::cluster::Redis>, Option<NsRedis>),
+    ns: Namespace,
+}
+
+/// Redis in the namespace (link 0 node A's, link 1 node B's), PostgreSQL on this host.
+fn redis_apart() -> Apart {
     install_postgres();
     let ns = Namespace::new(2);
     let redis = NsRedis::start(&ns);
@@ -260,6 +258,32 @@ fn a_node_cut_from_redis_catches_up_once_healed_without_a_duplicate_and_bills_lo
     let pg = rt.block_on(Postgres::start(false)).unwrap();
     let db = rt.block_on(pg.database("relay")).unwrap();
     let (a, b) = (node(&redis.url(ns.ip(0)), &db, "node-a"), node(&redis.url(ns.ip(1)), &db, "node-b"));
+    Apart { a, b, rt, _services: (pg, None, Some(redis)), ns }
+}
+
+/// PostgreSQL in the namespace (link 0 node A's, through a relay holding each of A's bytes for
+/// `latency` when given; link 1 node B's), Redis on this host.
+fn postgres_apart(latency: Option<Duration>) -> Apart {
+    install_postgres();
+    let ns = Namespace::new(2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pg = rt.block_on(Postgres::start_in_namespace(&ns.name, ns.ip(0))).unwrap();
+    rt.block_on(pg.database("relay")).unwrap();
+    let redis = super::cluster::Redis::start();
+    let url_a = match latency {
+        Some(latency) => {
+            let slow = rt.block_on(delayed(format!("{}:{}", ns.ip(0), pg.port()), latency));
+            format!("postgres://hearth@{slow}/relay")
+        }
+        None => pg.url_at(ns.ip(0), "relay"),
+    };
+    let (a, b) = (node(&redis.url(), &url_a, "node-a"), node(&redis.url(), &pg.url_at(ns.ip(1), "relay"), "node-b"));
+    Apart { a, b, rt, _services: (pg, Some(redis), None), ns }
+}
+
+#[test]
+fn a_node_cut_from_redis_catches_up_once_healed_without_a_duplicate_and_bills_locally_meanwhile() {
+    let Apart { a, b, rt, ns, .. } = &redis_apart();
     rt.block_on(async {
         let (alice, bob) = (keys(1), keys(2));
         let mut on_b = Client::connect(&b.ws()).await;
@@ -307,21 +331,11 @@ fn a_node_cut_from_redis_catches_up_once_healed_without_a_duplicate_and_bills_lo
         unique.dedup();
         assert_eq!(unique.len(), got.len(), "an event delivered twice: {got:?}");
     });
-    drop((a, b));
 }
 
 #[test]
 fn a_node_cut_from_postgres_refuses_with_error_never_ok_and_takes_writes_again_once_healed() {
-    install_postgres();
-    let ns = Namespace::new(2);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let pg = rt.block_on(Postgres::start_in_namespace(&ns.name, ns.ip(0))).unwrap();
-    rt.block_on(pg.database("relay")).unwrap();
-    let redis = super::cluster::Redis::start();
-    let (a, b) = (
-        node(&redis.url(), &pg.url_at(ns.ip(0), "relay"), "node-a"),
-        node(&redis.url(), &pg.url_at(ns.ip(1), "relay"), "node-b"),
-    );
+    let Apart { a, b, rt, ns, .. } = &postgres_apart(None);
     rt.block_on(async {
         let alice = keys(1);
         let (mut on_a, mut on_b) = (Client::connect(&a.ws()).await, Client::connect(&b.ws()).await);
@@ -360,22 +374,11 @@ fn a_node_cut_from_postgres_refuses_with_error_never_ok_and_takes_writes_again_o
         assert!(ids.contains(&before.id.to_hex()) && ids.contains(&on_other.id.to_hex()), "{ids:?}");
         assert!(!ids.contains(&refused.id.to_hex()), "an event answered error: was stored");
     });
-    drop((a, b));
 }
 
 #[test]
 fn a_second_of_latency_to_postgres_slows_its_writes_and_stops_no_reader() {
-    install_postgres();
-    let ns = Namespace::new(2);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let pg = rt.block_on(Postgres::start_in_namespace(&ns.name, ns.ip(0))).unwrap();
-    rt.block_on(pg.database("relay")).unwrap();
-    let redis = super::cluster::Redis::start();
-    let slow = rt.block_on(delayed(format!("{}:{}", ns.ip(0), pg.port()), Duration::from_secs(1)));
-    let (a, b) = (
-        node(&redis.url(), &format!("postgres://hearth@{slow}/relay"), "node-a"),
-        node(&redis.url(), &pg.url_at(ns.ip(1), "relay"), "node-b"),
-    );
+    let Apart { a, b, rt, .. } = &postgres_apart(Some(Duration::from_secs(1)));
     rt.block_on(async {
         let alice = keys(1);
         let seed = sign(&alice, now(), 1, &[], "there before the latency");
@@ -405,18 +408,11 @@ fn a_second_of_latency_to_postgres_slows_its_writes_and_stops_no_reader() {
             tokio::time::timeout(CUT * 2, w).await.expect("a slow writer did not finish").unwrap();
         }
     });
-    drop((a, b));
 }
 
 #[test]
 fn two_nodes_writing_one_address_across_a_redis_partition_agree_on_the_newest_once_healed() {
-    install_postgres();
-    let ns = Namespace::new(2);
-    let redis = NsRedis::start(&ns);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let pg = rt.block_on(Postgres::start(false)).unwrap();
-    let db = rt.block_on(pg.database("relay")).unwrap();
-    let (a, b) = (node(&redis.url(ns.ip(0)), &db, "node-a"), node(&redis.url(ns.ip(1)), &db, "node-b"));
+    let Apart { a, b, rt, ns, .. } = &redis_apart();
     rt.block_on(async {
         let alice = keys(1);
         let (mut on_a, mut on_b) = (Client::connect(&a.ws()).await, Client::connect(&b.ws()).await);
@@ -448,5 +444,4 @@ fn two_nodes_writing_one_address_across_a_redis_partition_agree_on_the_newest_on
             assert_eq!(ids, want, "node {}", node.addr);
         }
     });
-    drop((a, b));
 }
