@@ -19,8 +19,8 @@ use hearth::testing::postgres::Postgres;
 /// The same relay key on every node: they sign the same NIP-29 state and NIP-43 lists.
 const RELAY_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
-/// A node of the relay on `db` and `redis`.
-fn pg_node(redis: &Redis, db: &str, name: &str) -> Node {
+/// A node of the relay on `db` (PostgreSQL) and the Redis at `redis`.
+pub(crate) fn pg_node(redis: &str, db: &str, name: &str) -> Node {
     let env = [
         ("HEARTH_STORAGE__BACKEND", "postgres"),
         ("HEARTH_STORAGE__POSTGRES_URL", db),
@@ -30,7 +30,7 @@ fn pg_node(redis: &Redis, db: &str, name: &str) -> Node {
         ("HEARTH_LIMITS__AGENT__WS_EVENTS_PER_SEC", "1000"),
         ("HEARTH_LIMITS__AGENT__MESSAGES_PER_MIN", "100000"),
     ];
-    node_at(&redis.url(), name, &env)
+    node_at(redis, name, &env)
 }
 
 /// A PostgreSQL with an empty database for the relay; its URL.
@@ -56,7 +56,7 @@ fn cluster() -> Cluster {
     let redis = Redis::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pg, db) = rt.block_on(database());
-    let (a, b) = (pg_node(&redis, &db, "node-a"), pg_node(&redis, &db, "node-b"));
+    let (a, b) = (pg_node(&redis.url(), &db, "node-a"), pg_node(&redis.url(), &db, "node-b"));
     Cluster { rt, a, b, pg, redis }
 }
 

@@ -15,13 +15,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::cluster::{Node, node_at};
-use super::nodes::subscribe;
+use super::cluster::Node;
+use super::nodes::{pg_node as node, subscribe};
 use crate::common::*;
 use hearth::testing::postgres::Postgres;
-
-/// The same relay key on every node.
-const RELAY_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
 /// How long a cut may take to show: PostgreSQL calls give up after 10 s of silence, Redis
 /// calls after `limits.redis_timeout_ms` (2 s here).
@@ -203,23 +200,6 @@ impl Drop for NsRedis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A node on `db` (PostgreSQL) and `redis`.
-fn node(redis: &str, db: &str, name: &str) -> Node {
-    let env = [
-        ("HEARTH_STORAGE__BACKEND", "postgres"),
-        ("HEARTH_STORAGE__POSTGRES_URL", db),
-        ("HEARTH_RELAY__SECRET_KEY", RELAY_KEY),
-        ("HEARTH_LIMITS__HUMAN__WS_EVENTS_PER_SEC", "1000"),
-        ("HEARTH_LIMITS__HUMAN__MESSAGES_PER_MIN", "100000"),
-    ];
-    node_at(redis, name, &env)
-}
-
-fn install_postgres() {
-    let install = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/postgres/install.sh");
-    assert!(Command::new("bash").arg(install).status().unwrap().success(), "{install}");
 }
 
 /// The ids of the EVENT frames of `sub`, in order, until `last` arrives (within `within`).
