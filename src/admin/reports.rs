@@ -2,9 +2,9 @@
 //!
 //! Owns the queue: every stored kind 1984 report (read with the operator's view: reports are
 //! sealed to their author and the admins on every other read path) against an event stored
-//! here, a key with events here or a blob held here, grouped by target (each blob of its `x`
-//! tags, as BUD-09's `PUT /report` sends them; else the event of its first `e` tag; else the key
-//! of its first `p` tag), newest first, each with the reported event, its author's kind 0
+//! here, a key with events here or a blob held here, grouped by target (each blob held here of its
+//! `x` tags, as BUD-09's `PUT /report` sends them; else the event of its first `e` tag; else the
+//! key of its first `p` tag), newest first, each with the reported event, its author's kind 0
 //! name and picture, the report types and their counts; reports made before an admin decided on
 //! their target leave it. And the decisions: dismiss, delete the event (or the blob, every
 //! upload of it), ban the key (the blob's first uploader for a blob; with its reach: this event
@@ -87,7 +87,8 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
     let mut by_target: BTreeMap<String, Entry> = BTreeMap::new();
     for json in reports {
         let Ok(report) = serde_json::from_str::<Event>(json.as_str()) else { continue };
-        for (target, kind_of_report, of) in targets(&report) {
+        let held = |hash: &BlobHash| app.blobs.record(hash).ok().flatten().is_some();
+        for (target, kind_of_report, of) in targets(&report, held) {
             if reviewed.get(&target).is_some_and(|r| r.at >= report.created_at.0) {
                 continue;
             }
@@ -133,14 +134,14 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
     Ok(out)
 }
 
-/// What `report` is about, each with its report type: every blob of its `x` tags, else the event
-/// of its first `e` tag, else the key of its first `p` tag.
-fn targets(report: &Event) -> Vec<(String, Option<String>, Target)> {
+/// What `report` is about, each with its report type: every blob of its `x` tags that is `held`
+/// here, else the event of its first `e` tag, else the key of its first `p` tag.
+fn targets(report: &Event, held: impl Fn(&BlobHash) -> bool) -> Vec<(String, Option<String>, Target)> {
     let named = |t: &Vec<String>| (t.get(1).cloned().unwrap_or_default(), t.get(2).cloned());
     let tagged = |name: &'static str| report.tags.iter().filter(move |t| t.first().map(String::as_str) == Some(name));
     let blobs: Vec<_> = tagged("x")
         .map(named)
-        .filter(|(hash, _)| BlobHash::from_hex(hash).is_some())
+        .filter(|(hash, _)| BlobHash::from_hex(hash).is_some_and(|h| held(&h)))
         .map(|(hash, kind)| (hash.to_ascii_lowercase(), kind, Target::Blob))
         .collect();
     if !blobs.is_empty() {

@@ -187,4 +187,16 @@ async fn a_reported_blob_reaches_the_queue_and_the_admins_decision_deletes_it_an
     assert_eq!(queue["total"], json!(0), "{queue}");
     let (_, log) = http(&relay, Method::GET, "/admin/v1/audit", None, Some(token), None).await;
     assert!(log.to_string().contains("report.ban"), "{log}");
+    // A report of a note that also names a blob held elsewhere is about the note.
+    let mut ws = relay.connect().await;
+    let note = sign(&alice, now(), 1, &[], "look at my picture elsewhere");
+    crate::common::assert_ok(&ws.publish(&note).await, &note.id.to_hex(), true, "");
+    let both = sign(&keys(3), now(), 1984, &[&["e", &note.id.to_hex(), "spam"], &["x", &unknown]], "");
+    crate::common::assert_ok(&ws.publish(&both).await, &both.id.to_hex(), true, "");
+    let (_, queue) = http(&relay, Method::GET, "/admin/v1/reports", None, Some(token), None).await;
+    assert_eq!(
+        (&queue["total"], &queue["reports"][0]["type"], &queue["reports"][0]["target"]),
+        (&json!(1), &json!("event"), &json!(note.id.to_hex())),
+        "{queue}"
+    );
 }
