@@ -277,3 +277,67 @@ async fn all_served(addr: &str, acked: &Acked, when: &str) {
         assert!(body.is_ok_and(|b| b == *bytes), "{when}: {hash} changed");
     }
 }
+
+/// 10,000 `HEAD /upload` at once from one address, against the binary (its sockets its own, so
+/// the test's 10,000 fit in the process's open-file limit): each is refused for what it lacks (an
+/// authorization), or is one of the connections past what one address may hold at once
+/// (`server.max_connections_per_ip`), told to come back in a second (503, `Retry-After: 1`) or,
+/// when its request was not read within a second, closed; exactly as many as the relay counts
+/// refused. A blob is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_concurrent_head_uploads_are_each_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HEARTH_LIMITS__IP__API_CALLS_PER_MIN", "100000000"),
+        ("HEARTH_LIMITS__HUMAN__API_CALLS_PER_MIN", "100000000"),
+    ];
+    let (mut relay, addr) = start_with(dir.path(), &env);
+    let kept = b"still here".to_vec();
+    let sha = hex::encode(Sha256::digest(&kept));
+    assert_eq!(put(&addr, kept.clone(), 0).await.status(), StatusCode::CREATED);
+    let url = format!("http://{addr}/upload");
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..10_000 {
+        let (client, url) = (client.clone(), url.clone());
+        calls.spawn(async move {
+            let sent = client.head(&url).header("x-content-length", "10").timeout(Duration::from_secs(120)).send();
+            match sent.await {
+                Ok(answer) => {
+                    let header = |name: &str| answer.headers().get(name).map(|v| v.to_str().unwrap_or("").to_string());
+                    Ok((answer.status(), header("x-reason"), header("retry-after")))
+                }
+                Err(e) => Err(format!("{e:?}")),
+            }
+        });
+    }
+    let auth_required = "auth-required: sign a kind 24242 authorization event (t = upload) and send it as `Authorization: Nostr <base64>`";
+    let (mut refused, mut busy, mut closed) = (0u64, 0u64, 0u64);
+    while let Some(answer) = calls.join_next().await {
+        match answer.unwrap() {
+            Ok((StatusCode::UNAUTHORIZED, Some(reason), None)) if reason == auth_required => refused += 1,
+            Ok((StatusCode::SERVICE_UNAVAILABLE, None, Some(retry))) if retry == "1" => busy += 1,
+            // Closed unanswered: cleanly, or reset when its request was still unread.
+            Err(e) if e.contains("IncompleteMessage") || e.contains("ConnectionReset") => closed += 1,
+            other => panic!("an answer neither exact refusal: {other:?}"),
+        }
+    }
+    assert_eq!(refused + busy + closed, 10_000);
+    assert!(refused > 0, "every call was turned away");
+    let metrics = web_get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+    let counted: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("hearth_connections_refused_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|n| n as u64)
+        .sum();
+    assert_eq!(
+        counted,
+        busy + closed,
+        "refused connections counted by the relay: {busy} answered 503, {closed} closed"
+    );
+    let got = web().get(format!("http://{addr}/{sha}")).send().await.unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    assert_eq!(got.bytes().await.unwrap().to_vec(), kept);
+    assert!(crate::binary::sigterm(&mut relay).success());
+}
