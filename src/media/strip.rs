@@ -5,7 +5,8 @@
 //! `img-parts` (EXIF with its GPS and serial numbers, XMP, IPTC, comments, text chunks), the
 //! colour profile and the pixels kept byte for byte; a JPEG keeps its EXIF orientation, written
 //! anew as the only tag (a phone's portrait photo would otherwise lie on its side). HEIC and HEIF
-//! go through `little_exif`, which leaves only orientation and resolution in the EXIF item.
+//! go through `little_exif`, which leaves only orientation and resolution in the EXIF item; a
+//! panic inside it on a malformed file is a refusal like any unreadable picture.
 //! Nothing is decoded or re-encoded: what is not metadata is what was uploaded.
 
 use img_parts::Bytes;
@@ -85,18 +86,27 @@ pub fn strip(picture: Picture, bytes: Vec<u8>) -> Result<Vec<u8>, StripError> {
         Picture::WebP => webp(bytes).ok_or_else(unreadable),
         Picture::Heif => {
             let mut bytes = bytes;
-            Metadata::clear_metadata(&mut bytes, FileExtension::HEIF).map_err(|_| unreadable())?;
-            Ok(bytes)
+            match contained(|| Metadata::clear_metadata(&mut bytes, FileExtension::HEIF)) {
+                Some(Ok(())) => Ok(bytes),
+                _ => Err(unreadable()),
+            }
         }
     }
+}
+
+/// `work` (a call into `little_exif`), or None when it panicked: fuzzing found malformed HEIF
+/// files it panics on (an item location of an unknown construction method), and a stranger's
+/// bytes must not take the upload down with them.
+fn contained<T>(work: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).ok()
 }
 
 /// Keeps the frame, tables, scans, JFIF, Adobe's colour transform and the ICC profile; drops
 /// every other application segment (EXIF and XMP are APP1, IPTC APP13) and comments. The
 /// orientation comes back as the only EXIF tag.
 fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
-    let orientation = Metadata::new_from_vec(&bytes, FileExtension::JPEG)
-        .ok()
+    let orientation = contained(|| Metadata::new_from_vec(&bytes, FileExtension::JPEG))
+        .and_then(Result::ok)
         .and_then(|m| m.get_tag_by_hex(ORIENTATION, None).next().cloned());
     let mut jpeg = Jpeg::from_bytes(Bytes::from(bytes)).ok()?;
     // A picture has a frame and a scan; segments alone are not one.
@@ -118,7 +128,7 @@ fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
         only.set_tag(tag);
         // Without it the picture still shows, turned as the camera held it.
         let mut with = out.clone();
-        if only.write_to_vec(&mut with, FileExtension::JPEG).is_ok() {
+        if let Some(Ok(())) = contained(|| only.write_to_vec(&mut with, FileExtension::JPEG)) {
             out = with;
         }
     }
@@ -246,6 +256,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(strip(Picture::Jpeg, data[1..].to_vec()), Err(StripError::Unreadable("JPEG")));
+    }
+
+    #[test]
+    fn heif_files_little_exif_panics_or_overreaches_on_are_refused() {
+        // Found by the `strip` fuzz target; the first byte of each picked the format.
+        for name in ["regression-heif-construction-method", "regression-heif-huge-box", "regression-heif-4gib-box"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/strip").join(name);
+            let data = std::fs::read(&path).unwrap();
+            assert_eq!(data[0] % 4, 3, "{name} is fed as HEIF");
+            assert_eq!(strip(Picture::Heif, data[1..].to_vec()), Err(StripError::Unreadable("HEIC/HEIF")), "{name}");
+        }
     }
 
     #[test]

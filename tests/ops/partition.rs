@@ -7,7 +7,8 @@
 //! node for a second before passing it on: this kernel has no `sch_netem` (`tc qdisc … netem` is
 //! "Specified qdisc kind is unknown"), so `tc` cannot delay.
 //!
-//! Needs root and iproute2 (`ip`): each test says so and fails without them.
+//! Needs root and iproute2 (`ip`, installed by `tests/netns/install.sh` when missing): without
+//! root each test says so and fails.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,8 +38,10 @@ fn run(args: &[&str]) {
 fn require_root_and_ip() {
     let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
     assert!(root, "the partition tests make network namespaces: run them as root");
+    let install = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/netns/install.sh");
+    let installed = Command::new("bash").arg(install).status().is_ok_and(|s| s.success());
     let found = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-    assert!(found, "the partition tests need `ip` (apt-get install iproute2)");
+    assert!(installed && found, "the partition tests need `ip` ({install} could not install iproute2)");
 }
 
 /// One veth pair: the host's end and the namespace's, each with its address.
