@@ -1,15 +1,15 @@
-//! The media server inside the relay: Blossom (BUD-01, 02, 04, 05, 06, 09, 11, 12) at the root of its
-//! HTTP address, on the relay's members and its one limiter.
+//! The media server inside the relay: Blossom (BUD-01, 02, 04, 05, 06, 09, 11, 12) at the root of
+//! its HTTP address, on the relay's members and its one limiter.
 //!
 //! Owns the media routes and their dispatch: `GET`/`HEAD /<sha256>[.ext]`, `DELETE /<sha256>`,
 //! `PUT`/`HEAD /upload`, `PUT`/`HEAD /media` (BUD-05), `PUT /mirror`, `PUT /report` (BUD-09),
-//! `GET /list/<pubkey>`, and `OPTIONS` (CORS preflight) on each. It is a [`Front`]: the listener hands it these requests before warp's routes, because
-//! blobs stream in and out through hyper's own bodies, and an upload's body is bounded per chunk
-//! rather than by the whole-request timeout. Who may do what is `access.rs`'s, reading and
-//! listing `download.rs`'s, changing `upload.rs`'s (a picture's metadata taken out `strip.rs`'s),
-//! reports of blobs `report.rs`'s, the answers `reply.rs`'s, the headers that
-//! keep a blob from acting in the relay's origin `safety.rs`'s; the bytes and their records are
-//! [`crate::blobs`]'.
+//! `GET /list/<pubkey>`, and `OPTIONS` (CORS preflight) on each. It is a [`Front`]: the listener
+//! hands it these requests before warp's routes, because blobs stream in and out through hyper's
+//! own bodies, and an upload's body is bounded per chunk rather than by the whole-request
+//! timeout. Who may do what is `access.rs`'s, reading and listing `download.rs`'s, changing
+//! `upload.rs`'s (a picture's metadata taken out `strip.rs`'s), reports of blobs `report.rs`'s,
+//! the answers `reply.rs`'s, the headers that keep a blob from acting in the relay's origin
+//! `safety.rs`'s; the bytes and their records are [`crate::blobs`]'.
 
 mod access;
 pub(crate) mod download;
@@ -142,6 +142,7 @@ async fn answer(
         Route::Upload | Route::Media if ctx.method == Method::HEAD => upload::check(app, ctx, &caller).await,
         Route::Upload => upload::put(app, ctx, &caller, body).await,
         Route::Media => upload::media(app, ctx, &caller, body).await,
+        // Answered above, before any authorization is read (the report is signed itself).
         Route::Report => Err(MediaError::MethodNotAllowed(route.allowed())),
         Route::Mirror => upload::mirror(app, ctx, &caller, body).await,
         Route::List(pubkey) => download::list(app, ctx, &caller, &pubkey).await,

@@ -96,7 +96,8 @@ impl Pg {
         config.application_name("hearth");
         // A server cut off by the network (no reset, nothing answered) fails a call within
         // NETWORK_TIMEOUT rather than the kernel's quarter of an hour: the writer answers
-        // `error: …` and the pool drops the dead connection. The URL's own settings win.
+        // `error: …` and the pool drops the dead connection. A connect or user timeout the URL
+        // gives wins.
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(NETWORK_TIMEOUT);
         }
