@@ -13,9 +13,9 @@ fn keys() -> Option<&'static Keys> {
     KEYS.get_or_init(|| Keys::from_bytes([7; 32]).ok()).as_ref()
 }
 
-/// `[kind, [tags…]]` (the kind taken modulo the moderation range 9000–9022 when it is one of
-/// them, so most inputs are actions): read as an action, never a panic; metadata and pins read
-/// back from the tags the relay would write for them to the same.
+/// `[kind, [tags…]]` (a kind under 100 taken as 9000 + kind mod 23, so that most inputs are the
+/// actions 9000–9022; any other as itself), signed and read as an action: never a panic; metadata
+/// and pins read back from the tags the relay would write for them to the same.
 pub fn nip29_action(data: &[u8]) {
     let Some(text) = text(data) else { return };
     let Ok((kind, tags)) = serde_json::from_str::<(u16, Vec<Vec<String>>)>(text) else { return };
