@@ -3,8 +3,9 @@
 //!
 //! Owns [`strip`]: for JPEG, PNG and WebP every metadata segment or chunk is dropped through
 //! `img-parts` (EXIF with its GPS and serial numbers, XMP, IPTC, comments, text chunks), the
-//! colour profile and the pixels kept byte for byte; a JPEG keeps its EXIF orientation, written
-//! anew as the only tag (a phone's portrait photo would otherwise lie on its side). HEIC and HEIF
+//! colour profile and the pixels kept byte for byte. A JPEG loses its EXIF orientation too:
+//! reading it with `little_exif` let a crafted EXIF block take gigabytes (found by fuzzing), and
+//! no other maintained crate here writes it back. HEIC and HEIF
 //! go through `little_exif`, which leaves only orientation and resolution in the EXIF item; a
 //! panic inside it on a malformed file is a refusal like any unreadable picture.
 //! Nothing is decoded or re-encoded: what is not metadata is what was uploaded.
@@ -17,8 +18,6 @@ use img_parts::webp::{CHUNK_ANMF, CHUNK_EXIF, CHUNK_VP8, CHUNK_VP8L, CHUNK_VP8X,
 use little_exif::filetype::FileExtension;
 use little_exif::metadata::Metadata;
 
-/// The EXIF orientation tag.
-const ORIENTATION: u16 = 0x0112;
 /// The VP8X flags that say EXIF and XMP chunks follow.
 const VP8X_EXIF_XMP: u8 = 0b0000_1100;
 /// PNG's chunks of text and metadata.
@@ -102,12 +101,8 @@ fn contained<T>(work: impl FnOnce() -> T) -> Option<T> {
 }
 
 /// Keeps the frame, tables, scans, JFIF, Adobe's colour transform and the ICC profile; drops
-/// every other application segment (EXIF and XMP are APP1, IPTC APP13) and comments. The
-/// orientation comes back as the only EXIF tag.
+/// every other application segment (EXIF and XMP are APP1, IPTC APP13) and comments.
 fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
-    let orientation = contained(|| Metadata::new_from_vec(&bytes, FileExtension::JPEG))
-        .and_then(Result::ok)
-        .and_then(|m| m.get_tag_by_hex(ORIENTATION, None).next().cloned());
     let mut jpeg = Jpeg::from_bytes(Bytes::from(bytes)).ok()?;
     // A picture has a frame and a scan; segments alone are not one.
     let has = |marker: u8| jpeg.segments().iter().any(|s| s.marker() == marker);
@@ -122,20 +117,10 @@ fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
         let icc = marker == markers::APP2 && s.contents().starts_with(b"ICC_PROFILE\0");
         marker != markers::COM && (!app || marker == markers::APP0 || marker == markers::APP14 || icc)
     });
-    let mut out = jpeg.encoder().bytes().to_vec();
+    let out = jpeg.encoder().bytes().to_vec();
     // img-parts writes some malformed files (a scan without its end, found by fuzzing) in a form
     // it cannot read back: what is stored must be a picture.
     Jpeg::from_bytes(Bytes::copy_from_slice(&out)).ok()?;
-    if let Some(tag) = orientation {
-        let mut only = Metadata::new();
-        only.set_tag(tag);
-        // Without it the picture still shows, turned as the camera held it.
-        let mut with = out.clone();
-        let written = contained(|| only.write_to_vec(&mut with, FileExtension::JPEG));
-        if matches!(written, Some(Ok(()))) && Jpeg::from_bytes(Bytes::copy_from_slice(&with)).is_ok() {
-            out = with;
-        }
-    }
     Some(out)
 }
 
@@ -197,7 +182,7 @@ mod tests {
     const GPS_LATITUDE: u16 = 0x0002;
 
     #[test]
-    fn a_jpeg_loses_place_camera_and_words_and_keeps_its_pixels_and_orientation() {
+    fn a_jpeg_loses_place_camera_and_words_and_keeps_its_pixels() {
         let original = fixture("gps.jpg");
         for secret in SECRETS {
             assert!(contains(&original, secret), "the fixture carries {}", String::from_utf8_lossy(secret));
@@ -207,7 +192,7 @@ mod tests {
         for secret in SECRETS {
             assert!(!contains(&stripped, secret), "{} is left", String::from_utf8_lossy(secret));
         }
-        assert_eq!(exif_tags(&stripped, FileExtension::JPEG), vec![ORIENTATION]);
+        assert_eq!(exif_tags(&stripped, FileExtension::JPEG), Vec::<u16>::new());
         let frames = |bytes: &[u8]| {
             let jpeg = Jpeg::from_bytes(Bytes::copy_from_slice(bytes)).unwrap();
             jpeg.segments()
