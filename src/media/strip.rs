@@ -5,10 +5,10 @@
 //! `img-parts` (EXIF with its GPS and serial numbers, XMP, IPTC, comments, text chunks), the
 //! colour profile and the pixels kept byte for byte. A JPEG loses its EXIF orientation too:
 //! reading it with `little_exif` let a crafted EXIF block take gigabytes (found by fuzzing), and
-//! no other maintained crate here writes it back. HEIC and HEIF
-//! go through `little_exif`, which leaves only orientation and resolution in the EXIF item; a
-//! panic inside it on a malformed file is a refusal like any unreadable picture.
-//! Nothing is decoded or re-encoded: what is not metadata is what was uploaded.
+//! no other maintained crate here writes it back. HEIC and HEIF go through `little_exif`, which
+//! leaves only orientation and resolution in the EXIF item; a panic inside it on a malformed
+//! file is a refusal like any unreadable picture. Nothing is decoded or re-encoded: what is not
+//! metadata is what was uploaded.
 
 use img_parts::Bytes;
 use img_parts::jpeg::{Jpeg, markers};
@@ -21,7 +21,16 @@ use little_exif::metadata::Metadata;
 /// The VP8X flags that say EXIF and XMP chunks follow.
 const VP8X_EXIF_XMP: u8 = 0b0000_1100;
 /// PNG's chunks of text and metadata.
-const PNG_METADATA: [[u8; 4]; 5] = [*b"eXIf", *b"tEXt", *b"zTXt", *b"iTXt", *b"tIME"];
+pub(crate) const PNG_METADATA: [[u8; 4]; 5] = [*b"eXIf", *b"tEXt", *b"zTXt", *b"iTXt", *b"tIME"];
+
+/// Whether a JPEG segment is one a stripped picture keeps: anything but comments and application
+/// segments, of which only JFIF (APP0), Adobe's colour transform (APP14) and the ICC profile
+/// (APP2) stay.
+pub(crate) fn jpeg_keeps(marker: u8, contents: &[u8]) -> bool {
+    let app = (markers::APP0..=markers::APP15).contains(&marker);
+    let icc = marker == markers::APP2 && contents.starts_with(b"ICC_PROFILE\0");
+    marker != markers::COM && (!app || marker == markers::APP0 || marker == markers::APP14 || icc)
+}
 
 /// Why a picture could not be stripped; the upload is refused with it (415).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -111,17 +120,12 @@ fn jpeg(bytes: Vec<u8>) -> Option<Vec<u8>> {
     if !has(markers::SOS) || !frames.any(has) {
         return None;
     }
-    jpeg.segments_mut().retain(|s| {
-        let marker = s.marker();
-        let app = (markers::APP0..=markers::APP15).contains(&marker);
-        let icc = marker == markers::APP2 && s.contents().starts_with(b"ICC_PROFILE\0");
-        marker != markers::COM && (!app || marker == markers::APP0 || marker == markers::APP14 || icc)
-    });
-    let out = jpeg.encoder().bytes().to_vec();
+    jpeg.segments_mut().retain(|s| jpeg_keeps(s.marker(), s.contents()));
+    let out = jpeg.encoder().bytes();
     // img-parts writes some malformed files (a scan without its end, found by fuzzing) in a form
     // it cannot read back: what is stored must be a picture.
-    Jpeg::from_bytes(Bytes::copy_from_slice(&out)).ok()?;
-    Some(out)
+    Jpeg::from_bytes(out.clone()).ok()?;
+    Some(out.to_vec())
 }
 
 /// Drops the EXIF and XMP chunks and clears the flags that announced them.
