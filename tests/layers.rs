@@ -68,27 +68,32 @@ const FLOORS: &[&[&str]] = &[
     // The store, top to bottom: its API and what works over it, then the floors of its inside.
     &["store::check"],
     &["store"],
-    // The store's two backends under its API: the embedded one's calls into its parts below,
-    // and PostgreSQL's (whose whole inside is its own folder).
+    // The store's two backends under its API, siblings that never import each other
+    // (`APART`): the embedded one's calls into its parts below, and PostgreSQL's (whose whole
+    // inside is its own folder). Each implements the contract's methods; `store` dispatches.
     &["store::embedded", "store::postgres"],
-    &["store::open"],
-    // NIP-50 in the store: its index opened and caught up, and the search read path.
-    &["store::search", "store::media", "store::stats"],
-    &["store::write"],
-    &["store::write::writer"],
-    &["store::write::remapping", "store::write::replay"],
-    &["store::write::compact", "store::write::merger", "store::write::apply"],
-    &["store::write::remap", "store::write::pending", "store::write::shared"],
-    &["store::write::control"],
+    &["store::embedded::open"],
+    // NIP-50 in the embedded store: its index opened and caught up, and the search read path.
+    &["store::embedded::search"],
+    &["store::embedded::write"],
+    &["store::embedded::write::writer"],
+    &["store::embedded::write::remapping", "store::embedded::write::replay"],
+    &["store::embedded::write::compact", "store::embedded::write::merger", "store::embedded::write::apply"],
+    &["store::embedded::write::remap", "store::embedded::write::pending", "store::embedded::write::shared"],
+    &["store::embedded::write::control"],
     // NIP-77's item sets: over the read path.
-    &["store::items"],
-    &["store::migrate", "store::query"],
-    &["store::view", "store::plan", "store::export"],
+    &["store::embedded::items"],
+    &["store::embedded::migrate", "store::embedded::query"],
+    &["store::embedded::view", "store::embedded::plan"],
     // The index's own mod.rs is the base its two changing parts build on.
-    &["store::index::open", "store::index::segments"],
-    &["store::index"],
-    &["store::index::meta", "store::index::memory", "store::index::merged"],
-    &["store::catalogue"],
+    &["store::embedded::index::open", "store::embedded::index::segments"],
+    &["store::embedded::index"],
+    &["store::embedded::index::meta", "store::embedded::index::memory", "store::embedded::index::merged"],
+    &["store::embedded::catalogue"],
+    // What both backends stand on: the contract's types, this node's media records and its
+    // sled database, the one error, the bytes on disk.
+    &["store::contract"],
+    &["store::media"],
     &["store::db"],
     &["store::error", "store::progress"],
     &["store::format"],
@@ -97,6 +102,10 @@ const FLOORS: &[&[&str]] = &[
     &["search"],
     &["protocol"],
 ];
+
+/// Folders that never import each other, at any depth: the store's two backends implement one
+/// contract side by side.
+const APART: &[(&str, &str)] = &[("store::embedded", "store::postgres")];
 
 /// The longest a source file may be (lines).
 const MAX_LINES: usize = 450;
@@ -414,6 +423,41 @@ fn the_house_has_no_circles_and_every_import_goes_down_a_floor() {
         }
     }
     assert!(wrong.is_empty(), "imports that do not go down:\n{}", wrong.join("\n"));
+
+    let inside = |m: &str, folder: &str| m == folder || m.starts_with(&format!("{folder}::"));
+    let crossing: Vec<String> = edges
+        .iter()
+        .flat_map(|(from, targets)| targets.iter().map(move |to| (from, to)))
+        .filter(|(from, to)| {
+            APART.iter().any(|(a, b)| (inside(from, a) && inside(to, b)) || (inside(from, b) && inside(to, a)))
+        })
+        .map(|(from, to)| format!("{from} imports {to}"))
+        .collect();
+    assert!(crossing.is_empty(), "sibling backends import each other:\n{}", crossing.join("\n"));
+}
+
+/// Only the store's dispatch (`src/store/mod.rs`' `dispatch!`) tells the backends apart: no
+/// other file names a variant of the store's `Backend`.
+#[test]
+fn only_the_store_dispatch_matches_on_the_backend() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let named: Vec<String> = modules(&src)
+        .into_iter()
+        .filter(|(m, _)| m != "store")
+        .filter(|(_, file)| {
+            let text = std::fs::read_to_string(file).unwrap();
+            // `Backend::…` itself, not `StorageBackend::…` (the configuration's choice).
+            text.match_indices("Backend::")
+                .any(|(at, _)| !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        })
+        .map(|(m, _)| m)
+        .collect();
+    assert!(named.is_empty(), "files that match on the store's backend outside its dispatch: {named:?}");
+    let store = std::fs::read_to_string(src.join("store/mod.rs")).unwrap();
+    let arms = store.matches("Backend::Embedded(").count() + store.matches("Backend::Postgres(").count();
+    // The macro's two arms, the constructors of `open_tuned`, `open_migrating` and `temporary`,
+    // and the unit tests' accessor of the embedded backend's insides.
+    assert_eq!(arms, 2 + 4 + 2, "store/mod.rs matches on the backend outside `dispatch!`");
 }
 
 #[test]

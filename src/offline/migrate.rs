@@ -3,10 +3,10 @@
 //! Owns the order of the steps, each durable before the next, so that a migration cut off at any
 //! point is finished by running it again: the old layout's events are written out as JSON lines
 //! (`migration.jsonl` in the data directory) and the old tree removed
-//! ([`crate::store::migrate::carry_out`]); the lines are imported under today's rules (verified,
+//! ([`crate::store::embedded::migrate::carry_out`]); the lines are imported under today's rules (verified,
 //! deduplicated, replaceable and deletion rules, moderation), exactly as `hearth import` would;
 //! then the file is removed. While it exists, a relay refuses the directory. Layout 3 needs none
-//! of this: its catalogue is converted where it is ([`crate::store::migrate::convert_in_place`]),
+//! of this: its catalogue is converted where it is ([`crate::store::embedded::migrate::convert_in_place`]),
 //! as a relay's start would convert it.
 
 use std::sync::Arc;

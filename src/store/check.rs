@@ -17,17 +17,17 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::catalogue;
 use super::db::{EVENTS_TREE, flush_durably, open_db};
+use super::embedded::catalogue;
+use super::embedded::open::open_log;
+use super::embedded::write::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
+use super::embedded::write::remap;
 use super::error::StoreError;
 use super::format::durable::Durable;
 use super::format::log::FRAME_HEADER;
 use super::format::{Serial, keys, record};
-use super::open::open_log;
-use super::write::apply::{address_of, address_tombstone_of, decode_address, encode_address, read_u64};
-use super::write::control::Compacted;
-use super::write::remap;
 use crate::protocol::{EventId, Timestamp};
+use crate::store::contract::Compacted;
 
 /// Compacts the store in `dir`, which no relay may hold (`hearth compact`): opened as a relay
 /// would open it (a crashed tail replayed, a stale generation removed), compacted, closed.
@@ -108,7 +108,7 @@ pub struct Checked {
 /// against its row, every tombstone honoured (`Store::check_database`). None for the embedded
 /// store ([`check`] reads its files).
 pub async fn check_database(store: &super::Store) -> Result<Option<Checked>, StoreError> {
-    use super::postgres::Flaw;
+    use super::contract::Flaw;
     let Some((events, flaws)) = store.check_database().await? else { return Ok(None) };
     let problems = flaws
         .into_iter()

@@ -36,61 +36,66 @@
 //! node's own (its blobs are files on its disk); an unreachable server is
 //! [`StoreError::Unavailable`] until it is back (the pool reconnects).
 //!
-//! The embedded backend, top to bottom (each floor imports only the floors below it):
+//! The folder, top to bottom (each floor imports only the floors below it; `tests/layers.rs`):
 //!
 //! ```text
-//! mod.rs (this API) · check (hearth check / --repair, over this API)
-//! open        opening a data directory: layouts converted, the log's tail replayed, the index opened
-//! write/      the writer thread and its group commit, the NIP-01/09/40 rules, compaction, remap, merges
-//! migrate     older layouts carried out and converted
-//! query       the read path: a filter planned onto an index list, records read and rendered
-//! view        what a read sees together (index, log, places) and the Mark of what it saw
-//! index/      the secondary indexes: the in-memory part, the segments, the merge of both
-//! catalogue   which events are stored and where their records are (sled's id buckets, read)
+//! check        hearth check / --repair, over this API and the embedded files
+//! mod.rs       this API and contract; `dispatch!` sends each call to the backend, one line each
+//! upkeep       the API's upkeep half: settings, audit, media records, stats, compaction, the stop
+//! embedded/    the embedded backend (sled, the event log, its indexes; its own floors inside)
+//! postgres/    the PostgreSQL backend           (the two never import each other)
+//! contract     the types both backends take and give: Tuning, PutOutcome, Mark, StoreStats, Export…
+//! media        this node's media records (its own sled, whichever backend holds the events)
 //! db · error · progress   sled's database and a durable flush; the one error; a slow step's log
-//! format/     the bytes on disk: record, event log, segment, keys, buckets, moves, sync
+//! format/      the bytes on disk: record, event log, segment, keys, buckets, moves, durable sync
 //! ```
+//!
+//! A backend implements the contract as inherent methods named as the [`Store`] methods they
+//! answer (`put`, `query_as`, `items`, `compact`, …); a third would add one arm to `dispatch!`.
 
-mod catalogue;
 pub mod check;
+mod contract;
 mod db;
-mod embedded;
+pub(crate) mod embedded;
 mod error;
-mod export;
 pub mod format;
-pub mod index;
-mod items;
 pub mod media;
-pub mod migrate;
-mod open;
-mod plan;
 pub mod postgres;
 mod progress;
-mod query;
-mod search;
-mod stats;
 mod upkeep;
-mod view;
-mod write;
 
+pub use contract::{
+    CompactPolicy, Compacted, Export, Flaw, Item, Mark, PgTuning, PutOutcome, SEARCH_DIR, SearchTuning, StoreStats,
+    Tuning,
+};
+pub use embedded::index;
+pub use embedded::index::MEM_EVENTS as INDEX_MEMORY_EVENTS;
+pub(crate) use embedded::migrate;
 pub use error::StoreError;
-pub use export::Export;
-pub use index::MEM_EVENTS as INDEX_MEMORY_EVENTS;
-pub use items::Item;
-pub use open::{PgTuning, Tuning};
 pub use postgres::PgError;
-pub use search::{SEARCH_DIR, SearchTuning};
-pub use stats::StoreStats;
-pub use view::Mark;
-pub use write::apply::PutOutcome;
-pub use write::control::{CompactPolicy, Compacted};
 
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::protocol::{EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
-use open::Opened;
+use embedded::open::{self, Opened};
 use postgres::Pg;
+
+/// Sends one Store call to the backend the store runs on: `dispatch!(self.backend, b => b.put(e).await)`.
+/// Both backends implement the contract as methods of the same names and signatures, so the
+/// one expression compiles against each (the compiler checks that both have it). An enum and
+/// this macro rather than a trait: the async methods (`put`, `remove`, `save_setting`, …)
+/// would need a boxed future per call behind a `dyn` trait, on the hottest path there is, or a
+/// `Store<B>` generic through every room that holds one.
+macro_rules! dispatch {
+    ($backend:expr, $b:ident => $call:expr) => {
+        match $backend {
+            Backend::Embedded($b) => $call,
+            Backend::Postgres($b) => $call,
+        }
+    };
+}
+use dispatch;
 
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
@@ -136,61 +141,41 @@ impl Store {
 
     /// "sled" or "postgres".
     pub fn backend_name(&self) -> &'static str {
-        match &self.backend {
-            Backend::Embedded(_) => "sled",
-            Backend::Postgres(_) => "postgres",
-        }
+        dispatch!(&self.backend, b => b.backend_name())
     }
 
     /// True when several nodes may share this store (PostgreSQL).
     pub fn is_shared(&self) -> bool {
-        matches!(self.backend, Backend::Postgres(_))
+        dispatch!(&self.backend, b => b.is_shared())
     }
 
     /// Stores a verified event durably, deduplicated by id; NIP-01 replacement and NIP-09
     /// deletion apply. Returns once the outcome is on disk.
     pub async fn put(&self, event: impl Into<Arc<VerifiedEvent>>) -> Result<PutOutcome, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.writes.put(event.into()).await,
-            Backend::Postgres(pg) => pg.put(event.into()).await,
-        }
+        dispatch!(&self.backend, b => b.put(event.into()).await)
     }
 
     /// Deletes events whose NIP-40 expiration is at or before `now`; returns how many.
     pub async fn sweep_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.writes.sweep_expired(now).await,
-            Backend::Postgres(pg) => pg.sweep(now).await,
-        }
+        dispatch!(&self.backend, b => b.sweep_expired(now).await)
     }
 
     /// Removes one stored event and its index entries (moderation); true when it was stored.
     pub async fn remove(&self, id: EventId) -> Result<bool, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.writes.remove(id).await,
-            Backend::Postgres(pg) => pg.remove(id).await,
-        }
+        dispatch!(&self.backend, b => b.remove(id).await)
     }
 
     /// The mark of an event another node stored, as it reaches this one for live delivery
     /// (a shared store's); None for a store of this node alone.
     pub fn arrived(&self, event: &crate::protocol::Event) -> Option<Mark> {
-        match &self.backend {
-            Backend::Embedded(_) => None,
-            Backend::Postgres(pg) => Some(pg.arrived(event)),
-        }
+        dispatch!(&self.backend, b => b.arrived(event))
     }
 
     /// The events a shared store (PostgreSQL) stored at or after `since` (Unix seconds, on the
     /// database's clock), oldest first, at most `max`: what a node that lost the live feed
     /// catches up with. None for a store of this node alone.
     pub async fn stored_since(&self, since: f64, max: i64) -> Result<Option<Vec<EventJson>>, StoreError> {
-        match &self.backend {
-            Backend::Embedded(_) => Ok(None),
-            Backend::Postgres(pg) => {
-                Ok(Some(pg.stored_since(since, max).await?.into_iter().map(EventJson::written_by_hearth).collect()))
-            }
-        }
+        dispatch!(&self.backend, b => b.stored_since(since, max).await)
     }
 
     /// One stored event by id, as the operator sees the store (every event: see
@@ -201,10 +186,7 @@ impl Store {
 
     /// [`Store::get`], if `viewer` may read it (NIP-42 read restrictions).
     pub fn get_as(&self, id: &EventId, now: Timestamp, viewer: &Viewer) -> Result<Option<EventJson>, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.reader.get(id, now, viewer),
-            Backend::Postgres(pg) => pg.get(id, now, viewer),
-        }
+        dispatch!(&self.backend, b => b.get_as(id, now, viewer))
     }
 
     /// Stored events matching any filter, as the operator sees the store (every event: see
@@ -227,10 +209,7 @@ impl Store {
         now: Timestamp,
         viewer: &Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.query_as(filters, now, viewer),
-            Backend::Postgres(pg) => pg.query(filters, now, viewer),
-        }
+        dispatch!(&self.backend, b => b.query_as(filters, now, viewer))
     }
 
     /// How many stored events match any filter (NIP-45), as the operator sees the store;
@@ -241,10 +220,7 @@ impl Store {
 
     /// [`Store::count`] of what `viewer` may read.
     pub fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.count_as(filters, now, viewer),
-            Backend::Postgres(pg) => pg.count(filters, now, viewer),
-        }
+        dispatch!(&self.backend, b => b.count_as(filters, now, viewer))
     }
 
     /// Every stored event matching `filter` (its `limit` keeps the newest that many), oldest
@@ -254,10 +230,7 @@ impl Store {
         if let Some(refusal) = filter.search_refusal() {
             return Err(StoreError::Search(refusal.into()));
         }
-        match &self.backend {
-            Backend::Embedded(s) => s.reader.export(filter, now),
-            Backend::Postgres(pg) => pg.export(filter, now),
-        }
+        dispatch!(&self.backend, b => b.export(filter, now))
     }
 
     /// The negentropy items (NIP-77) of `filter` for `viewer`: the created_at and id of every
@@ -273,10 +246,7 @@ impl Store {
         if let Some(refusal) = filter.search_refusal() {
             return Err(StoreError::Search(refusal.into()));
         }
-        match &self.backend {
-            Backend::Embedded(s) => s.reader.items(filter, now, viewer, max),
-            Backend::Postgres(pg) => pg.items(filter, now, viewer, max),
-        }
+        dispatch!(&self.backend, b => b.items(filter, now, viewer, max))
     }
 
     /// Whether the NIP-50 search index can answer; None when it is not kept (`storage.search`
@@ -311,29 +281,17 @@ impl Store {
 
     /// True when an event with this id is stored.
     pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => catalogue::contains(&s.reader.tree, id),
-            Backend::Postgres(pg) => pg.contains(id),
-        }
+        dispatch!(&self.backend, b => b.contains(id))
     }
 
     /// How many events by `author` are stored.
     pub fn count_by_author(&self, author: &PubKey) -> Result<usize, StoreError> {
-        match &self.backend {
-            Backend::Embedded(s) => s.count_by_author(author),
-            Backend::Postgres(pg) => pg.count_by_author(author),
-        }
+        dispatch!(&self.backend, b => b.count_by_author(author))
     }
 
     /// How many events are stored (0, logged, when PostgreSQL cannot be asked).
     pub fn len(&self) -> usize {
-        match &self.backend {
-            Backend::Embedded(s) => s.len(),
-            Backend::Postgres(pg) => pg.len().unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot count the stored events");
-                0
-            }),
-        }
+        dispatch!(&self.backend, b => b.len())
     }
 
     /// True when no event is stored.
@@ -387,10 +345,7 @@ impl Store {
 
     /// The search index and its feed, when the store keeps one.
     fn search_parts(&self) -> Option<(&Arc<crate::search::SearchIndex>, &Arc<crate::search::Feed>)> {
-        match &self.backend {
-            Backend::Embedded(s) => s.search.as_deref().map(|s| (&s.index, &s.feed)),
-            Backend::Postgres(pg) => pg.search.as_ref().map(|s| (&s.index, &s.feed)),
-        }
+        dispatch!(&self.backend, b => b.search_parts())
     }
 
     /// The embedded backend's parts (unit tests of its insides).

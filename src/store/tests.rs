@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::db::{EVENTS_TREE, open_db};
+use super::embedded::{catalogue, write};
 use super::format::keys::{self, SCHEMA_VERSION};
 use super::format::log;
 use super::format::record;

@@ -13,8 +13,8 @@ use tokio::runtime::Handle;
 use super::error::PgError;
 use super::read;
 use crate::protocol::{EventJson, Filter, Timestamp, Viewer};
+use crate::store::contract::{Export, ExportPages};
 use crate::store::error::StoreError;
-use crate::store::export::{Export, ExportPages};
 
 /// Runs `future` on `handle`'s runtime and waits for it on this thread (which may be an async
 /// worker of another runtime: the wait blocks it as a sled read would, never the backend's).

@@ -21,7 +21,6 @@
 
 mod error;
 mod export;
-mod flaw;
 mod read;
 mod schema;
 mod search;
@@ -39,19 +38,14 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio::runtime::{Handle, Runtime};
 
 use super::error::StoreError;
-use super::export::Export;
 use super::format::durable::Durable;
 use super::media::MediaRecords;
-use super::open::PgTuning;
-use super::search::SearchTuning;
-use super::view::Mark;
-use super::write::apply::PutOutcome;
 use crate::protocol::{Event, EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
 use crate::search::Change;
 use export::block;
 
+use crate::store::contract::{Export, Mark, PgTuning, PutOutcome, SearchTuning};
 pub use error::PgError;
-pub use flaw::Flaw;
 use write::Put;
 
 /// One open PostgreSQL store.
@@ -204,7 +198,7 @@ impl Pg {
         Ok(removed)
     }
 
-    pub(crate) async fn sweep(&self, now: Timestamp) -> Result<usize, StoreError> {
+    pub(crate) async fn sweep_expired(&self, now: Timestamp) -> Result<usize, StoreError> {
         let ids = self.run(move |mut c| async move { write::sweep(&mut c, now).await }).await?;
         let n = ids.len();
         self.index(ids.into_iter().map(Change::Remove).collect());
@@ -213,13 +207,13 @@ impl Pg {
 
     /// An event another node stored, as it reaches this one: into this node's search index (a
     /// deletion's targets out of it), and the mark it is delivered with.
-    pub(crate) fn arrived(&self, event: &Event) -> Mark {
+    pub(crate) fn arrived(&self, event: &Event) -> Option<Mark> {
         let mut changes = vec![Change::Add(event.clone())];
         if event.kind == crate::protocol::Kind::DELETION {
             changes.extend(event.tag_values("e").filter_map(EventId::from_hex).map(Change::Remove));
         }
         self.index(changes);
-        self.next_mark()
+        Some(self.next_mark())
     }
 
     /// Queues changes of the search index, when there is one.
@@ -231,7 +225,7 @@ impl Pg {
         }
     }
 
-    pub(crate) fn query(
+    pub(crate) fn query_as(
         &self,
         filters: &[Filter],
         now: Timestamp,
@@ -250,7 +244,7 @@ impl Pg {
         Ok((events, mark))
     }
 
-    pub(crate) fn count(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
+    pub(crate) fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
         let (filters, viewer) = (filters.to_vec(), viewer.clone());
         if filters.iter().any(|f| f.search.is_some()) {
             let search = self.search.clone().ok_or(StoreError::SearchOff)?;
@@ -260,7 +254,12 @@ impl Pg {
         self.blocking(move |c| async move { read::count(&**c, &filters, now, &viewer).await })
     }
 
-    pub(crate) fn get(&self, id: &EventId, now: Timestamp, viewer: &Viewer) -> Result<Option<EventJson>, StoreError> {
+    pub(crate) fn get_as(
+        &self,
+        id: &EventId,
+        now: Timestamp,
+        viewer: &Viewer,
+    ) -> Result<Option<EventJson>, StoreError> {
         let (id, viewer) = (*id, viewer.clone());
         self.blocking(move |c| async move { read::get(&**c, &id, now, &viewer).await })
     }
@@ -278,10 +277,12 @@ impl Pg {
 
     /// The events this database stored at or after `since` (Unix seconds, its own clock), in
     /// the order stored, at most `max`: a node's catch-up after it lost the live feed.
-    pub(crate) async fn stored_since(&self, since: f64, max: i64) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn stored_since(&self, since: f64, max: i64) -> Result<Option<Vec<EventJson>>, StoreError> {
         let select = "SELECT json FROM events WHERE stored_at >= to_timestamp($1) ORDER BY seq LIMIT $2";
-        self.run(move |c| async move { Ok(c.query(select, &[&since, &max]).await?.iter().map(|r| r.get(0)).collect()) })
-            .await
+        let rows: Vec<String> = self
+            .run(move |c| async move { Ok(c.query(select, &[&since, &max]).await?.iter().map(|r| r.get(0)).collect()) })
+            .await?;
+        Ok(Some(rows.into_iter().map(EventJson::written_by_hearth).collect()))
     }
 
     pub(crate) fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
@@ -296,8 +297,12 @@ impl Pg {
         self.count_where("SELECT count(*) FROM events WHERE pubkey = $1", vec![author])
     }
 
-    pub(crate) fn len(&self) -> Result<usize, StoreError> {
-        self.count_where("SELECT count(*) FROM events", Vec::new())
+    /// How many events are stored (0, logged, when the server cannot be asked).
+    pub(crate) fn len(&self) -> usize {
+        self.count_where("SELECT count(*) FROM events", Vec::new()).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot count the stored events");
+            0
+        })
     }
 
     fn count_where(&self, text: &'static str, args: Vec<Vec<u8>>) -> Result<usize, StoreError> {

@@ -21,8 +21,8 @@ use super::read::{self, Hit};
 use crate::protocol::search::{SearchQuery, parse};
 use crate::protocol::{Event, EventId, EventJson, Filter, Timestamp, Viewer};
 use crate::search::{CatchUp, Change, Feed, Position, SearchIndex, SearchState, Source};
+use crate::store::contract::{SEARCH_DIR, SearchTuning};
 use crate::store::error::StoreError;
-use crate::store::search::{SEARCH_DIR, SearchTuning};
 
 /// Rows a rebuild reads at once.
 const REBUILD_PAGE: i64 = 1000;

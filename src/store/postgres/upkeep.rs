@@ -11,11 +11,11 @@ use deadpool_postgres::Object;
 
 use super::Pg;
 use super::error::PgError;
-use super::flaw::Flaw;
 use crate::protocol::Timestamp;
+use crate::store::contract::Flaw;
+use crate::store::contract::{CompactPolicy, Compacted, StoreStats};
 use crate::store::error::StoreError;
-use crate::store::stats::StoreStats;
-use crate::store::write::control::Compacted;
+use crate::store::media::MediaRecords;
 
 /// The settings document of the last vacuum (`Store::stats`' last compaction).
 const LAST_VACUUM: &str = "postgres_last_vacuum";
@@ -42,14 +42,14 @@ impl Pg {
             index_bytes,
             index_segments: 0,
             log_generation: 0,
-            compacting: self.is_vacuuming(),
+            compacting: self.is_compacting(),
             last_compaction,
             backend: "postgres",
         })
     }
 
     /// `Store::start_compaction`: a vacuum in the background; false while one runs.
-    pub(crate) fn start_vacuum(self: &Arc<Self>) -> bool {
+    pub(crate) fn start_compaction(self: &Arc<Self>) -> bool {
         if self.vacuuming.swap(true, Ordering::AcqRel) {
             return false;
         }
@@ -64,12 +64,12 @@ impl Pg {
     }
 
     /// True while a vacuum this node started runs.
-    pub(crate) fn is_vacuuming(&self) -> bool {
+    pub(crate) fn is_compacting(&self) -> bool {
         self.vacuuming.load(Ordering::Acquire)
     }
 
     /// `Store::compact`: a vacuum now; [`StoreError::Compacting`] while another runs.
-    pub(crate) async fn vacuum(&self) -> Result<Compacted, StoreError> {
+    pub(crate) async fn compact(&self) -> Result<Compacted, StoreError> {
         if self.vacuuming.swap(true, Ordering::AcqRel) {
             return Err(StoreError::Compacting);
         }
@@ -118,7 +118,7 @@ impl Pg {
     /// `hearth check` of the database: every stored event's JSON decoded and verified (its id
     /// and signature) against its row, and every NIP-09 tombstone honoured; what is wrong, by
     /// row. The events read (in pages of `seq`) come back too.
-    pub(crate) async fn check(&self) -> Result<(u64, Vec<Flaw>), StoreError> {
+    pub(crate) async fn check_all(&self) -> Result<(u64, Vec<Flaw>), StoreError> {
         let (mut events, mut flaws, mut after) = (0u64, Vec::new(), 0i64);
         loop {
             let page = "SELECT seq, id, json FROM events WHERE seq > $1 ORDER BY seq LIMIT 1000";
@@ -149,5 +149,49 @@ impl Pg {
         let rows = self.run(move |c| async move { Ok(c.query(deleted, &[]).await?) }).await?;
         flaws.extend(rows.iter().map(|r| Flaw::Deleted { id: hex::encode(r.get::<_, Vec<u8>>(0)) }));
         Ok((events, flaws))
+    }
+
+    /// "postgres".
+    pub(crate) fn backend_name(&self) -> &'static str {
+        "postgres"
+    }
+
+    /// Several nodes may share it.
+    pub(crate) fn is_shared(&self) -> bool {
+        true
+    }
+
+    /// The node's media records (its blobs are files on its disk).
+    pub(crate) fn media(&self) -> &MediaRecords {
+        &self.media
+    }
+
+    /// The search index and its feed, when the store keeps one.
+    pub(crate) fn search_parts(&self) -> Option<(&Arc<crate::search::SearchIndex>, &Arc<crate::search::Feed>)> {
+        self.search.as_ref().map(|s| (&s.index, &s.feed))
+    }
+
+    /// A vacuum never outlives the call that runs it: nothing to wait for.
+    pub(crate) async fn until_compaction_ends(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// PostgreSQL vacuums on its own (autovacuum): the policy is the embedded log's.
+    pub(crate) fn set_compaction_policy(&self, _policy: CompactPolicy) {}
+
+    /// Never: PostgreSQL vacuums on its own.
+    pub(crate) async fn compaction_due(&self) {
+        std::future::pending().await
+    }
+
+    /// `Store::check_database`: the events read and what is wrong with them.
+    pub(crate) async fn check_database(&self) -> Result<Option<(u64, Vec<Flaw>)>, StoreError> {
+        Ok(Some(self.check_all().await?))
+    }
+
+    /// Nothing to checkpoint: the database holds the events, the node's own sled only media
+    /// records, flushed as they are written.
+    pub(crate) fn checkpoint(self: Arc<Self>, _cache_capacity_mb: u64) -> Result<(), StoreError> {
+        Ok(())
     }
 }

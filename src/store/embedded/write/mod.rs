@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
+use crate::store::contract::{CompactPolicy, Compacted, PutOutcome};
 use crate::store::error::StoreError;
-use apply::PutOutcome;
 use compact::{LAST_COMPACTION, files_bytes};
-use control::{CompactPolicy, Compacted, Control};
+use control::Control;
 use remap::Remap;
 use shared::Shared;
 use writer::WriteOp;

@@ -26,9 +26,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::apply::{PutOutcome, put, remove_into, sweep};
+use super::apply::{put, remove_into, sweep};
 use super::compact::{self, Prepared};
-use super::control::Compacted;
 use super::merger;
 use super::pending::Pending;
 use super::remap::Remap;
@@ -37,9 +36,9 @@ use super::replay::{remove_frame, sweep_frame};
 use super::shared::Shared;
 use crate::protocol::{EventId, Timestamp, VerifiedEvent};
 use crate::search::Position;
+use crate::store::contract::{Compacted, Mark, PutOutcome};
+use crate::store::embedded::index::meta::written_out;
 use crate::store::error::StoreError;
-use crate::store::index::meta::written_out;
-use crate::store::view::Mark;
 
 /// Writes handled in one group at most.
 const MAX_GROUP: usize = 4096;

@@ -18,13 +18,13 @@ use std::thread::JoinHandle;
 use super::control::Control;
 use super::shared::Shared;
 use crate::store::db::flush_durably;
+use crate::store::embedded::index::segments::{merge_into, rewrite_old as rewrite_segments};
+use crate::store::embedded::view::View;
 use crate::store::error::StoreError;
 use crate::store::format::durable::Durable;
 use crate::store::format::moves::Moves;
 use crate::store::format::remove_if_there;
 use crate::store::format::segment::Segment;
-use crate::store::index::segments::{merge_into, rewrite_old as rewrite_segments};
-use crate::store::view::View;
 
 struct Merger {
     db: sled::Db,

@@ -11,53 +11,9 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use crate::store::contract::CompactPolicy;
+use crate::store::embedded::view::View;
 use crate::store::error::StoreError;
-use crate::store::view::View;
-
-/// What a compaction did.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Compacted {
-    /// When it finished (Unix seconds).
-    pub at: u64,
-    /// The data directory's bytes before (the store's files, for a temporary store).
-    pub before_bytes: u64,
-    /// And after.
-    pub after_bytes: u64,
-    /// How long it took, start to end.
-    pub seconds: f64,
-    /// How long writes waited for its swap (milliseconds).
-    #[serde(default)]
-    pub writes_paused_ms: f64,
-    /// How long reads waited for its swap (milliseconds): the moment the view changes.
-    #[serde(default)]
-    pub reads_paused_ms: f64,
-}
-
-/// How the store compacts: on its own once the log's dead bytes are at least `dead_ratio` of it
-/// and it is at least `min_bytes` long (`storage.compact_dead_ratio`, `storage.compact_min_mb`),
-/// and how fast the background copy may read and write (`storage.compact_max_mb_per_sec`). The
-/// default never compacts on its own and copies at full speed.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CompactPolicy {
-    /// Dead share of the log that makes a compaction due; 0: never on its own.
-    pub dead_ratio: f64,
-    /// Shorter logs are left alone.
-    pub min_bytes: u64,
-    /// Bytes per second the copy step writes at most, so that a compaction does not take the
-    /// disk from the relay's own reads and writes; 0: no limit. The writer's short last step is
-    /// never slowed.
-    pub max_bytes_per_sec: u64,
-}
-
-impl CompactPolicy {
-    /// True when a log of `log_bytes` with `dead_bytes` of them dead is due.
-    fn is_due(&self, log_bytes: u64, dead_bytes: u64) -> bool {
-        self.dead_ratio > 0.0
-            && dead_bytes > 0
-            && log_bytes >= self.min_bytes
-            && dead_bytes as f64 >= self.dead_ratio * log_bytes as f64
-    }
-}
 
 /// Whether a compaction runs, and when one is due.
 #[derive(Default)]

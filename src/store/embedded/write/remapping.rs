@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::compact::Swapped;
-use super::control::Compacted;
 use super::remap::{self, Remap};
 use super::shared::Shared;
+use crate::store::contract::Compacted;
+use crate::store::embedded::index::meta::remove_other_generations;
 use crate::store::error::StoreError;
 use crate::store::format::moves;
-use crate::store::index::meta::remove_other_generations;
 
 /// How long the writer waits before another remap step after one failed.
 const REMAP_RETRY: Duration = Duration::from_secs(1);

@@ -8,46 +8,24 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use super::catalogue::meta_u64;
-use super::db::{AUDIT_TREE, EVENTS_TREE, SETTINGS_TREE, flush_durably, open_db};
-use super::error::StoreError;
-use super::format::durable::Durable;
-use super::format::keys::{self, SCHEMA_VERSION};
-use super::format::log::{self, Log};
-use super::format::moves;
 use super::index::Indexes;
-use super::media::MediaRecords;
 use super::migrate;
-use super::progress::Progress;
 use super::query::Reader;
-use super::search::{self, SearchTuning, Searching};
-use super::view::{Mark, View};
+use super::search::{self, Searching};
+use super::view::View;
 use super::write::control::Control;
 use super::write::remap;
 use super::write::shared::Shared;
 use super::write::{Writes, replay};
-
-/// How a store is opened (`[storage]` settings).
-#[derive(Clone, Debug)]
-pub struct Tuning {
-    /// sled's page cache, MiB.
-    pub cache_capacity_mb: u64,
-    /// Events the in-memory part of the index holds before they are written out as a segment.
-    pub index_memory_events: usize,
-    /// The search index (NIP-50), when it is kept.
-    pub search: Option<SearchTuning>,
-    /// The PostgreSQL database the events live in (`storage.backend = "postgres"`); None: the
-    /// embedded store in the data directory.
-    pub postgres: Option<PgTuning>,
-}
-
-/// How the PostgreSQL backend is opened (`storage.postgres_url`, `storage.postgres_pool`).
-#[derive(Clone, Debug)]
-pub struct PgTuning {
-    /// The database's URL.
-    pub url: String,
-    /// Connections the pool holds at most.
-    pub pool: usize,
-}
+use crate::store::contract::{Mark, SearchTuning, Tuning};
+use crate::store::db::{AUDIT_TREE, EVENTS_TREE, SETTINGS_TREE, flush_durably, open_db};
+use crate::store::error::StoreError;
+use crate::store::format::durable::Durable;
+use crate::store::format::keys::{self, SCHEMA_VERSION};
+use crate::store::format::log::{self, Log};
+use crate::store::format::moves;
+use crate::store::media::MediaRecords;
+use crate::store::progress::Progress;
 
 /// The parts of one open store.
 pub(crate) struct Opened {

@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::store::catalogue::{self, Places};
+use crate::store::embedded::catalogue::{self, Places};
 use crate::store::error::StoreError;
 use crate::store::format::bucket::{self, BUCKETS};
 use crate::store::format::keys;

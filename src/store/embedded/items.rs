@@ -17,16 +17,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::catalogue::{self, Places};
-use super::error::StoreError;
-use super::format::log::{Log, LogError};
-use super::format::{Serial, record};
 use super::index::Key;
 use super::plan::{Plan, lists_are_exact};
 use super::query::{self, Reader};
-use crate::protocol::{EventId, Filter, Timestamp, Viewer};
-
-/// One item: when, and which event.
-pub type Item = (Timestamp, EventId);
+use crate::protocol::{Filter, Timestamp, Viewer};
+use crate::store::contract::Item;
+use crate::store::error::StoreError;
+use crate::store::format::log::{Log, LogError};
+use crate::store::format::{Serial, record};
 
 /// Fewer ids than the store's events divided by this are read from their records; more, from a
 /// walk of the catalogue (which reads every bucket once, however few are wanted).

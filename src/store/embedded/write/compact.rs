@@ -33,16 +33,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::control::Compacted;
 use super::remap::{self, Remap};
 use super::shared::Shared;
 use crate::protocol::Timestamp;
-use crate::store::catalogue::{self, Places};
+use crate::store::contract::Compacted;
+use crate::store::embedded::catalogue::{self, Places};
+use crate::store::embedded::index::meta::remove_other_generations;
 use crate::store::error::StoreError;
 use crate::store::format::log::{self, FRAME_HEADER, Log};
 use crate::store::format::moves::{self, Moves, MovesFile};
 use crate::store::format::{Serial, keys, record};
-use crate::store::index::meta::remove_other_generations;
 
 /// The settings document that records the last compaction.
 pub const LAST_COMPACTION: &str = "last_compaction";

@@ -4,10 +4,11 @@
 
 use sled::Tree;
 
-use super::apply::{PutOutcome, put, remove_into, sweep};
+use super::apply::{put, remove_into, sweep};
 use super::pending::Pending;
 use crate::protocol::{EventId, Timestamp};
-use crate::store::catalogue::Places;
+use crate::store::contract::PutOutcome;
+use crate::store::embedded::catalogue::Places;
 use crate::store::error::StoreError;
 use crate::store::format::log::{self, Log};
 use crate::store::format::{Serial, keys, record};

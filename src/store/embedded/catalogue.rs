@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use sled::{IVec, Tree};
 
-use super::error::StoreError;
-use super::format::bucket::{entries, find, key};
-use super::format::keys;
-use super::format::moves::Moves;
-use super::format::{Serial, decode_serial};
 use crate::protocol::EventId;
+use crate::store::error::StoreError;
+use crate::store::format::bucket::{entries, find, key};
+use crate::store::format::keys;
+use crate::store::format::moves::Moves;
+use crate::store::format::{Serial, decode_serial};
 
 /// The bit of a catalogue entry's stored place that tells the generation it points into (its
 /// parity); serials are below 2^48, so the bit is free.

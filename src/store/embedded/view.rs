@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use super::catalogue::Places;
-use super::format::log::Log;
 use super::index::Indexes;
+use crate::store::contract::Mark;
+use crate::store::format::log::Log;
 
 /// What a read sees together: the secondary indexes, the event log file their serials (and the
 /// catalogue's `i` entries) point into, and how those entries read. A compaction replaces them
@@ -23,24 +24,4 @@ pub(crate) struct View {
     pub(crate) places: Places,
     /// The mark of the last group made visible (see [`Mark`]).
     pub(crate) mark: Mark,
-}
-
-/// Where in the order of visibility an event became readable, or a query looked: the writer
-/// counts up with each group it makes visible. A query that returns mark `w` saw every event
-/// stored with a mark ≤ `w` (and matching it), and none stored later; so a subscription's live
-/// delivery can leave out the events its own query already answered (see `ws::session`). It is
-/// an in-memory count, not a place: it survives a compaction and starts again at each open.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Mark(u64);
-
-impl Mark {
-    /// The mark after this one.
-    pub(crate) fn next(self) -> Mark {
-        Mark(self.0 + 1)
-    }
-
-    /// The mark counted `n` (a backend that counts its own).
-    pub(crate) fn at(n: u64) -> Mark {
-        Mark(n)
-    }
 }

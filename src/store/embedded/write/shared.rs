@@ -13,10 +13,10 @@ use sled::Tree;
 use super::control::Control;
 use crate::search::{Feed, Position};
 use crate::store::db::flush_durably;
+use crate::store::embedded::view::View;
 use crate::store::error::StoreError;
 use crate::store::format::durable::Durable;
 use crate::store::format::log::Log;
-use crate::store::view::View;
 
 /// The handles of one open store that its writing threads share; cheap to clone.
 #[derive(Clone)]

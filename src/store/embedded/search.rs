@@ -16,26 +16,15 @@ use std::sync::Arc;
 use sled::Tree;
 
 use super::catalogue;
-use super::error::StoreError;
-use super::format::Serial;
-use super::format::log::{FRAME_HEADER, Log};
-use super::format::record;
 use super::query::{Candidate, Hit, Reader, hit};
-use super::view::Mark;
 use crate::protocol::search::{SearchQuery, parse};
 use crate::protocol::{EventId, EventJson, Filter, Kind, Timestamp, Viewer};
 use crate::search::{CatchUp, Change, Feed, Position, SearchIndex, SearchState, Source};
-
-pub use crate::search::SEARCH_DIR;
-
-/// How a store's search index is kept (`storage.search*`).
-#[derive(Clone, Debug)]
-pub struct SearchTuning {
-    /// The kinds indexed.
-    pub kinds: Vec<Kind>,
-    /// The index writer's memory, MiB.
-    pub memory_mb: u64,
-}
+use crate::store::contract::{Mark, SEARCH_DIR, SearchTuning};
+use crate::store::error::StoreError;
+use crate::store::format::Serial;
+use crate::store::format::log::{FRAME_HEADER, Log};
+use crate::store::format::record;
 
 /// The search index of one open store and the thread that writes it.
 pub(crate) struct Searching {

@@ -11,24 +11,11 @@ use super::pending::{Pending, pending_get, pending_insert, pending_remove};
 use crate::protocol::private::wrap_recipient;
 use crate::protocol::{Event, EventId, Kind, KindClass, PubKey, Timestamp};
 use crate::search::Change;
+use crate::store::contract::{Mark, PutOutcome};
+use crate::store::embedded::index::{self, IndexOp};
 use crate::store::error::StoreError;
 use crate::store::format::log::FRAME_HEADER;
 use crate::store::format::{Serial, keys, record};
-use crate::store::index::{self, IndexOp};
-use crate::store::view::Mark;
-
-/// What happened to an event given to `Store::put`.
-#[derive(Clone, Debug)]
-pub enum PutOutcome {
-    /// Newly stored and durable, readable from the mark given.
-    Stored(Mark),
-    /// The same id is already stored.
-    Duplicate,
-    /// A newer version of this replaceable / addressable event is stored.
-    Superseded,
-    /// Its author deleted it (NIP-09 tombstone).
-    Deleted,
-}
 
 pub(crate) fn address_of(event: &Event) -> Option<Vec<u8>> {
     match event.kind.class() {
@@ -232,7 +219,7 @@ mod tests {
 
     /// A group over an empty catalogue; `with` runs the writes, then the group is applied.
     fn group<T>(tree: &sled::Tree, log: &Log, with: impl FnOnce(&mut Pending) -> T) -> T {
-        let mut p = Pending::new(tree, log, crate::store::catalogue::Places::default());
+        let mut p = Pending::new(tree, log, crate::store::embedded::catalogue::Places::default());
         let out = with(&mut p);
         if !p.is_empty() {
             p.apply().unwrap();
@@ -252,7 +239,7 @@ mod tests {
     }
 
     fn stored(tree: &sled::Tree, e: &Event) -> bool {
-        crate::store::catalogue::contains(tree, &e.id).unwrap()
+        crate::store::embedded::catalogue::contains(tree, &e.id).unwrap()
     }
 
     #[test]

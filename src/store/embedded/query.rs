@@ -13,14 +13,14 @@ use std::sync::RwLock;
 use sled::Tree;
 
 use super::catalogue;
-use super::error::StoreError;
-use super::export::{Export, ExportPages};
-use super::format::log::{Log, LogError};
-use super::format::{Serial, keys, record};
 use super::index::Key;
 use super::plan::{Plan, lists_are_exact};
-use super::view::{Mark, View};
+use super::view::View;
 use crate::protocol::{EventId, EventJson, Filter, Timestamp, Viewer};
+use crate::store::contract::{Export, ExportPages, Mark};
+use crate::store::error::StoreError;
+use crate::store::format::log::{Log, LogError};
+use crate::store::format::{Serial, keys, record};
 
 /// The read side of one open store: the catalogue, the view, and the damaged records met;
 /// cheap to clone.

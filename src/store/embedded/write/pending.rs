@@ -13,13 +13,13 @@ use sled::{Batch, IVec, Tree};
 
 use crate::protocol::EventId;
 use crate::search::{Change, Feed};
-use crate::store::catalogue::Places;
+use crate::store::embedded::catalogue::Places;
+use crate::store::embedded::index::IndexOp;
 use crate::store::error::StoreError;
 use crate::store::format::bucket::{find, key, with, without};
 use crate::store::format::log::{self, Log};
 use crate::store::format::segment::MAX_SERIAL;
 use crate::store::format::{Serial, keys};
-use crate::store::index::IndexOp;
 
 /// The writes of one group not yet in sled, read through by later writes of the same group.
 /// Changes of the write in progress stay apart until it succeeds, so a write that fails halfway

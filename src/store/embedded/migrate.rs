@@ -23,14 +23,14 @@ use std::path::Path;
 
 use sled::Tree;
 
-use super::db::{EVENTS_TREE, OLD_TREES, flush_durably, open_db};
-use super::error::StoreError;
-use super::format::bucket;
-use super::format::durable::Durable;
-use super::format::keys::{self, SCHEMA_VERSION};
-use super::format::{decode_serial, record};
-use super::progress::Progress;
 use crate::protocol::EventId;
+use crate::store::db::{EVENTS_TREE, OLD_TREES, flush_durably, open_db};
+use crate::store::error::StoreError;
+use crate::store::format::bucket;
+use crate::store::format::durable::Durable;
+use crate::store::format::keys::{self, SCHEMA_VERSION};
+use crate::store::format::{decode_serial, record};
+use crate::store::progress::Progress;
 
 /// Ids a layout-3 conversion moves into buckets per sled batch.
 const CONVERT_BATCH: usize = 65_536;
@@ -161,7 +161,7 @@ pub(crate) fn bucket_catalogue(tree: &Tree) -> Result<u64, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::catalogue;
+    use crate::store::embedded::catalogue;
     use crate::store::format::bucket::test_id as id;
 
     #[test]
