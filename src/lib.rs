@@ -19,6 +19,13 @@
 //! `NOTICE` by `ws` and to a status and `Retry-After` by `http`. [`run`] (in `relay.rs`) takes a
 //! bound listener and a shutdown future: the caller binds, the library serves.
 //!
+//! **The public API** is what embedders and tests need: the relay ([`Relay`], [`run`]), its
+//! [`config`], the [`client`] library, [`testing`] (a relay, and PostgreSQL, in another project's
+//! tests) and the [`protocol`] types they speak. Beside them, for the workspace's other parts:
+//! the `hearth` binary's [`cli`], [`offline`], [`dev`] and [`sync`]; `crates/hearth-bench`'s
+//! [`limiter`] and [`cluster`] (it measures them alone); the fuzz targets' [`fuzz`]; and the
+//! [`store`] (the offline tools and the micro benchmarks). Every other module is the crate's own.
+//!
 //! This file only declares the modules and re-exports the API; nothing imports it. The modules
 //! are floors that import only the floors below them (docs/src/architecture.md; `tests/layers.rs` checks
 //! it from the code's own imports).
@@ -26,8 +33,8 @@
 pub(crate) mod admin;
 pub(crate) mod app;
 pub(crate) mod audit;
-pub mod backup;
-pub mod blobs;
+pub(crate) mod backup;
+pub(crate) mod blobs;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
@@ -37,7 +44,7 @@ pub mod dev;
 pub(crate) mod fanout;
 pub(crate) mod frames;
 pub mod fuzz;
-pub mod groups;
+pub(crate) mod groups;
 pub(crate) mod hold;
 pub(crate) mod http;
 pub(crate) mod identity;
@@ -55,7 +62,7 @@ pub mod protocol;
 pub(crate) mod query;
 pub(crate) mod relay;
 pub(crate) mod rest;
-pub mod search;
+pub(crate) mod search;
 pub(crate) mod server;
 pub(crate) mod slots;
 pub(crate) mod stats;

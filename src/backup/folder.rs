@@ -34,7 +34,7 @@ pub const AUDIT: &str = "audit.jsonl";
 pub const EVENTS: &str = "events.jsonl";
 /// The blobs' folder.
 pub const MEDIA: &str = "media";
-/// The blobs' records, in [`MEDIA`].
+/// The blobs' records, in `MEDIA`.
 pub const RECORDS: &str = "records.jsonl";
 
 /// A backup folder being written, part by part.

@@ -124,6 +124,7 @@ pub fn text_of(event: &Event) -> String {
 
 impl SearchIndex {
     /// An index in memory (tests), its writer given `memory_bytes`.
+    #[cfg(test)]
     pub fn in_memory(memory_bytes: usize) -> Result<SearchIndex, SearchError> {
         let (schema, fields) = schema();
         SearchIndex::with(Index::create_in_ram(schema), fields, memory_bytes)
@@ -225,10 +226,5 @@ impl SearchIndex {
     /// Events in the index (committed).
     pub fn len(&self) -> u64 {
         self.reader.searcher().num_docs()
-    }
-
-    /// Whether it holds no committed event.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

@@ -20,6 +20,6 @@ mod tests;
 /// it out: a compaction does not change it).
 pub const SEARCH_DIR: &str = "search";
 
-pub use feed::{COMMIT_EVERY, CatchUp, Change, Feed, SearchState, Source};
-pub use index::{MIN_MEMORY_BYTES, Position, SearchError, SearchIndex, text_of};
-pub use query::{Found, matches};
+pub use feed::{CatchUp, Change, Feed, SearchState, Source};
+pub use index::{Position, SearchError, SearchIndex};
+pub use query::matches;

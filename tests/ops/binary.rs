@@ -71,7 +71,7 @@ impl Lossy {
         let (disk, data) = (dir.join("disk"), dir.join("data"));
         std::fs::create_dir_all(&disk).unwrap();
         std::fs::create_dir_all(&data).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth-bench"))
+        let mut child = Command::new(crate::common::bench_exe())
             .arg("lossy")
             .args([&disk, &data])
             // Held open by the child's handle: if this process dies, the filesystem unmounts.

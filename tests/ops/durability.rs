@@ -222,7 +222,7 @@ async fn a_write_that_cannot_reach_the_event_log_is_refused_and_the_relay_recove
 /// and returns its report, failing with its error (which names the lost event and the relay's
 /// last log lines) when it finds anything acknowledged missing.
 fn crash_run(args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth-bench"))
+    let out = std::process::Command::new(crate::common::bench_exe())
         .arg("crash")
         .args(args)
         // The start deadline only tells a hung start from a slow one; starts are timed by the bench.

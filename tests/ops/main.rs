@@ -1,6 +1,6 @@
 //! hearth's admission and operations integration tests: the limiter and the IP ceiling, sockets
 //! that try to hold the relay, the `hearth` binary itself (start-up, SIGTERM, `kill -9`),
-//! durability, the client library and CLI, and the benchmark's smoke mode. See `tests/it` for
+//! durability, the client library and CLI. See `tests/it` for
 //! why there are two binaries.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
@@ -9,7 +9,6 @@ mod common;
 
 mod admission;
 mod backup;
-mod bench_smoke;
 mod binary;
 mod client;
 mod cluster;

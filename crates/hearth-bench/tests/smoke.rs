@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 //! The benchmark's smoke mode, run as part of the test suite so the bench never rots: every
 //! workload at a tiny size against an in-process relay, each result checked by the bench itself.
 

@@ -104,7 +104,7 @@ pub(crate) async fn postgres(events: usize, file: &Path) -> Res<Vec<Report>> {
     if !file.exists() {
         reports.push(gen_file(events, file)?);
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/postgres/install.sh");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/postgres/install.sh");
     if !std::process::Command::new("bash").arg(script).status().map_err(err)?.success() {
         return Err("PostgreSQL is missing and tests/postgres/install.sh could not install it".into());
     }

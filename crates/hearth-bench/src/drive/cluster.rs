@@ -32,7 +32,7 @@ pub(super) struct Redis {
 
 impl Redis {
     pub(super) fn start() -> Res<Redis> {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis/install.sh");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/redis/install.sh");
         let installed = Command::new("bash").arg(script).status().map_err(err)?;
         if !installed.success() {
             return Err("redis-server is missing and tests/redis/install.sh could not install it".into());
