@@ -17,8 +17,8 @@ use crate::limiter::Limiter;
 use crate::moderation::Moderation;
 use crate::protocol::nip98;
 use crate::protocol::{EventId, Keys, PrivateKinds};
-use crate::slots::Slots;
 use crate::store::Store;
+use crate::subscription_caps::Slots;
 
 /// Everything a request handler needs; shared as `Arc<AppState>`.
 pub struct AppState {
@@ -44,7 +44,7 @@ pub struct AppState {
     pub moderation: Moderation,
     /// The Redis the nodes share, with `limits.backend = "redis"`.
     pub link: Option<Arc<crate::cluster::Link>>,
-    /// The other nodes' events through Redis (`limits.backend = "redis"`): see `crate::nodes`.
+    /// The other nodes' events through Redis (`limits.backend = "redis"`): see `crate::delivery`.
     pub broadcast: Option<Arc<crate::cluster::broadcast::Broadcast>>,
     /// The events delivered live lately, so that one reaching this node twice (from the
     /// broadcast and from a catch-up) is delivered once.
@@ -62,7 +62,7 @@ pub struct AppState {
     /// What the background sync with each configured peer last did (`[[sync.peers]]`).
     pub sync: crate::sync::status::SyncStatus,
     /// Every WebSocket frame in and out on stderr, when set (`hearth dev`).
-    pub frame_log: std::sync::OnceLock<crate::frames::FrameLog>,
+    pub frame_log: std::sync::OnceLock<crate::frame_log::FrameLog>,
 }
 
 impl AppState {

@@ -203,9 +203,8 @@ pub async fn changed(app: &AppState, pubkey: PubKey, added: bool) {
     // lowest id, which would be chance).
     let list = app.keys.sign(Timestamp(now.0.max(last_list_at(app).await + 1)), LIST, tags, "");
     for event in [change, list] {
-        if let Err(e) = publish_own(app, event).await {
-            tracing::error!(error = %e, "publishing the relay's membership event failed");
-        }
+        // A failure is logged where it happens; the next change publishes the list again.
+        let _ = crate::delivery::publish_own(app, event).await;
     }
 }
 
@@ -259,9 +258,8 @@ pub async fn publish_room_creators(app: &AppState) {
     let mut tags = vec![vec!["-".to_string()]];
     tags.extend(wanted.into_iter().map(|hex| vec!["p".to_string(), hex]));
     let event = app.keys.sign(Timestamp(Timestamp::now().0.max(at + 1)), ROOM_CREATORS, tags, "");
-    if let Err(e) = publish_own(app, event).await {
-        tracing::error!(error = %e, "publishing who may create rooms (kind 19004) failed");
-    }
+    // A failure is logged where it happens.
+    let _ = crate::delivery::publish_own(app, event).await;
 }
 
 /// When the relay's current member list was made (0: none).
@@ -280,17 +278,6 @@ async fn newest_own(app: &AppState, kind: Kind) -> Option<serde_json::Value> {
     let found = app.store.query_async(vec![filter], Timestamp::now(), crate::protocol::Viewer::everything()).await;
     let newest = found.ok().and_then(|(events, _)| events.into_iter().next());
     newest.and_then(|e| serde_json::from_str::<serde_json::Value>(e.as_str()).ok())
-}
-
-/// Stores and delivers an event the relay signed itself (no quota, no moderation: it is the
-/// relay's own).
-async fn publish_own(app: &AppState, event: Event) -> Result<(), String> {
-    let verified = std::sync::Arc::new(crate::protocol::verify::verify(event).map_err(|e| e.to_string())?);
-    match app.store.put(verified.clone()).await.map_err(|e| e.to_string())? {
-        crate::store::PutOutcome::Stored(mark) => crate::nodes::deliver(app, &verified, Some(mark)),
-        other => tracing::debug!(outcome = ?other, "the relay's membership event was not stored"),
-    }
-    Ok(())
 }
 
 /// An invite code as the audit log and the admin page name it: its first 8 characters (the whole

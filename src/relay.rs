@@ -19,12 +19,12 @@ use crate::cluster::Link;
 use crate::cluster::document::SharedDoc;
 use crate::config::{Config, LimiterBackend};
 use crate::fanout::Fanout;
-use crate::frames::FrameLog;
+use crate::frame_log::FrameLog;
 use crate::limiter::{Clock, Limiter, SystemClock};
 use crate::moderation::Moderation;
 use crate::protocol::Timestamp;
-use crate::slots::Slots;
 use crate::store::{Store, StoreError};
+use crate::subscription_caps::Slots;
 use crate::{admin, http, listener, metrics, server, stats, store};
 
 /// Why the relay could not run.
@@ -100,7 +100,7 @@ impl Relay {
             limiter: Arc::new(limiter),
             moderation,
             broadcast: link.clone().map(|l| Arc::new(crate::cluster::broadcast::Broadcast::new(l))),
-            delivered: ReplayCache::keeping(100_000, crate::nodes::REMEMBERED),
+            delivered: ReplayCache::keeping(100_000, crate::delivery::REMEMBERED),
             link,
             nip98_seen: ReplayCache::new(config.limits.max_tracked_principals),
             slots: Arc::new(Slots::new(config.server.max_subscriptions_per_ip, config.server.max_subscriptions_total)),
@@ -157,7 +157,7 @@ impl Relay {
             let token = app.shutdown.clone();
             app.tasks.spawn(async move { link.watch(token).await });
             app.tasks.spawn(keep_following_shared_state(app.clone()));
-            app.tasks.spawn(crate::nodes::listen(app.clone()));
+            app.tasks.spawn(crate::delivery::listen(app.clone()));
         }
         crate::sync::peers::spawn(&app);
         // Who may create rooms, as chat clients read it: `groups.create` or the admins may have

@@ -41,20 +41,23 @@ const FLOORS: &[&[&str]] = &[
     // NIP-77: the background peers over the one round every way of syncing runs.
     &["sync::peers"],
     &["sync"],
-    // The one publish path and the one read path, and the sampled statistics.
+    // The gate every transport asks: may this principal publish this event, read with these
+    // filters, and as which reader.
+    &["gate"],
+    // The one publish path (its kind rules one table) and the one read path.
     &["ingest", "query"],
     // NIP-43: join and leave requests, invites, the relay's signed member list.
     // NIP-29: what a group event does, and the relay's answers to it.
     // NIP-62: a request to vanish carried out; the automatic hold of reported events.
     // A whole community's backup read out of the shared state.
-    &["membership", "groups::publish", "vanish", "hold", "backup"],
+    &["membership", "groups::publish", "vanish", "report_hold", "backup"],
     // Live delivery across nodes: the one way an accepted event goes live, and the other nodes'.
-    &["nodes"],
+    &["delivery"],
     // The shared state and what it holds.
     &["app"],
-    &["nip11", "frames", "stats", "identity", "sync::status"],
+    &["nip11", "frame_log", "stats", "identity", "sync::status"],
     // The media server's blobs on disk and their owners, beside the store's records.
-    &["fanout", "moderation", "audit", "slots", "blobs"],
+    &["fanout", "moderation", "audit", "subscription_caps", "blobs"],
     // NIP-29: the groups' state, folded from their stored events, and who may read what.
     &["groups"],
     &["limiter", "metrics"],
@@ -489,4 +492,22 @@ fn every_module_opens_with_what_it_owns_and_no_source_file_is_over_450_lines() {
     }
     assert!(files.len() > 100, "the walk found the source files ({})", files.len());
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The transports that take events and reads from clients (WebSocket, REST, media) ask the gate
+/// (`src/gate.rs`) who may publish and read, and as which reader: none of them calls the group
+/// viewer, the membership rules or the access mode itself.
+#[test]
+fn the_transports_ask_the_gate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let asked_directly = ["groups.viewer(", "membership::", "access_refusal(", "needs_auth_to_read("];
+    let mut found = Vec::new();
+    for (module, file) in modules(&src) {
+        if !["ws", "rest", "media"].iter().any(|t| module == *t || module.starts_with(&format!("{t}::"))) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        found.extend(asked_directly.iter().filter(|call| text.contains(*call)).map(|call| format!("{module}: {call}")));
+    }
+    assert!(found.is_empty(), "transports that decide without the gate:\n{}", found.join("\n"));
 }

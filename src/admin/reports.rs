@@ -259,7 +259,7 @@ pub async fn decide(
         _ => return Err(ApiError::NotFound("the actions are dismiss, delete and ban".into())),
     };
     if let Some(event) = entry.event.as_ref().filter(|_| entry.held) {
-        crate::hold::release(&app, event.id).await.map_err(internal)?;
+        crate::report_hold::release(&app, event.id).await.map_err(internal)?;
     }
     let at = Timestamp::now().0;
     let reviewed = Reviewed { action: action.clone(), at };
@@ -280,7 +280,7 @@ pub async fn decide(
 /// (an event held for review is no longer held).
 pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Result<(), ApiError> {
     if let Some(id) = EventId::from_hex(target) {
-        crate::hold::release(app, id).await.map_err(internal)?;
+        crate::report_hold::release(app, id).await.map_err(internal)?;
     }
     let r = Reviewed { action: action.into(), at: Timestamp::now().0 };
     app.moderation.update(&app.store, |s| s.reviewed.insert(target.to_string(), r)).await.map_err(internal)?;

@@ -7,7 +7,7 @@
 //! A message that cannot be sent (Redis down, or this node not yet aware it is back) waits in
 //! order, up to [`MAX_WAITING`], and goes out before the next one and at each [`Broadcast::retry`].
 //! Messages are queued in the order a node accepted their events and sent in that order.
-//! What the events mean is the caller's (`crate::nodes`); this knows only bytes.
+//! What the events mean is the caller's (`crate::delivery`); this knows only bytes.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::Config;
-pub use crate::frames::FrameLog;
+pub use crate::frame_log::FrameLog;
 use crate::limiter::SystemClock;
 use crate::relay::Relay;
 

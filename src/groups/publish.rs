@@ -212,7 +212,7 @@ pub async fn as_relay(app: &AppState, kind: Kind, group: &str, tags: Vec<Vec<Str
     let event = app.keys.sign(Timestamp(now.0.max(last.0)), kind, all, "");
     let (effect, update) = app.groups.read().judge(&event, now.0).map_err(|e| refusal(&e))?;
     let asked = event.created_at;
-    match store_own(app, event).await {
+    match crate::delivery::publish_own(app, event).await {
         Ok(PutOutcome::Stored(_)) => {}
         _ => return Err(Refusal::new(Prefix::Error, "the relay's change to the group could not be stored")),
     }
@@ -250,7 +250,7 @@ async fn answer(app: &AppState, group: &str, kind: Kind, pubkey: PubKey, code: O
     let judged = app.groups.read().judge(&event, Timestamp::now().0);
     match judged {
         Ok((_, update)) => {
-            if store_own(app, event).await.is_ok()
+            if crate::delivery::publish_own(app, event).await.is_ok()
                 && let Some(update) = update
             {
                 app.groups.commit(update);
@@ -289,7 +289,7 @@ async fn sign_state(app: &AppState, group: &str) {
             let earliest = now.0.max(changed);
             let mut at = Timestamp(after.map_or(earliest, |t| earliest.max(t + 1)));
             for _ in 0..3 {
-                match store_own(app, app.keys.sign(at, kind, tags.clone(), &content)).await {
+                match crate::delivery::publish_own(app, app.keys.sign(at, kind, tags.clone(), &content)).await {
                     Ok(PutOutcome::Superseded) => at = Timestamp(at.0 + 1),
                     Ok(PutOutcome::Stored(_)) => {
                         app.groups.signed(&id, at.0);
@@ -346,26 +346,4 @@ async fn remove_group(app: &AppState, group: &str) {
         }
     }
     sign_state(app, group).await;
-}
-
-/// Stores and delivers an event the relay signed itself.
-async fn store_own(app: &AppState, event: Event) -> Result<PutOutcome, ()> {
-    let verified = match crate::protocol::verify::verify(event) {
-        Ok(v) => std::sync::Arc::new(v),
-        Err(e) => {
-            tracing::error!(error = %e, "the relay's own group event did not verify");
-            return Err(());
-        }
-    };
-    match app.store.put(verified.clone()).await {
-        Ok(PutOutcome::Stored(mark)) => {
-            crate::nodes::deliver(app, &verified, Some(mark));
-            Ok(PutOutcome::Stored(mark))
-        }
-        Ok(other) => Ok(other),
-        Err(e) => {
-            tracing::error!(error = %e, "storing the relay's own group event failed");
-            Err(())
-        }
-    }
 }

@@ -12,9 +12,10 @@ use warp::http::StatusCode;
 use super::access;
 use super::reply::{MediaError, json};
 use crate::app::AppState;
+use crate::gate;
 use crate::http::RequestCtx;
 use crate::http::front::FrontResponse;
-use crate::ingest::{self, Outcome, Publisher};
+use crate::ingest::{Outcome, Publisher};
 use crate::protocol::blossom::BlobHash;
 use crate::protocol::private::REPORT;
 use crate::protocol::refusal::{Prefix, Refusal};
@@ -49,11 +50,11 @@ pub async fn put(app: &AppState, ctx: &RequestCtx, body: hyper::body::Incoming) 
             return Err(MediaError::NotFound(format!("no blob {} is held here", hash.to_hex())));
         }
     }
-    if let Some(refusal) = ingest::access_refusal(app, &event, None) {
+    if let Some(refusal) = gate::door(app, &event, None) {
         return Err(MediaError::Forbidden(refusal.to_string()));
     }
     let relay = RelayMatch::of(&app.config.server.public_url, ctx.header("host").map(str::to_string));
-    let outcome = ingest::publish(app, event, Publisher { authed: None, billed, relay }).await;
+    let outcome = gate::publish(app, event, Publisher { authed: None, billed, relay }).await;
     match outcome {
         Outcome::Accepted | Outcome::Duplicate | Outcome::AlreadyMember => {
             Ok(json(StatusCode::OK, &serde_json::json!({ "message": "reported", "blobs": hashes.len() })))

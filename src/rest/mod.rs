@@ -16,15 +16,16 @@ use warp::http::header::HeaderValue;
 use warp::reply::Response;
 
 use crate::app::AppState;
+use crate::gate::{self, ReadRefusal};
 use crate::http::{
     ApiError, RequestCtx, Route, Segment, client_ip, ctx, ctx_with_body, first_of, internal, json_response, parse_body,
     require_json, respond, with_app,
 };
-use crate::ingest::{self, Outcome, Publisher};
+use crate::ingest::{Outcome, Publisher};
 use crate::limiter::{Billed, LimitType, Principal, Tier};
 use crate::protocol::nip98::AuthError;
 use crate::protocol::refusal::{Prefix, Refusal};
-use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, TIER_HEADER, Timestamp};
+use crate::protocol::{Event, EventId, EventJson, Filter as NostrFilter, PubKey, TIER_HEADER, Timestamp, Viewer};
 use crate::query::{self, QueryError};
 
 /// The OpenAPI 3 document of every HTTP route hearth answers.
@@ -86,7 +87,7 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
             Endpoint::OpenApi => openapi(&app),
             // The publish path asks the access rules itself, with the event in hand.
             Endpoint::Publish => publish(&app, ctx, caller).await,
-            _ if app.moderation.access_refusal(caller.authed).is_some() => Err(members_only(&app, &caller)),
+            _ if gate::access(&app, caller.authed).is_some() => Err(members_only(&app, &caller)),
             Endpoint::Get(id) => get_event(&app, &id, caller).await,
             Endpoint::Query => query(&app, ctx, caller).await,
             Endpoint::Count => count(&app, ctx, caller).await,
@@ -107,7 +108,7 @@ async fn serve(app: Arc<AppState>, ctx: RequestCtx, endpoint: Endpoint) -> Resul
 /// How a relay for its members only (`access.mode = "members-only"`) answers any other caller:
 /// 401 without a NIP-98 signature, 403 `restricted:` for a signer who is not a member.
 fn members_only(app: &AppState, caller: &Caller) -> ApiError {
-    match app.moderation.access_refusal(caller.authed) {
+    match gate::access(app, caller.authed) {
         Some(refused) if refused.prefix() == Prefix::Restricted => ApiError::Forbidden(refused.to_string()),
         _ => ApiError::Unauthorized(AuthError::MembersOnly),
     }
@@ -192,13 +193,13 @@ async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Resp
         Ok(event) => event,
         Err(e) => return unreadable(format!("invalid: malformed event: {e}")),
     };
-    if ingest::access_refusal(app, &event, caller.authed).is_some() {
+    if gate::door(app, &event, caller.authed).is_some() {
         return Err(members_only(app, &caller));
     }
     let id = event.id.to_hex();
     let host = ctx.header("host").map(str::to_string);
     let relay = crate::protocol::nip42::RelayMatch::of(&app.config.server.public_url, host);
-    let outcome = ingest::publish(app, event, Publisher { authed: caller.authed, billed: caller.billed, relay }).await;
+    let outcome = gate::publish(app, event, Publisher { authed: caller.authed, billed: caller.billed, relay }).await;
     if let Outcome::Refused(Refusal::RateLimited(limited)) = &outcome {
         return Err(ApiError::RateLimited(*limited));
     }
@@ -218,7 +219,7 @@ async fn publish(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Resp
 async fn get_event(app: &AppState, id: &str, caller: Caller) -> Result<Response, ApiError> {
     let id = EventId::from_hex(id)
         .ok_or_else(|| ApiError::BadRequest("event id must be 64 lowercase hex characters".into()))?;
-    let viewer = app.groups.viewer(&app.private, caller.authed);
+    let viewer = gate::viewer(app, caller.authed);
     let found = app.store.get_async(id, Timestamp::now(), viewer).await.map_err(internal)?;
     match found {
         Some(event) => Ok(json_response(StatusCode::OK, &event)),
@@ -233,18 +234,19 @@ struct FiltersBody {
 }
 
 /// Parses `{"filters": […]}` and applies the same limits as a REQ; filters for private kinds only
-/// need a caller (NIP-98), as a REQ needs AUTH.
-fn filters_of(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<Vec<NostrFilter>, ApiError> {
+/// need a caller (NIP-98), as a REQ needs AUTH. The filters, and what the caller may read.
+fn filters_of(app: &AppState, ctx: &RequestCtx, caller: &Caller) -> Result<(Vec<NostrFilter>, Viewer), ApiError> {
     require_json(ctx)?;
     let FiltersBody { mut filters } = parse_body(ctx)?;
     if filters.is_empty() {
         return Err(ApiError::BadRequest("at least one filter is required".into()));
     }
     query::prepare(&app.config.limitation, query::SearchRules::of(&app.config), "", &mut filters).map_err(api_error)?;
-    if query::needs_auth_to_read(app, caller.authed, &filters) {
-        return Err(ApiError::Unauthorized(AuthError::PrivateKinds));
+    match gate::read(app, caller.authed, &filters) {
+        Ok(viewer) => Ok((filters, viewer)),
+        Err(ReadRefusal::Access(_)) => Err(members_only(app, caller)),
+        Err(ReadRefusal::PrivateNeedsAuth) => Err(ApiError::Unauthorized(AuthError::PrivateKinds)),
     }
-    Ok(filters)
 }
 
 /// How a read's failure is answered over HTTP (the store's fault was logged by `query`).
@@ -265,8 +267,7 @@ struct EventsBody {
 }
 
 async fn query(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
-    let filters = filters_of(app, &ctx, &caller)?;
-    let viewer = app.groups.viewer(&app.private, caller.authed);
+    let (filters, viewer) = filters_of(app, &ctx, &caller)?;
     let (events, _) = query::events(app, &caller.billed, filters, viewer, |_| {}).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &EventsBody { events }))
 }
@@ -277,8 +278,7 @@ struct CountBody {
 }
 
 async fn count(app: &AppState, ctx: RequestCtx, caller: Caller) -> Result<Response, ApiError> {
-    let filters = filters_of(app, &ctx, &caller)?;
-    let viewer = app.groups.viewer(&app.private, caller.authed);
+    let (filters, viewer) = filters_of(app, &ctx, &caller)?;
     let count = query::count(app, &caller.billed, filters, viewer).await.map_err(api_error)?;
     Ok(json_response(StatusCode::OK, &CountBody { count }))
 }

@@ -25,7 +25,7 @@ use super::session::Session;
 use super::upgrade::Socket as WebSocket;
 use crate::app::AppState;
 use crate::fanout::{ConnId, Registration};
-use crate::frames::FrameLog;
+use crate::frame_log::FrameLog;
 use crate::http::client_ip;
 use crate::limiter::Principal;
 use crate::protocol::RelayMessage;

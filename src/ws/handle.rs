@@ -16,9 +16,9 @@ use super::neg::{self, NegDone};
 use super::session::Session;
 use crate::app::AppState;
 use crate::fanout::ConnId;
-use crate::ingest::{self, Publisher};
+use crate::gate;
+use crate::ingest::Publisher;
 use crate::limiter::{Billed, Denied, LimitType};
-use crate::membership;
 use crate::protocol::nip42::{self, RelayMatch};
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
@@ -72,10 +72,6 @@ fn correlate(text: &str) -> Correlation {
 }
 
 const AUTH_REQUIRED: &str = "auth-required: this relay requires authentication; answer the AUTH challenge";
-/// Why a request for private kinds only is refused `auth-required:` before AUTH (see
-/// [`read_refusal`]).
-const PRIVATE_KINDS_NEED_AUTH: &str =
-    "these kinds are served only to their author and recipients; answer the AUTH challenge";
 
 /// The CLOSED that answers a REQ/COUNT whose read ended in `error`.
 fn closed(sub_id: String, error: &QueryError) -> RelayMessage {
@@ -143,7 +139,7 @@ pub(super) async fn frame(
             if needs_auth {
                 return Action::Reply(RelayMessage::ok(id, false, AUTH_REQUIRED));
             }
-            if let Some(refused) = ingest::access_refusal(app, &event, session.authed) {
+            if let Some(refused) = gate::door(app, &event, session.authed) {
                 return Action::Reply(RelayMessage::ok(id, false, refused.to_string()));
             }
             let app = app.clone();
@@ -156,7 +152,7 @@ pub(super) async fn frame(
                 if let Some(Some(before)) = before {
                     let _ = before.await;
                 }
-                let outcome = ingest::publish(&app, *event, publisher).await;
+                let outcome = gate::publish(&app, *event, publisher).await;
                 drop(done);
                 Done::Frames(vec![RelayMessage::ok(id, outcome.accepted(), outcome.message())])
             }))
@@ -167,18 +163,20 @@ pub(super) async fn frame(
             {
                 return Action::Reply(closed);
             }
-            if wants_invite(&filters) {
-                return invite(app, session, sub_id);
+            match gate::invite_request(app, session.authed, &filters) {
+                Some(Ok(())) => return invite(app, sub_id),
+                Some(Err(refused)) => return refused_closing(sub_id, refused, &session.challenge),
+                None => {}
             }
-            if let Some(refused) = read_refusal(app, session, &filters) {
-                return refused_closing(sub_id, refused, &session.challenge);
-            }
+            let viewer = match gate::read(app, session.authed, &filters) {
+                Ok(viewer) => viewer,
+                Err(refused) => return refused_closing(sub_id, refused.refusal(), &session.challenge),
+            };
             let address = app.limiter.ceiling_of(session.client_ip);
             let generation = match session.open(&sub_id, lim.max_subscriptions, || app.slots.take(address)) {
                 Ok(g) => g,
                 Err(message) => return Action::Reply(RelayMessage::Closed { sub_id, message }),
             };
-            let viewer = app.groups.viewer(&app.private, session.authed);
             Action::Spawn(Box::pin(req(app.clone(), billed, conn, sub_id, generation, filters, viewer)))
         }
         ClientMessage::Count { sub_id, mut filters } => {
@@ -187,10 +185,10 @@ pub(super) async fn frame(
             {
                 return Action::Reply(closed);
             }
-            if let Some(refused) = read_refusal(app, session, &filters) {
-                return refused_closing(sub_id, refused, &session.challenge);
-            }
-            let viewer = app.groups.viewer(&app.private, session.authed);
+            let viewer = match gate::read(app, session.authed, &filters) {
+                Ok(viewer) => viewer,
+                Err(refused) => return refused_closing(sub_id, refused.refusal(), &session.challenge),
+            };
             Action::Spawn(Box::pin(count(app.clone(), billed, sub_id, filters, viewer)))
         }
         ClientMessage::Close(sub_id) => {
@@ -209,17 +207,19 @@ pub(super) async fn frame(
                 session.negs.close(&sub_id);
                 return Action::Reply(neg::neg_err(&sub_id, AUTH_REQUIRED.into()));
             }
-            if let Some(refused) = read_refusal(app, session, std::slice::from_ref(&filter)) {
-                session.negs.close(&sub_id);
-                return refused_neg(&sub_id, &refused, &session.challenge);
-            }
+            let viewer = match gate::read(app, session.authed, std::slice::from_ref(&filter)) {
+                Ok(viewer) => viewer,
+                Err(refused) => {
+                    session.negs.close(&sub_id);
+                    return refused_neg(&sub_id, &refused.refusal(), &session.challenge);
+                }
+            };
             let address = app.limiter.ceiling_of(session.client_ip);
             let generation = match session.negs.open(&sub_id, app.config.sync.max_sessions, || app.slots.take(address))
             {
                 Ok(generation) => generation,
                 Err(refused) => return Action::Reply(refused),
             };
-            let viewer = app.groups.viewer(&app.private, session.authed);
             let open = neg::open(app.clone(), billed, sub_id, generation, *filter, message, viewer);
             Action::Spawn(Box::pin(async move { Done::Neg(open.await) }))
         }
@@ -251,35 +251,12 @@ pub(super) async fn frame(
     }
 }
 
-/// True for a REQ that asks for an invite (NIP-43: every filter names kind 28935 alone).
-fn wants_invite(filters: &[Filter]) -> bool {
-    !filters.is_empty() && filters.iter().all(|f| f.kinds.as_deref() == Some(&[membership::INVITE][..]))
-}
-
-/// Answers a REQ for an invite: a fresh single-use claim in a kind 28935 event signed by the
-/// relay, then EOSE, for a connection authenticated as an admin (`admin.pubkeys`); `CLOSED`
-/// otherwise (`auth-required:` with the challenge again before AUTH).
-fn invite(app: &Arc<AppState>, session: &Session, sub_id: String) -> Action {
-    let refused = match session.authed {
-        None => {
-            Some(Refusal::new(Prefix::AuthRequired, "invite claims are handed to the relay's admins; authenticate"))
-        }
-        Some(pk) if !app.config.admin.pubkeys.contains(&pk) => {
-            Some(Refusal::new(Prefix::Restricted, "invite claims are handed to the relay's admins only"))
-        }
-        Some(_) => None,
-    };
-    if let Some(refused) = refused {
-        return refused_closing(sub_id, refused, &session.challenge);
-    }
+/// Answers a REQ for an invite the gate let through: a fresh single-use claim in a kind 28935
+/// event signed by the relay, then EOSE.
+fn invite(app: &Arc<AppState>, sub_id: String) -> Action {
     let app = app.clone();
     Action::Spawn(Box::pin(async move {
-        let expires_at = Timestamp::now().0 + membership::INVITE_CLAIM_SECS;
-        let made = match membership::mint(&app, 1, expires_at, "handed out in a kind 28935 event".into()).await {
-            Ok((code, _)) => membership::invite_event(&app, &code).to_shared_json().map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        Done::Frames(match made {
+        Done::Frames(match gate::invite(&app).await {
             Ok(event) => vec![RelayMessage::Event { sub_id: sub_id.clone(), event }, RelayMessage::Eose(sub_id)],
             Err(e) => {
                 tracing::error!(error = %e, "making an invite failed");
@@ -287,16 +264,6 @@ fn invite(app: &Arc<AppState>, session: &Session, sub_id: String) -> Action {
             }
         })
     }))
-}
-
-/// Why a REQ/COUNT of `filters` is not read at all: `access.mode = "members-only"` and the
-/// connection is not a member's, or it asks for private kinds only before AUTH.
-fn read_refusal(app: &AppState, session: &Session, filters: &[Filter]) -> Option<Refusal> {
-    if let Some(refused) = app.moderation.access_refusal(session.authed) {
-        return Some(refused);
-    }
-    query::needs_auth_to_read(app, session.authed, filters)
-        .then(|| Refusal::new(Prefix::AuthRequired, PRIVATE_KINDS_NEED_AUTH))
 }
 
 /// The CLOSED that answers a REQ/COUNT refused before it is read; an `auth-required:` one comes

@@ -3,7 +3,7 @@
 //! Owns which sync sessions a connection holds ([`Negs`]) and what each NEG frame asks of them.
 //! A NEG-OPEN bills the frame (`ws_reqs`, by the caller), is refused like a REQ by the access
 //! rules (`auth-required:` / `restricted:` as a `NEG-ERR`, with the AUTH challenge again), takes
-//! a place among the subscriptions of its address and of the relay ([`crate::slots`]), then,
+//! a place among the subscriptions of its address and of the relay ([`crate::subscription_caps`]), then,
 //! holding a handler permit, reads its filter's item set from the store's index
 //! ([`crate::store::Store::items`]: private kinds as the connection may read them; more than
 //! `sync.max_items` is `NEG-ERR "blocked: too many records"`) and answers the initiator's
@@ -21,7 +21,7 @@ use crate::app::AppState;
 use crate::limiter::{Billed, RateLimited};
 use crate::protocol::refusal::Refusal;
 use crate::protocol::{Filter, RelayMessage, Timestamp, Viewer};
-use crate::slots::{Slot, SlotError};
+use crate::subscription_caps::{Slot, SlotError};
 use crate::sync::status::Held;
 
 /// A reconciling side of one session: the relay's items, owned.

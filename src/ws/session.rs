@@ -13,8 +13,8 @@ use super::neg::Negs;
 use crate::fanout::Live;
 use crate::limiter::{Billed, Principal};
 use crate::protocol::{EventJson, PubKey, RelayMessage};
-use crate::slots::{Slot, SlotError};
 use crate::store::Mark;
+use crate::subscription_caps::{Slot, SlotError};
 
 /// An open subscription.
 #[derive(Debug)]
@@ -164,7 +164,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::protocol::{Keys, Kind, Timestamp};
-    use crate::slots::Slots;
+    use crate::subscription_caps::Slots;
     use std::sync::Arc;
 
     /// A place from a relay with room for everything.

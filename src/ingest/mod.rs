@@ -9,74 +9,19 @@
 //! of frames; it does bill the durable `messages` quota, after verification and the duplicate
 //! check, and never for ephemeral kinds (the same `is_ephemeral` that keeps them out of storage).
 
+mod outcome;
+mod rules;
+
+pub use outcome::{Outcome, Publisher};
+
 use crate::app::AppState;
-use crate::groups::publish::Admission;
 use crate::limiter::{Billed, HandlerPermit, LimitType};
 use crate::moderation::Verdict;
 use crate::protocol::refusal::{Prefix, Refusal};
 use crate::protocol::verify::verify;
-use crate::protocol::{Event, PubKey, Timestamp, VerifiedEvent};
+use crate::protocol::{Event, Timestamp, VerifiedEvent};
 use crate::store::PutOutcome;
-
-/// What happened to a published event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Stored durably (or, for ephemeral kinds, delivered live).
-    Accepted,
-    /// Already stored: accepted, never stored twice.
-    Duplicate,
-    /// A NIP-43 join request from a member: accepted, nothing changed.
-    AlreadyMember,
-    /// Not accepted: rejected, or rate-limited (`messages` quota or the handler bound) with its
-    /// retry time.
-    Refused(Refusal),
-}
-
-impl Outcome {
-    /// True for every outcome but `Refused`.
-    pub fn accepted(&self) -> bool {
-        matches!(self, Outcome::Accepted | Outcome::Duplicate | Outcome::AlreadyMember)
-    }
-
-    /// The `OK` message text: `""`, `"duplicate: …"` or the refusal.
-    pub fn message(&self) -> String {
-        match self {
-            Outcome::Accepted => String::new(),
-            Outcome::Duplicate => "duplicate: already have this event".into(),
-            Outcome::AlreadyMember => crate::membership::ALREADY_MEMBER.into(),
-            Outcome::Refused(r) => r.to_string(),
-        }
-    }
-
-    fn refused(prefix: Prefix, text: impl Into<String>) -> Outcome {
-        Outcome::Refused(Refusal::new(prefix, text))
-    }
-}
-
-/// Who is publishing.
-#[derive(Clone, Debug)]
-pub struct Publisher {
-    /// The NIP-42 / NIP-98 authenticated pubkey, if any.
-    pub authed: Option<PubKey>,
-    /// Who is billed: the authenticated pubkey (else the client IP), and the IP's ceiling.
-    pub billed: Billed,
-    /// What names this relay in a `relay` tag (`server.public_url`, else the `Host` the client
-    /// reached): a request to vanish (NIP-62) must name it, or every relay.
-    pub relay: Option<crate::protocol::nip42::RelayMatch>,
-}
-
-/// Why `event`, sent by a connection authenticated as `authed`, is not taken at all under
-/// `access.mode = "members-only"` (every transport asks this before publishing): the mode's
-/// refusal, except for a NIP-43 join request (how a stranger becomes a member: the membership
-/// rules answer it) and members' mail from outside (a gift wrap or zap receipt to a member,
-/// judged by moderation like any event). `None` when the event goes on to [`publish`].
-pub fn access_refusal(app: &AppState, event: &Event, authed: Option<PubKey>) -> Option<Refusal> {
-    let refused = app.moderation.access_refusal(authed)?;
-    match event.kind == crate::membership::JOIN || app.moderation.is_mail_to_member(event) {
-        true => None,
-        false => Some(refused),
-    }
-}
+use rules::{Admit, RULES};
 
 /// Cheap checks against the configured limits, before any hashing.
 fn policy(app: &AppState, event: &Event, now: Timestamp) -> Result<(), Refusal> {
@@ -155,57 +100,27 @@ pub async fn publish(app: &AppState, event: Event, publisher: Publisher) -> Outc
             Some(_) => {}
         }
     }
-    // A gift wrap from outside to a member (its author a one-time key) is taken from an
-    // authenticated connection only, so that an open relay is not an anonymous mail drop.
-    if crate::protocol::private::is_gift_wrap(verified.kind)
-        && publisher.authed.is_none()
-        && app.moderation.restricted_writes()
-        && !app.moderation.is_member(&verified.pubkey)
-    {
-        return Outcome::refused(
-            Prefix::AuthRequired,
-            "authenticate (NIP-42) to send a gift wrap to a member of this relay",
-        );
+    // The kind rules, in the table's order (`rules`): each lets the event on, keeps what it does
+    // once the event is stored, or answers it here.
+    let mut permit = Some(permit);
+    let mut after = Vec::new();
+    for rule in RULES {
+        match rule.admit(app, &verified, &publisher, &mut permit, now).await {
+            Admit::Pass => {}
+            Admit::After(step) => after.push(step),
+            Admit::Answer(outcome) => return outcome,
+        }
     }
-    // NIP-62: a request to vanish must name this relay (or every relay) to be taken.
-    if verified.kind == crate::vanish::KIND
-        && let Err(refusal) = crate::vanish::names_this_relay(&verified, publisher.relay.as_ref())
-    {
-        return Outcome::Refused(refusal);
-    }
-    // NIP-43 join and leave requests are answered by the relay, never stored or delivered.
-    if crate::membership::is_request(verified.kind) {
-        drop(permit);
-        return match crate::membership::request(app, &verified, publisher.authed).await {
-            Ok(crate::membership::Answer::Done) => Outcome::Accepted,
-            Ok(crate::membership::Answer::AlreadyMember) => Outcome::AlreadyMember,
-            Err(refusal) => Outcome::Refused(refusal),
-        };
-    }
-    // NIP-29: a group event meets its group's rules first; a change is done once it is stored.
-    let group = match crate::groups::publish::admit(app, &verified, now).await {
-        Ok(admission) => admission,
-        Err(refusal) => return Outcome::Refused(refusal),
-    };
     let wrap = crate::protocol::private::is_gift_wrap(verified.kind);
-    let vanish_request = (verified.kind == crate::vanish::KIND).then(|| (*verified).clone());
-    let report = (verified.kind == crate::protocol::private::REPORT).then(|| (*verified).clone());
-    let settled = settle(app, verified, now, Some((&publisher.billed, permit))).await;
-    if let (Settled::Stored, Admission::Change(change)) = (&settled, group)
-        && let Err(refusal) = crate::groups::publish::done(app, change).await
-    {
-        return Outcome::Refused(refusal);
-    }
-    if settled == Settled::Stored
-        && let Some(request) = vanish_request
-        && let Err(refusal) = crate::vanish::vanish(app, &request).await
-    {
-        return Outcome::Refused(refusal);
-    }
-    if settled == Settled::Stored
-        && let Some(report) = report
-    {
-        crate::hold::after_report(app, &report).await;
+    // Only a rule that answers lets the permit go, so a publish that gets here still holds it.
+    let bill = permit.map(|permit| (&publisher.billed, permit));
+    let settled = settle(app, verified, now, bill).await;
+    if settled == Settled::Stored {
+        for step in after {
+            if let Err(refusal) = step.run(app).await {
+                return Outcome::Refused(refusal);
+            }
+        }
     }
     match settled {
         Settled::Stored | Settled::Live => Outcome::Accepted,
@@ -266,7 +181,7 @@ pub(crate) async fn settle(
         return Settled::Expired;
     }
     if verified.kind.is_ephemeral() {
-        crate::nodes::deliver(app, &verified, None);
+        crate::delivery::deliver(app, &verified, None);
         return Settled::Live;
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With
@@ -296,7 +211,7 @@ pub(crate) async fn settle(
         Ok(PutOutcome::Stored(mark)) => {
             metrics::counter!("hearth_events_stored_total").increment(1);
             app.stats.stored();
-            crate::nodes::deliver(app, &verified, Some(mark));
+            crate::delivery::deliver(app, &verified, Some(mark));
             Settled::Stored
         }
         Ok(PutOutcome::Duplicate) => {

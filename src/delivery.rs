@@ -2,7 +2,9 @@
 //! (presence, typing, NIP-29 or otherwise), reaches the live subscribers of every node.
 //!
 //! Owns [`deliver`] (the one way an accepted event goes live: this node's subscribers, then the
-//! other nodes through Redis, `crate::cluster::broadcast`) and [`listen`] (the task that takes
+//! other nodes through Redis, `crate::cluster::broadcast`), [`publish_own`] (the one way an
+//! event the relay signs itself is stored and goes live: NIP-43's lists, NIP-29's group state)
+//! and [`listen`] (the task that takes
 //! the other nodes' events in). An event from another node is verified again (a Redis reachable
 //! by strangers cannot forge one), delivered once (the ids delivered lately are remembered),
 //! given to the shared store's search index, and, when it changes a NIP-29 group, the groups are
@@ -23,7 +25,7 @@ use futures_util::StreamExt;
 use crate::app::AppState;
 use crate::protocol::verify::verify;
 use crate::protocol::{Event, VerifiedEvent};
-use crate::store::Mark;
+use crate::store::{Mark, PutOutcome};
 
 /// How long a delivered id is remembered (longer than any catch-up reaches back).
 pub const REMEMBERED: Duration = Duration::from_secs(15 * 60);
@@ -56,6 +58,41 @@ pub fn deliver(app: &AppState, event: &VerifiedEvent, mark: Option<Mark>) {
             tracing::debug!(error = %e, "an event waits for Redis to reach the other nodes");
         }
     });
+}
+
+/// Stores an event the relay signed itself and delivers it live once stored: no quota and no
+/// moderation (it is the relay's own), the same store rules (a newer version at its address
+/// supersedes it). What the store made of it, or why it could not be stored (logged here).
+pub async fn publish_own(app: &AppState, event: Event) -> Result<PutOutcome, OwnError> {
+    let verified = match verify(event) {
+        Ok(v) => Arc::new(v),
+        Err(e) => {
+            tracing::error!(error = %e, "an event the relay signed did not verify");
+            return Err(OwnError::Unverified(e.to_string()));
+        }
+    };
+    match app.store.put(verified.clone()).await {
+        Ok(PutOutcome::Stored(mark)) => {
+            deliver(app, &verified, Some(mark));
+            Ok(PutOutcome::Stored(mark))
+        }
+        Ok(other) => Ok(other),
+        Err(e) => {
+            tracing::error!(error = %e, kind = verified.kind.0, "storing an event the relay signed failed");
+            Err(OwnError::Store(e.to_string()))
+        }
+    }
+}
+
+/// Why an event of the relay's own was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnError {
+    /// Its signature did not verify (the relay's key is damaged).
+    #[error("the relay's own event did not verify: {0}")]
+    Unverified(String),
+    /// The store could not write it.
+    #[error("the relay's own event could not be stored: {0}")]
+    Store(String),
 }
 
 /// Takes the other nodes' events in until the relay stops; after a loss of Redis, catches up
