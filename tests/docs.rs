@@ -213,6 +213,58 @@ fn routes() -> String {
     text
 }
 
+/// The floors of `tests/layers.rs` (its `FLOORS`, read with a Rust parser), top first, each room
+/// with the first sentence of its module's `//!` doc: the architecture chapter's table.
+fn floors() -> String {
+    let layers = syn::parse_file(&std::fs::read_to_string(root().join("tests/layers.rs")).unwrap()).unwrap();
+    let floors = layers
+        .items
+        .iter()
+        .find_map(|item| match item {
+            syn::Item::Const(c) if c.ident == "FLOORS" => Some(&*c.expr),
+            _ => None,
+        })
+        .expect("tests/layers.rs has no FLOORS");
+    fn strings(expr: &syn::Expr) -> Vec<&syn::Expr> {
+        let syn::Expr::Reference(r) = expr else { panic!("FLOORS is not a slice of slices") };
+        let syn::Expr::Array(a) = &*r.expr else { panic!("FLOORS is not a slice of slices") };
+        a.elems.iter().collect()
+    }
+    let mut text = String::from("\n| floor | room | what it owns (its module's first sentence) |\n|---|---|---|\n");
+    for (n, floor) in strings(floors).into_iter().enumerate() {
+        for room in strings(floor) {
+            let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(room), .. }) = room else {
+                panic!("a room is a string")
+            };
+            let room = room.value();
+            let path = room.replace("::", "/");
+            let file = [format!("src/{path}.rs"), format!("src/{path}/mod.rs")]
+                .into_iter()
+                .map(|f| root().join(f))
+                .find(|f| f.exists())
+                .unwrap_or_else(|| panic!("room {room} has no module file"));
+            let doc: Vec<String> = std::fs::read_to_string(&file)
+                .unwrap()
+                .lines()
+                .take_while(|l| l.starts_with("//!"))
+                .map(|l| l.trim_start_matches("//!").trim().to_string())
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let doc = doc.join(" ");
+            let first = doc.find(". ").map_or(doc.as_str(), |at| &doc[..=at]).trim_end_matches('.');
+            // Rustdoc's links are plain code here.
+            let first = first.replace("[`", "`").replace("`]", "`").replace('|', "\\|");
+            text.push_str(&format!("| {n} | `{room}` | {first} |\n"));
+        }
+    }
+    text
+}
+
+#[test]
+fn the_architecture_chapter_draws_the_floors_of_tests_layers() {
+    check_generated(&root().join("docs/src/architecture.md"), "floors", &floors());
+}
+
 /// Replaces what lies between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in `file` with
 /// `generated`; fails (or, with HEARTH_BLESS=1, writes) when it differs.
 fn check_generated(file: &Path, name: &str, generated: &str) {
