@@ -2,14 +2,15 @@
 //!
 //! ```text
 //!                 listener (accept, TCP_NODELAY) ─► server (routes)
-//!                 ├─ ws::upgrade ─► ws::conn (loop) ─► ws::handle (one handler per verb)
+//!                 ├─ ws::upgrade ─► ws::conn (loop) ─► ws::handle ─► one file per verb
 //!                 ├─ rest ─┐
 //!                 └─ admin ┴─► http (request context, ApiError, client IP, NIP-98)
 //!
-//! write: ws::handle / rest ─► protocol (parse) ─► limiter.admit (ws_events / api_calls)
-//!        ─► ingest: policy ─► permit ─► verify ─► moderation ─► dedup ─► admit(messages)
+//! write: ws::event / rest / media ─► protocol (parse) ─► limiter.admit (ws_events / api_calls)
+//!        ─► gate (door) ─► ingest: policy ─► permit ─► verify ─► kind rules (ingest::rules)
+//!        ─► settle: moderation ─► dedup ─► admit(messages)
 //!        ─► store (event log + sled, group commit) ─► fanout ─► live subscriptions
-//! read:  ws::handle / rest ─► protocol (parse) ─► limiter.admit
+//! read:  ws::req / rest ─► protocol (parse) ─► limiter.admit ─► gate (read: the Viewer)
 //!        ─► query: prepare filters ─► permit ─► store.query / count
 //!        ─► EVENT… EOSE (then live events from fanout) / a JSON body
 //! admin: admin ─► limiter (live limits, usage) · moderation · store (settings, audit)

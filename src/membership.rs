@@ -79,7 +79,7 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
         }
     };
     if event.kind == LEAVE {
-        let old = app.moderation.update(&app.store, |s| s.allowed_pubkeys.remove(&pubkey)).await.map_err(failed)?;
+        let old = app.moderation.remove_member(&app.store, pubkey).await.map_err(failed)?;
         if old.is_none() {
             return Err(match app.config.auth.members.contains(&pubkey) {
                 true => restricted("a member named by the relay's configuration cannot leave here"),
@@ -103,26 +103,8 @@ pub async fn request(app: &AppState, event: &VerifiedEvent, authed: Option<PubKe
         return Ok(Answer::Done);
     }
     // Checked, used and the member added in one change of the state.
-    let joined = app
-        .moderation
-        .update(&app.store, |s| {
-            if s.allowed_pubkeys.contains_key(&pubkey) {
-                return Ok(false);
-            }
-            let invite = s.invites.get_mut(&code).ok_or(match code.is_empty() {
-                true => "only members publish here: join with an invite code from a member",
-                false => "this invite code is not valid",
-            })?;
-            if let Some(why) = invite.refusal(now) {
-                return Err(why);
-            }
-            invite.used += 1;
-            let note = format!("joined with an invite ({})", invite.note);
-            Ok(s.allowed_pubkeys.insert(pubkey, note).is_none())
-        })
-        .await
-        .map_err(failed)?
-        .map_err(restricted)?;
+    let joined =
+        app.moderation.join_with_invite(&app.store, pubkey, &code, now).await.map_err(failed)?.map_err(restricted)?;
     if joined {
         audit(app, &pubkey, "member.join", serde_json::Value::Null, json!(short_code(&code)))
             .await
@@ -161,7 +143,7 @@ pub async fn mint(
     let code = random_code().map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
     let invite = Invite { uses, used: 0, expires_at, note, created_at: Timestamp::now().0 };
     let kept = invite.clone();
-    app.moderation.update(&app.store, |s| s.invites.insert(code.clone(), kept)).await?;
+    app.moderation.keep_invite(&app.store, code.clone(), kept).await?;
     Ok((code, invite))
 }
 

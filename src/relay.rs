@@ -90,7 +90,7 @@ impl Relay {
             None => Limiter::new(&config.limits, clock),
             Some(link) => Limiter::shared(&config.limits, clock, link.clone()),
         };
-        limiter.set_limits(moderation.snapshot().effective_limits(&config.limits));
+        limiter.set_limits(moderation.effective_limits(&config.limits));
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
         let groups = Arc::new(crate::groups::Registry::load(&store, &config.groups, keys.public_key())?);
         let config_peers = config.sync.peers.clone();
@@ -232,7 +232,7 @@ pub async fn run(
 /// limits and tiers to the limiter.
 async fn follow_shared_state(app: &AppState) {
     match app.moderation.refresh(&app.store).await {
-        Ok(true) => app.limiter.set_limits(app.moderation.snapshot().effective_limits(&app.config.limits)),
+        Ok(true) => app.limiter.set_limits(app.moderation.effective_limits(&app.config.limits)),
         Ok(false) => {}
         // The link logs Redis being down (once a minute); a store failure is this node's.
         Err(crate::moderation::ModerationError::Shared(_)) => {}

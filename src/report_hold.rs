@@ -53,7 +53,7 @@ async fn hold_if_due(app: &AppState, id: EventId, needed: usize) -> Result<(), S
     if app.store.get(&id, now).map_err(|e| e.to_string())?.is_none() {
         return Ok(());
     }
-    app.moderation.update(&app.store, |s| s.held.insert(id, now.0)).await.map_err(|e| e.to_string())?;
+    app.moderation.hold(&app.store, id, now.0).await.map_err(|e| e.to_string())?;
     let detail = json!({"reporters": reporters.len()});
     crate::audit::record(
         &app.store,
@@ -70,9 +70,9 @@ async fn hold_if_due(app: &AppState, id: EventId, needed: usize) -> Result<(), S
 
 /// Releases a held event (an admin decided on it).
 pub async fn release(app: &AppState, id: EventId) -> Result<(), String> {
-    if !app.moderation.snapshot().held.contains_key(&id) {
+    if !app.moderation.is_held(&id) {
         return Ok(());
     }
-    app.moderation.update(&app.store, |s| s.held.remove(&id)).await.map_err(|e| e.to_string())?;
+    app.moderation.release(&app.store, id).await.map_err(|e| e.to_string())?;
     Ok(())
 }

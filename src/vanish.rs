@@ -68,16 +68,10 @@ pub async fn remove_matching(
 pub async fn vanish(app: &AppState, request: &Event) -> Result<(), Refusal> {
     let pk: PubKey = request.pubkey;
     let at = request.created_at.0;
-    app.moderation
-        .update(&app.store, |s| {
-            let previous = s.vanished.get(&pk).copied().unwrap_or(0);
-            s.vanished.insert(pk, previous.max(at));
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "a request to vanish could not be recorded");
-            Refusal::new(Prefix::Error, "the request could not be recorded; send it again")
-        })?;
+    app.moderation.vanish_key(&app.store, pk, at).await.map_err(|e| {
+        tracing::error!(error = %e, "a request to vanish could not be recorded");
+        Refusal::new(Prefix::Error, "the request could not be recorded; send it again")
+    })?;
     let failed = |e: crate::store::StoreError| {
         tracing::error!(error = %e, "a request to vanish could not remove events");
         Refusal::new(Prefix::Error, "the request is stored but not every event is removed yet; send it again")

@@ -89,7 +89,7 @@ pub async fn list(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Respons
 
 /// `DELETE /admin/v1/invites/{code}`: the code can no longer be claimed; 404 when there is none.
 pub async fn revoke(app: Arc<AppState>, _: RequestCtx, who: Admin, code: String) -> Result<Response, ApiError> {
-    let old = app.moderation.update(&app.store, |s| s.invites.remove(&code)).await?;
+    let old = app.moderation.revoke_invite(&app.store, &code).await?;
     let Some(old) = old else { return Err(ApiError::NotFound("no such invite code".into())) };
     audit(&app, &who, "invite.revoke", &crate::membership::short_code(&code), json!(old), serde_json::Value::Null)
         .await?;

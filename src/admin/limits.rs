@@ -25,7 +25,7 @@ struct Valued {
 
 /// Applies the saved overrides and tiers to the limiter: the next admission uses them.
 fn apply(app: &AppState) {
-    app.limiter.set_limits(app.moderation.snapshot().effective_limits(&app.config.limits));
+    app.limiter.set_limits(app.moderation.effective_limits(&app.config.limits));
 }
 
 /// The limits document: every limit of every tier with its source.
@@ -111,7 +111,7 @@ fn validate(patch: &Value) -> Result<Vec<(LimitKey, u64)>, ApiError> {
 }
 
 fn current(app: &AppState, key: LimitKey) -> Value {
-    json!(app.moderation.snapshot().effective_limits(&app.config.limits).get(key))
+    json!(app.moderation.effective_limits(&app.config.limits).get(key))
 }
 
 /// `PATCH /admin/v1/limits` with e.g. `{"human": {"ws_events_per_sec": 20}}`: all of it or
@@ -124,19 +124,12 @@ pub async fn patch(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Result<Re
     let if_match = ctx.header("if-match").map(str::to_string);
     let applied = app
         .moderation
-        .update(&app.store, |s| {
+        .override_limits(&app.store, &app.config.limits, &changes, |s| {
             let before = document_of(s, &app);
-            if let Some(if_match) = &if_match
-                && !if_match_admits(if_match, &etag(&before))
-            {
-                return Err(before);
+            match &if_match {
+                Some(if_match) if !if_match_admits(if_match, &etag(&before)) => Err(before),
+                _ => Ok(()),
             }
-            let effective = s.effective_limits(&app.config.limits);
-            let olds: Vec<u64> = changes.iter().map(|(key, _)| effective.get(*key)).collect();
-            for (key, value) in &changes {
-                s.limit_overrides.insert(*key, *value);
-            }
-            Ok(olds)
         })
         .await?;
     let olds = match applied {
@@ -194,7 +187,7 @@ pub async fn reset(
     };
     for key in keys {
         let old = current(&app, key);
-        let removed = app.moderation.update(&app.store, |s| s.limit_overrides.remove(&key)).await?;
+        let removed = app.moderation.remove_limit_override(&app.store, key).await?;
         apply(&app);
         if removed.is_some() {
             audit(&app, &who, "limits.reset", &key.to_string(), old, current(&app, key)).await?;
@@ -223,7 +216,7 @@ pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: S
     };
     let principal = crate::limiter::Principal::Pubkey(pk);
     let old = app.limiter.tier(&principal);
-    app.moderation.update(&app.store, |s| s.agent_overrides.insert(pk, agent)).await?;
+    app.moderation.set_tier(&app.store, pk, agent).await?;
     apply(&app);
     let new = app.limiter.tier(&principal);
     audit(&app, &who, "tier.set", &pk.to_hex(), json!(old), json!(new)).await?;

@@ -73,7 +73,7 @@ pub async fn put(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: String
     let pk = pubkey_of(&pubkey)?;
     let MemberBody { note } = parse_body(&ctx)?;
     let stored = note.clone();
-    let old = app.moderation.update(&app.store, |s| s.allowed_pubkeys.insert(pk, stored)).await?;
+    let old = app.moderation.add_member(&app.store, pk, stored).await?;
     audit(&app, &who, "member.add", &pk.to_hex(), json!(old), json!(note)).await?;
     if old.is_none() {
         crate::membership::changed(&app, pk, true).await;
@@ -85,7 +85,7 @@ pub async fn put(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: String
 /// configuration names (`auth.members`: removed there).
 pub async fn delete(app: Arc<AppState>, _: RequestCtx, who: Admin, pubkey: String) -> Result<Response, ApiError> {
     let pk = pubkey_of(&pubkey)?;
-    let old = app.moderation.update(&app.store, |s| s.allowed_pubkeys.remove(&pk)).await?;
+    let old = app.moderation.remove_member(&app.store, pk).await?;
     match old {
         Some(note) => {
             audit(&app, &who, "member.remove", &pk.to_hex(), json!(note), serde_json::Value::Null).await?;

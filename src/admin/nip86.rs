@@ -13,6 +13,7 @@ use warp::reply::Response;
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
+use crate::moderation::InfoField;
 use crate::protocol::EventId;
 use crate::protocol::PubKey;
 
@@ -119,14 +120,13 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         }
         "banpubkey" => {
             let (pk, why) = (pubkey(0)?, reason(params));
-            let old =
-                m.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(|e| failed(e.into()))?;
+            let old = m.ban_key(store, pk, why.clone()).await.map_err(|e| failed(e.into()))?;
             update("banpubkey", pk.to_hex(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
         "unbanpubkey" => {
             let pk = pubkey(0)?;
-            let old = m.update(store, |s| s.banned_pubkeys.remove(&pk)).await.map_err(|e| failed(e.into()))?;
+            let old = m.unban_key(store, pk).await.map_err(|e| failed(e.into()))?;
             update("unbanpubkey", pk.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }
@@ -135,10 +135,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         )),
         "allowpubkey" => {
             let (pk, why) = (pubkey(0)?, reason(params));
-            let old = m
-                .update(store, |s| s.allowed_pubkeys.insert(pk, why.clone()))
-                .await
-                .map_err(|e| failed(internal(e)))?;
+            let old = m.add_member(store, pk, why.clone()).await.map_err(|e| failed(internal(e)))?;
             update("allowpubkey", pk.to_hex(), json!(old), json!(why)).await?;
             if old.is_none() {
                 crate::membership::changed(app, pk, true).await;
@@ -147,7 +144,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         }
         "unallowpubkey" => {
             let pk = pubkey(0)?;
-            let old = m.update(store, |s| s.allowed_pubkeys.remove(&pk)).await.map_err(|e| failed(e.into()))?;
+            let old = m.remove_member(store, pk).await.map_err(|e| failed(e.into()))?;
             update("unallowpubkey", pk.to_hex(), json!(old), Value::Null).await?;
             if old.is_some() {
                 crate::membership::changed(app, pk, false).await;
@@ -159,8 +156,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         )),
         "banevent" => {
             let (id, why) = (event_id(0)?, reason(params));
-            let old =
-                m.update(store, |s| s.banned_events.insert(id, why.clone())).await.map_err(|e| failed(e.into()))?;
+            let old = m.ban_event(store, id, why.clone()).await.map_err(|e| failed(e.into()))?;
             store.remove(id).await.map_err(|e| failed(internal(e)))?;
             super::reports::reviewed(app, &id.to_hex(), "delete").await.map_err(failed)?;
             update("banevent", id.to_hex(), json!(old), json!(why)).await?;
@@ -168,7 +164,7 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         }
         "allowevent" => {
             let id = event_id(0)?;
-            let old = m.update(store, |s| s.banned_events.remove(&id)).await.map_err(|e| failed(e.into()))?;
+            let old = m.unban_event(store, id).await.map_err(|e| failed(e.into()))?;
             super::reports::reviewed(app, &id.to_hex(), "dismiss").await.map_err(failed)?;
             update("allowevent", id.to_hex(), json!(old), Value::Null).await?;
             Ok(json!(true))
@@ -178,26 +174,19 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         )),
         "changerelayname" | "changerelaydescription" | "changerelayicon" => {
             let value = param_str(params, 0, "new value")?;
-            let field = method.trim_start_matches("changerelay").to_string();
-            let v = value.clone();
-            let old = m
-                .update(store, move |s| match field.as_str() {
-                    "name" => s.name.replace(v),
-                    "description" => s.description.replace(v),
-                    _ => s.icon.replace(v),
-                })
-                .await
-                .map_err(|e| failed(internal(e)))?;
+            let field = match method {
+                "changerelayname" => InfoField::Name,
+                "changerelaydescription" => InfoField::Description,
+                _ => InfoField::Icon,
+            };
+            let old = m.set_info(store, field, value.clone()).await.map_err(|e| failed(internal(e)))?;
             update("relayinfo", method.to_string(), json!(old), json!(value)).await?;
             Ok(json!(true))
         }
         "allowkind" | "disallowkind" => {
             let k = kind(0)?;
             let allow = method == "allowkind";
-            let changed = m
-                .update(store, |s| if allow { s.allowed_kinds.insert(k) } else { s.allowed_kinds.remove(&k) })
-                .await
-                .map_err(|e| failed(internal(e)))?;
+            let changed = m.allow_kind(store, k, allow).await.map_err(|e| failed(internal(e)))?;
             if changed {
                 update(if allow { "allowkind" } else { "disallowkind" }, k.to_string(), json!(!allow), json!(allow))
                     .await?;
@@ -207,14 +196,13 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         "listallowedkinds" => Ok(json!(m.snapshot().allowed_kinds)),
         "blockip" => {
             let (addr, why) = (ip(0)?, reason(params));
-            let old =
-                m.update(store, |s| s.blocked_ips.insert(addr, why.clone())).await.map_err(|e| failed(e.into()))?;
+            let old = m.block_ip(store, addr, why.clone()).await.map_err(|e| failed(e.into()))?;
             update("blockip", addr.to_string(), json!(old), json!(why)).await?;
             Ok(json!(true))
         }
         "unblockip" => {
             let addr = ip(0)?;
-            let old = m.update(store, |s| s.blocked_ips.remove(&addr)).await.map_err(|e| failed(e.into()))?;
+            let old = m.unblock_ip(store, addr).await.map_err(|e| failed(e.into()))?;
             update("unblockip", addr.to_string(), json!(old), Value::Null).await?;
             Ok(json!(true))
         }

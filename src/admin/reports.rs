@@ -230,13 +230,13 @@ pub async fn decide(
                     "`{target}` is a key, not an event: dismiss it or ban the key"
                 )));
             };
-            app.moderation.update(store, |s| s.banned_events.insert(event.id, why.clone())).await.map_err(internal)?;
+            app.moderation.ban_event(store, event.id, why.clone()).await.map_err(internal)?;
             store.remove(event.id).await.map_err(internal)?;
             json!({"deleted": event.id.to_hex()})
         }
         ("ban", Some(reach @ ("events" | "writes"))) => {
             let pk = entry.pubkey.ok_or_else(|| internal("a queued report without a key"))?;
-            app.moderation.update(store, |s| s.banned_pubkeys.insert(pk, why.clone())).await.map_err(internal)?;
+            app.moderation.ban_key(store, pk, why.clone()).await.map_err(internal)?;
             let every = Filter { authors: Some(vec![pk]), ..Filter::default() };
             let removed = if reach == "events" {
                 crate::vanish::remove_matching(&app, every, None).await.map_err(internal)?
@@ -263,7 +263,7 @@ pub async fn decide(
     }
     let at = Timestamp::now().0;
     let reviewed = Reviewed { action: action.clone(), at };
-    app.moderation.update(store, |s| s.reviewed.insert(target.clone(), reviewed)).await.map_err(internal)?;
+    app.moderation.review(store, target.clone(), reviewed).await.map_err(internal)?;
     audit(
         &app,
         &who,
@@ -283,6 +283,6 @@ pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Resu
         crate::report_hold::release(app, id).await.map_err(internal)?;
     }
     let r = Reviewed { action: action.into(), at: Timestamp::now().0 };
-    app.moderation.update(&app.store, |s| s.reviewed.insert(target.to_string(), r)).await.map_err(internal)?;
+    app.moderation.review(&app.store, target.to_string(), r).await.map_err(internal)?;
     Ok(())
 }

@@ -20,7 +20,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::handle::{self, Action, Done};
+use super::action::{Action, Done};
+use super::handle;
 use super::session::Session;
 use super::upgrade::Socket as WebSocket;
 use crate::app::AppState;
