@@ -147,4 +147,30 @@ mod tests {
         assert!(String::from_utf8_lossy(&json).contains(r#""limit_overrides":{"agent.messages_per_min":7}"#));
         assert_eq!(serde_json::from_slice::<State>(&json).unwrap(), state);
     }
+
+    /// The document a relay of the release before this layout wrote (commit 69816a5, through its
+    /// admin API, NIP-86, a report hold and a request to vanish: every field set), read by this
+    /// one whole, and written back the same.
+    #[test]
+    fn a_document_the_previous_release_wrote_reads_whole_and_writes_back_the_same() {
+        let written = include_str!("../../tests/fixtures/moderation/written-by-69816a5.json");
+        let value: serde_json::Value = serde_json::from_str(written).unwrap();
+        let every_field_set = value.as_object().unwrap().values().all(|v| !v.is_null() && v != &serde_json::json!({}));
+        assert!(every_field_set, "the fixture sets every field: {value}");
+        let state: State = serde_json::from_value(value.clone()).unwrap();
+        let banned = PubKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798").unwrap();
+        assert_eq!(state.banned_pubkeys.get(&banned).map(String::as_str), Some("spam"));
+        assert_eq!(state.agent_overrides.get(&banned), Some(&true));
+        assert_eq!(state.blocked_ips.get(&"10.1.2.3".parse().unwrap()).map(String::as_str), Some("flood"));
+        assert_eq!(state.name.as_deref(), Some("The Hearth"));
+        assert_eq!(state.allowed_kinds.iter().copied().collect::<Vec<_>>(), [1, 62, 1984]);
+        assert_eq!(
+            state.invites.values().map(|i| (i.uses, i.note.as_str())).collect::<Vec<_>>(),
+            [(3, "for the choir")]
+        );
+        assert_eq!((state.held.len(), state.vanished.len(), state.reviewed.len()), (1, 1, 1));
+        let key = LimitKey { tier: crate::config::Tier::Human, key: crate::config::QuotaKey::MessagesPerMin };
+        assert_eq!(state.limit_overrides.get(&key), Some(&77));
+        assert_eq!(serde_json::to_value(&state).unwrap(), value);
+    }
 }
