@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn an_event_of_a_private_kind_is_shown_without_its_content() {
-        let keys = Keys::from_bytes([5; 32]).unwrap();
+        let keys = Keys::test(5);
         let private = PrivateKinds::new(&[Kind(4), Kind(1059)]);
         let wrap = keys.sign(Timestamp(1), Kind(1059), vec![vec!["p".into(), "ab".repeat(32)]], "sealed secret");
         let text = serde_json::to_string(&serde_json::json!(["EVENT", "s", wrap])).unwrap();
@@ -250,7 +250,7 @@ mod tests {
         let id = format!("3fa2{}", "0".repeat(60));
         let ok = RelayMessage::ok(id.clone(), true, "");
         assert_eq!(line(3, Direction::Out, &ok.to_json().unwrap()), r#"c3 -> OK 3fa2… true """#);
-        let keys = Keys::from_bytes([5; 32]).unwrap();
+        let keys = Keys::test(5);
         let e = keys.sign(Timestamp(1), Kind(1), vec![], "hi \"there\"");
         let text = serde_json::to_string(&serde_json::json!(["EVENT", e])).unwrap();
         let pk = keys.public_key().to_hex();

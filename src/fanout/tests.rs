@@ -8,7 +8,7 @@ fn local() -> Principal {
 }
 
 fn event() -> Event {
-    Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x")
+    Keys::test(5).sign(Timestamp(1), Kind(1), vec![], "x")
 }
 
 #[test]
@@ -116,7 +116,7 @@ fn an_event_of_a_group_reaches_its_groups_subscriptions_and_the_general_ones_onl
     }
     let general = fanout.register(8, 1 << 20, local());
     fanout.subscribe(general.id, "all", 1, vec![filter(r#"{"kinds":[9]}"#)]);
-    let e = Keys::from_bytes([5; 32]).unwrap().sign(Timestamp(1), Kind(9), vec![vec!["h".into(), "g3".into()]], "x");
+    let e = Keys::test(5).sign(Timestamp(1), Kind(9), vec![vec!["h".into(), "g3".into()]], "x");
     {
         let conns = fanout.read();
         let candidates = conns.index.candidates(e.tag_values("h"), conns.entries.len()).unwrap();

@@ -67,11 +67,7 @@ mod tests {
 
     #[test]
     fn the_four_state_events_say_exactly_what_the_group_holds() {
-        let (relay, admin, member) = (
-            Keys::from_bytes([1; 32]).unwrap(),
-            Keys::from_bytes([2; 32]).unwrap(),
-            Keys::from_bytes([3; 32]).unwrap(),
-        );
+        let (relay, admin, member) = (Keys::test(1), Keys::test(2), Keys::test(3));
         let mut groups = Groups::new(relay.public_key());
         groups.apply(&ev(&admin, 100, 9007, "food", &[]), 0).unwrap();
         groups.apply(&ev(&admin, 100, 9007, "pizza", &[]), 0).unwrap();

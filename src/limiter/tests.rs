@@ -119,7 +119,7 @@ fn quotas_are_separate_per_limit_type_and_principal() {
 
 #[test]
 fn agents_are_billed_at_the_agent_tier_and_limits_change_live() {
-    let agent = crate::protocol::Keys::from_bytes([9; 32]).unwrap().public_key();
+    let agent = crate::protocol::Keys::test(9).public_key();
     let mut config = LimitsConfig::default();
     config.agent.messages_per_min = 3;
     config.agent_pubkeys = vec![agent];

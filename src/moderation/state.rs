@@ -118,8 +118,8 @@ mod tests {
 
     #[test]
     fn overrides_apply_over_the_configuration() {
-        let alice = Keys::from_bytes([1; 32]).unwrap().public_key();
-        let bob = Keys::from_bytes([2; 32]).unwrap().public_key();
+        let alice = Keys::test(1).public_key();
+        let bob = Keys::test(2).public_key();
         let config = LimitsConfig { agent_pubkeys: vec![bob], ..LimitsConfig::default() };
         let mut state = State::default();
         let key = LimitKey { tier: crate::config::Tier::Human, key: crate::config::QuotaKey::WsEventsPerSec };
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn state_round_trips_through_json() {
         let mut state = State::default();
-        let k = Keys::from_bytes([1; 32]).unwrap();
+        let k = Keys::test(1);
         let e = k.sign(Timestamp(1), Kind(1), vec![], "");
         state.banned_pubkeys.insert(k.public_key(), "spam".into());
         state.banned_events.insert(e.id, "".into());

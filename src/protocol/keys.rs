@@ -78,6 +78,16 @@ impl Keys {
     }
 }
 
+/// The unit tests' keys: one helper for every module's tests.
+#[cfg(test)]
+impl Keys {
+    /// Key number `n` (1 to 255): the secret `[n; 32]`, the same key in every test that names it.
+    pub(crate) fn test(n: u8) -> Keys {
+        assert!(n > 0, "the secret [0; 32] is not a key: number test keys from 1");
+        Keys::from_bytes([n; 32]).unwrap_or_else(|e| panic!("test key {n}: {e}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

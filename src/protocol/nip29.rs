@@ -277,7 +277,7 @@ mod tests {
 
     fn event(kind: u16, tags: &[&[&str]]) -> Event {
         let tags = tags.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
-        Keys::from_bytes([3; 32]).unwrap().sign(Timestamp(1), Kind(kind), tags, "")
+        Keys::test(3).sign(Timestamp(1), Kind(kind), tags, "")
     }
 
     #[test]
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn each_moderation_kind_reads_its_arguments_and_refuses_what_is_missing() {
-        let pk = Keys::from_bytes([4; 32]).unwrap().public_key().to_hex();
+        let pk = Keys::test(4).public_key().to_hex();
         let put = Action::of(&event(9000, &[&["h", "g"], &["p", &pk, "admin", "moderator"]])).unwrap();
         assert!(matches!(put, Action::PutUser { roles, code: None, .. } if roles == ["admin", "moderator"]));
         assert!(matches!(Action::of(&event(9001, &[&["h", "g"], &["p", &pk]])).unwrap(), Action::RemoveUser(_)));

@@ -96,7 +96,7 @@ mod tests {
 
     fn auth(tags: &[(&str, &str)], at: u64, kind: u16) -> Event {
         let tags = tags.iter().map(|(k, v)| vec![k.to_string(), v.to_string()]).collect();
-        Keys::from_bytes([3; 32]).unwrap().sign(Timestamp(at), Kind(kind), tags, "")
+        Keys::test(3).sign(Timestamp(at), Kind(kind), tags, "")
     }
 
     #[test]

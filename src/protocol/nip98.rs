@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn a_good_header_names_its_signer() {
-        let keys = Keys::from_bytes([4; 32]).unwrap();
+        let keys = Keys::test(4);
         let r = req("http://h/api/v1/events", "POST", b"{}");
         let h = header(&keys, &r, Timestamp(1000)).unwrap();
         assert_eq!(check(&h, &r, Timestamp(1030)).unwrap().pubkey, keys.public_key());
@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn each_failure_has_its_reason() {
-        let keys = Keys::from_bytes([4; 32]).unwrap();
+        let keys = Keys::test(4);
         let r = req("http://h/x?a=1", "POST", b"body");
         let h = header(&keys, &r, Timestamp(1000)).unwrap();
         assert_eq!(check(&h, &req("http://h/x", "POST", b"body"), Timestamp(1000)), Err(AuthError::UrlMismatch));

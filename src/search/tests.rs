@@ -8,7 +8,7 @@ use crate::protocol::{Event, Filter, Timestamp};
 use crate::protocol::{Keys, Kind};
 
 fn corpus() -> (SearchIndex, Vec<Event>) {
-    let keys = Keys::from_bytes([7; 32]).unwrap();
+    let keys = Keys::test(7);
     let texts: [(&str, &[&[&str]]); 6] = [
         ("The meetup is on Friday at the café", &[]),
         ("Meetup notes: meetup, meetup and more meetup", &[]),
@@ -60,7 +60,7 @@ fn ranked_by_relevance_with_phrases_exclusions_prefixes_folding_and_cjk() {
 #[test]
 fn ties_of_score_go_newest_first_and_removed_events_are_gone() {
     let (index, events) = corpus();
-    let keys = Keys::from_bytes([8; 32]).unwrap();
+    let keys = Keys::test(8);
     let twins: Vec<Event> = (0..3).map(|i| keys.sign(Timestamp(2000 + i), Kind(1), vec![], "twin")).collect();
     for e in &twins {
         index.add(e).unwrap();
@@ -146,7 +146,7 @@ fn the_filters_fields_narrow_without_changing_the_ranking() {
     let (index, events) = corpus();
     // One long article that mentions it once: the only event of its kind, so the kind's term is
     // rare, and would outweigh the text if the kind scored.
-    let keys = Keys::from_bytes([9; 32]).unwrap();
+    let keys = Keys::test(9);
     let article =
         keys.sign(Timestamp(3000), Kind(30023), vec![], "a long text of many words that says meetup only once");
     index.add(&article).unwrap();

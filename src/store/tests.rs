@@ -53,10 +53,6 @@ impl Store {
     }
 }
 
-pub(super) fn keys(n: u8) -> Keys {
-    Keys::from_bytes([n; 32]).unwrap()
-}
-
 pub(super) fn signed(k: &Keys, at: u64, kind: u16, tags: &[&[&str]]) -> VerifiedEvent {
     let tags = tags.iter().map(|t| t.iter().map(|s| s.to_string()).collect()).collect();
     verify(k.sign(Timestamp(at), Kind(kind), tags, "c")).unwrap()
@@ -85,7 +81,7 @@ pub(super) fn ids(store: &Store, filter: &str) -> Vec<EventId> {
 #[tokio::test]
 async fn duplicate_is_stored_once() {
     let store = Store::temporary().unwrap();
-    let e = signed(&keys(1), 10, 1, &[]);
+    let e = signed(&Keys::test(1), 10, 1, &[]);
     assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Stored(_)));
     assert!(matches!(store.put(e.clone()).await.unwrap(), PutOutcome::Duplicate));
     assert_eq!(ids(&store, "{}"), vec![e.id]);
@@ -94,7 +90,7 @@ async fn duplicate_is_stored_once() {
 #[tokio::test]
 async fn replaceable_keeps_newest_and_refuses_older() {
     let store = Store::temporary().unwrap();
-    let k = keys(1);
+    let k = Keys::test(1);
     let old = signed(&k, 10, 0, &[]);
     let new = signed(&k, 20, 0, &[]);
     store.put(old.clone()).await.unwrap();
@@ -108,7 +104,7 @@ async fn replaceable_keeps_newest_and_refuses_older() {
 #[tokio::test]
 async fn addressable_ties_keep_lowest_id() {
     let store = Store::temporary().unwrap();
-    let k = keys(2);
+    let k = Keys::test(2);
     let a = signed(&k, 10, 30023, &[&["d", "x"]]);
     let b = signed(&k, 10, 30023, &[&["d", "x"], &["t", "other"]]);
     let (low, high) = if a.id < b.id { (a, b) } else { (b, a) };
@@ -124,7 +120,7 @@ async fn addressable_ties_keep_lowest_id() {
 #[tokio::test]
 async fn deletion_removes_own_targets_and_tombstones_them() {
     let store = Store::temporary().unwrap();
-    let (alice, bob) = (keys(1), keys(2));
+    let (alice, bob) = (Keys::test(1), Keys::test(2));
     let mine = signed(&alice, 10, 1, &[]);
     let theirs = signed(&bob, 10, 1, &[]);
     let article = signed(&alice, 10, 30023, &[&["d", "a"]]);
@@ -147,7 +143,7 @@ async fn deletion_removes_own_targets_and_tombstones_them() {
 #[tokio::test]
 async fn expired_events_are_not_served_and_are_swept() {
     let store = Store::temporary().unwrap();
-    let k = keys(3);
+    let k = Keys::test(3);
     let e = signed(&k, 10, 1, &[&["expiration", "100"]]);
     store.put(e.clone()).await.unwrap();
     let f: Filter = serde_json::from_str("{}").unwrap();
@@ -161,7 +157,7 @@ async fn expired_events_are_not_served_and_are_swept() {
 #[tokio::test]
 async fn query_orders_newest_first_and_limits_per_filter() {
     let store = Store::temporary().unwrap();
-    let k = keys(4);
+    let k = Keys::test(4);
     let mut all = Vec::new();
     for (i, at) in [5, 1, 3, 3, 9].into_iter().enumerate() {
         let e = signed(&k, at, 1, &[&["t", &format!("v{at}")], &["n", &i.to_string()]]);
@@ -183,7 +179,7 @@ async fn query_orders_newest_first_and_limits_per_filter() {
 #[tokio::test]
 async fn a_limit_that_cuts_a_tie_keeps_the_lowest_ids() {
     let store = Store::temporary().unwrap();
-    let k = keys(5);
+    let k = Keys::test(5);
     let mut same_second = Vec::new();
     for i in 0..12 {
         let e = signed(&k, 50, 1, &[&["n", &i.to_string()]]);
@@ -205,7 +201,7 @@ async fn writes_of_one_group_see_each_other() {
     // Sent together, these can land in one writer group: the duplicate, the older replaceable version
     // and the deleted event must each be judged against the writes before them in the group.
     let store = Store::temporary().unwrap();
-    let k = keys(6);
+    let k = Keys::test(6);
     let note = signed(&k, 10, 1, &[]);
     let (old, new) = (signed(&k, 10, 0, &[]), signed(&k, 20, 0, &[]));
     let doomed = signed(&k, 10, 1, &[&["t", "x"]]);
@@ -241,7 +237,7 @@ fn mark_of(outcome: Result<PutOutcome, StoreError>) -> Mark {
 #[tokio::test]
 async fn a_querys_mark_tells_the_events_it_saw_from_those_stored_after_it() {
     let store = Store::temporary().unwrap();
-    let k = keys(7);
+    let k = Keys::test(7);
     let now = Timestamp(2_000_000_000);
     let seen = mark_of(store.put(signed(&k, 10, 1, &[])).await);
     let (events, looked) = store.query_marked(&[Filter::default()], now).unwrap();
@@ -266,7 +262,7 @@ async fn a_querys_mark_tells_the_events_it_saw_from_those_stored_after_it() {
 #[tokio::test]
 async fn reopening_rebuilds_the_index_and_new_records_overwrite_none() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(7);
+    let k = Keys::test(7);
     let first: Vec<_> = (0..5).map(|i| signed(&k, 100 + i, 1, &[&["t", "a"]])).collect();
     {
         let store = Store::open(dir.path(), 8).unwrap();
@@ -310,7 +306,7 @@ fn data_directories_of_older_layouts_are_refused() {
 #[tokio::test]
 async fn a_layout_3_directory_is_converted_at_open_and_every_event_is_found() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(8);
+    let k = Keys::test(8);
     let events: Vec<_> = (0..300).map(|i| signed(&k, 1_000 + i, 1, &[&["t", "a"]])).collect();
     {
         let store = Store::open(dir.path(), 8).unwrap();
@@ -372,7 +368,7 @@ async fn frames_after_sleds_end_are_replayed_at_open_and_a_torn_one_is_cut_off()
     // A crash after a group's frames were synced (and acknowledged) but before sled flushed its
     // batch leaves frames after the end sled recorded. They are written here as the writer does.
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(10);
+    let k = Keys::test(10);
     let kept = signed(&k, 100, 1, &[]);
     let doomed = signed(&k, 110, 1, &[]);
     {
@@ -422,7 +418,7 @@ async fn a_replayed_sweep_runs_where_it_ran_the_first_time() {
     // was free again. Replayed without the sweep, the older one would be refused as superseded.
     let dir = tempfile::tempdir().unwrap();
     drop(Store::open(dir.path(), 8).unwrap());
-    let k = keys(11);
+    let k = Keys::test(11);
     let expiring = signed(&k, 120, 0, &[&["expiration", "150"]]);
     let older = signed(&k, 110, 0, &[]);
     let note = signed(&k, 130, 1, &[]);
@@ -453,7 +449,7 @@ fn signed_text(k: &Keys, at: u64, kind: u16, tags: &[&[&str]], content: &str) ->
 async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 8).unwrap();
-    let (alice, bob, carol) = (keys(1), keys(2), keys(3));
+    let (alice, bob, carol) = (Keys::test(1), Keys::test(2), Keys::test(3));
     let pad = "x".repeat(1000);
     // 200 dead versions of a profile, and 1,200 live notes of about 1.2 KB: enough that the copy,
     // held to 1 MiB/s, is still running while the writes below arrive.
@@ -550,7 +546,7 @@ async fn a_compaction_keeps_every_write_and_removal_made_while_it_runs() {
 #[tokio::test]
 async fn a_temporary_store_compacts_in_memory() {
     let store = Store::temporary().unwrap();
-    let k = keys(4);
+    let k = Keys::test(4);
     for i in 0..10 {
         store.put(signed(&k, 100 + i, 0, &[])).await.unwrap();
     }
@@ -567,7 +563,7 @@ async fn a_temporary_store_compacts_in_memory() {
 async fn a_shutdown_abandons_a_compaction_copy_and_the_next_open_removes_its_file() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), 8).unwrap();
-    let k = keys(5);
+    let k = Keys::test(5);
     let pad = "y".repeat(1000);
     for i in 0..400 {
         store.put(signed_text(&k, 100 + i, 1, &[], &pad)).await.unwrap();
@@ -747,7 +743,7 @@ async fn an_index_in_segments_answers_exactly_as_one_in_memory_through_removals_
     // segments, merged as they come) and to a temporary store, whose index is all in memory; the
     // first is reopened and compacted along the way. Every probe must answer the same.
     let dir = tempfile::tempdir().unwrap();
-    let authors: Vec<Keys> = (1..=4).map(keys).collect();
+    let authors: Vec<Keys> = (1..=4).map(Keys::test).collect();
     let mut rng = Rng(0x5eed_2026_1201);
     let mut seg = segmented(dir.path(), 5);
     let mut held_until = None;
@@ -837,7 +833,7 @@ async fn an_index_in_segments_answers_exactly_as_one_in_memory_through_removals_
 #[tokio::test]
 async fn unreadable_or_unrecorded_segments_are_built_again_from_the_log() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(3);
+    let k = Keys::test(3);
     let events: Vec<_> = (0..40).map(|i| signed(&k, 500 + i, 1, &[&["t", "z"]])).collect();
     {
         let store = segmented(dir.path(), 8);
@@ -880,7 +876,7 @@ async fn unreadable_or_unrecorded_segments_are_built_again_from_the_log() {
 async fn a_count_from_the_lists_alone_leaves_out_expired_events_and_counts_each_event_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = segmented(dir.path(), 2);
-    let k = keys(4);
+    let k = Keys::test(4);
     for e in [
         signed(&k, 10, 1, &[&["t", "a"], &["t", "b"]]),
         signed(&k, 11, 1, &[&["t", "a"]]),
@@ -1007,7 +1003,7 @@ async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_throug
     // sweeps, reopens and compactions; after every put its outcome, and at every checkpoint
     // every probe, must be the model's.
     let dir = tempfile::tempdir().unwrap();
-    let authors: Vec<Keys> = (11..=14).map(keys).collect();
+    let authors: Vec<Keys> = (11..=14).map(Keys::test).collect();
     let mut rng = Rng(0x0de1_2026_1201);
     let mut store = segmented(dir.path(), 7);
     let mut held = false;
@@ -1109,7 +1105,7 @@ async fn the_store_answers_every_put_and_query_as_the_protocol_model_does_throug
 #[tokio::test]
 async fn a_clean_stop_writes_the_in_memory_index_out_so_the_next_start_reads_no_tail() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(9);
+    let k = Keys::test(9);
     let store = segmented(dir.path(), 1000);
     let events: Vec<VerifiedEvent> = (0..10).map(|i| signed(&k, 1000 + i, 1, &[&["t", "x"]])).collect();
     for e in &events {
@@ -1140,7 +1136,7 @@ async fn a_clean_stop_writes_the_in_memory_index_out_so_the_next_start_reads_no_
 
 #[tokio::test]
 async fn a_start_after_a_crash_leaves_out_the_tails_removed_events_by_their_recorded_removals() {
-    let k = keys(21);
+    let k = Keys::test(21);
     let notes: Vec<VerifiedEvent> = (0..20).map(|i| signed(&k, 1000 + i, 1, &[&["t", "x"]])).collect();
     let (v1, v2) = (signed(&k, 1100, 0, &[]), signed(&k, 1101, 0, &[]));
     let deletion = signed(&k, 1200, 5, &[&["e", &notes[5].id.to_hex()]]);
@@ -1185,7 +1181,7 @@ async fn a_start_after_a_crash_leaves_out_the_tails_removed_events_by_their_reco
 #[tokio::test]
 async fn events_removed_between_a_compactions_copy_and_its_swap_stay_removed_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(22);
+    let k = Keys::test(22);
     let store = segmented(dir.path(), 1000);
     let notes: Vec<VerifiedEvent> = (0..10).map(|i| signed(&k, 1000 + i, 1, &[])).collect();
     for e in &notes {
@@ -1240,7 +1236,7 @@ fn snapshots(dir: &Path) -> Vec<u64> {
 #[tokio::test]
 async fn a_closed_store_leaves_sled_nothing_to_read_back_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
-    let k = keys(11);
+    let k = Keys::test(11);
     let write = |store: Store, from: u64| {
         let k = k.clone();
         async move {
@@ -1279,10 +1275,10 @@ async fn a_closed_store_leaves_sled_nothing_to_read_back_at_the_next_open() {
     assert_eq!(ids(&Store::open(dir.path(), 8).unwrap(), r#"{"kinds":[1]}"#).len(), 600);
 }
 
-/// A store opened in `dir` with `n` kind-1 notes of `keys(key)` stored, and the notes.
+/// A store opened in `dir` with `n` kind-1 notes of `Keys::test(key)` stored, and the notes.
 async fn stored_notes(dir: &Path, key: u8, n: u64) -> (Store, Vec<VerifiedEvent>) {
     let store = Store::open(dir, 8).unwrap();
-    let k = keys(key);
+    let k = Keys::test(key);
     let events: Vec<VerifiedEvent> = (0..n).map(|i| signed(&k, 1000 + i, 1, &[])).collect();
     for e in &events {
         store.put(e.clone()).await.unwrap();
@@ -1362,7 +1358,7 @@ async fn a_snapshot_that_a_kill_cut_off_is_removed_and_the_store_opens() {
 #[tokio::test]
 async fn a_screened_viewer_is_served_no_event_of_a_group_withheld_from_it_on_any_read() {
     let store = Store::temporary().unwrap();
-    let k = keys(1);
+    let k = Keys::test(1);
     let open = signed(&k, 1000, 9, &[&["h", "open"]]);
     let secret = signed(&k, 1001, 9, &[&["h", "secret"]]);
     let state = signed(&k, 1002, 39000, &[&["d", "hidden"], &["name", "H"]]);

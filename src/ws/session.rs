@@ -173,7 +173,7 @@ mod tests {
     }
 
     fn event_frame(sub_id: &str, n: u8) -> RelayMessage {
-        let event = Keys::from_bytes([n; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
+        let event = Keys::test(n).sign(Timestamp(1), Kind(1), vec![], "x");
         RelayMessage::Event { sub_id: sub_id.into(), event: event.to_shared_json().unwrap() }
     }
 
@@ -187,7 +187,7 @@ mod tests {
         let store = crate::store::Store::temporary().unwrap();
         let mut marks = Vec::new();
         for n in 1..=3 {
-            let event = Keys::from_bytes([n; 32]).unwrap().sign(Timestamp(1), Kind(1), vec![], "x");
+            let event = Keys::test(n).sign(Timestamp(1), Kind(1), vec![], "x");
             match store.put(crate::protocol::verify::verify(event).unwrap()).await.unwrap() {
                 crate::store::PutOutcome::Stored(mark) => marks.push(mark),
                 other => panic!("{other:?}"),

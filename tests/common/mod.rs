@@ -16,6 +16,10 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+mod process;
+#[allow(unused_imports)] // the ops binary starts processes; the it binary does not
+pub use process::*;
+
 /// The address a `hearth` child process (its stderr piped) logs `listening on <addr>` for; the
 /// rest of its log is drained from then on, so the child never blocks on a full pipe.
 pub fn listening_addr(child: &mut std::process::Child) -> String {
@@ -448,29 +452,4 @@ pub async fn http_with_headers(
 pub async fn audit_actions(relay: &TestRelay, token: &str) -> Vec<String> {
     let (_, audit) = http(relay, reqwest::Method::GET, "/admin/v1/audit", None, Some(token), None).await;
     audit["entries"].as_array().unwrap().iter().filter_map(|e| e["action"].as_str().map(String::from)).collect()
-}
-
-/// The `hearth-bench` binary (the workspace's `crates/hearth-bench`: the crash loop and the
-/// lossy filesystem), beside the `hearth` binary these tests run. `cargo test` at the root
-/// builds both; a run of this package alone (`-p hearth`) builds it here, once, with the same
-/// profile.
-#[allow(dead_code)] // used by the ops binary only
-pub fn bench_exe() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::path::Path::new(env!("CARGO_BIN_EXE_hearth")).with_file_name("hearth-bench");
-            if !exe.exists() {
-                let profile = exe.parent().and_then(|d| d.file_name()).and_then(|n| n.to_str()).unwrap_or("debug");
-                let mut build = std::process::Command::new(env!("CARGO"));
-                build.args(["build", "--package", "hearth-bench", "--manifest-path"]);
-                build.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
-                if profile == "release" {
-                    build.arg("--release");
-                }
-                assert!(build.status().unwrap().success(), "cannot build hearth-bench");
-            }
-            exe
-        })
-        .clone()
 }

@@ -10,7 +10,7 @@ use hearth::protocol::blossom::{self, BlobHash, Verb};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::binary::{GENEROUS, Lossy, Running, sigterm, start_with};
+use crate::binary::{GENEROUS, Lossy};
 use crate::common::*;
 use crate::datadir::hearth;
 

@@ -6,12 +6,6 @@ use crate::common::*;
 use hearth::protocol::Event;
 use serde_json::json;
 
-pub(crate) fn hearth() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
-    cmd.env_remove("RUST_LOG");
-    cmd
-}
-
 #[test]
 fn zero_limit_stops_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -45,16 +39,6 @@ fn a_data_directory_that_cannot_be_created_is_named_with_what_failed() {
     let err = String::from_utf8_lossy(&out.stderr);
     let want = format!("data directory {}: cannot create it: Not a directory", data.display());
     assert!(err.contains(&want), "{err}");
-}
-
-/// Kills the relay if a test fails before it stops it.
-pub(crate) struct Running(pub(crate) std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The power-cut tests' disk: `hearth-bench lossy` mounted on `dir/data` (where [`start_with`]
@@ -129,31 +113,6 @@ pub(crate) const GENEROUS: [(&str, &str); 4] = [
     ("HEARTH_LIMITS__IP__WS_EVENTS_PER_SEC", "100000"),
     ("HEARTH_LIMITS__IP__MESSAGES_PER_MIN", "1000000"),
 ];
-
-pub(crate) fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
-    start_as(hearth(), dir, env)
-}
-
-/// Starts `command` (the `hearth` binary, or a shell that execs it) as [`start_with`] does.
-pub(crate) fn start_as(mut command: Command, dir: &std::path::Path, env: &[(&str, &str)]) -> (Running, String) {
-    let mut child = command
-        .current_dir(dir)
-        .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
-        .env("HEARTH_STORAGE__DATA_DIR", dir.join("data"))
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = listening_addr(&mut child);
-    (Running(child), addr)
-}
-
-pub(crate) fn sigterm(running: &mut Running) -> std::process::ExitStatus {
-    let status = Command::new("kill").arg("-TERM").arg(running.0.id().to_string()).status().unwrap();
-    assert!(status.success());
-    running.0.wait().unwrap()
-}
 
 fn frame(msg: tokio_tungstenite::tungstenite::Message) -> serde_json::Value {
     serde_json::from_str(msg.into_text().unwrap().as_str()).unwrap()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Runs `hearth publish` with `stdin` lines; returns (exit code, stdout JSON lines).
 fn cli_publish(relay: &TestRelay, secret: &str, extra: &[&str], stdin: &str) -> (i32, Vec<Value>) {
-    let mut child = crate::binary::hearth()
+    let mut child = crate::common::hearth()
         .args(["publish", "--relay", &relay.ws_url()])
         .args(extra)
         .env("HEARTH_KEY", secret)
@@ -75,7 +75,7 @@ async fn cli_publishes_300_events_through_tight_limits_exactly_once() {
 
 /// Runs `hearth <verb> --rest` (`req` or `count`) with `filter`; returns (exit code, stdout lines).
 fn cli_read_rest(relay: &TestRelay, verb: &str, secret: &str, filter: &str) -> (i32, Vec<Value>) {
-    let out = crate::binary::hearth()
+    let out = crate::common::hearth()
         .args([verb, "--rest", "--relay", &relay.ws_url(), filter])
         .env("HEARTH_KEY", secret)
         .env_remove("RUST_LOG")
@@ -189,7 +189,7 @@ async fn cli_exit_codes_tell_refused_from_invalid() {
     });
     assert_eq!(code, 4);
     assert_eq!(lines[0]["message"], "invalid: signature does not verify");
-    let out = crate::binary::hearth().args(["count", "--relay", "ws://127.0.0.1:1/", "{}"]).output().unwrap();
+    let out = crate::common::hearth().args(["count", "--relay", "ws://127.0.0.1:1/", "{}"]).output().unwrap();
     assert_eq!(out.status.code(), Some(5));
 }
 
@@ -240,7 +240,7 @@ async fn a_session_paces_reads_at_the_advertised_ws_reqs_and_writes_at_their_own
 
 #[tokio::test]
 async fn keygen_prints_a_usable_key_pair() {
-    let out = crate::binary::hearth().arg("keygen").output().unwrap();
+    let out = crate::common::hearth().arg("keygen").output().unwrap();
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let keys = hearth::protocol::Keys::parse(v["nsec"].as_str().unwrap()).unwrap();

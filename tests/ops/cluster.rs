@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::binary::{Running, hearth, start_with};
 use crate::common::*;
 
 /// A `redis-server` of one test's own.

@@ -10,7 +10,7 @@ use crate::common::*;
 use serde_json::{Value, json};
 
 pub(crate) fn hearth(data: &Path) -> Command {
-    let mut cmd = crate::binary::hearth();
+    let mut cmd = crate::common::hearth();
     cmd.env("HEARTH_STORAGE__DATA_DIR", data).env("HEARTH_SERVER__BIND", "127.0.0.1:0");
     cmd
 }
@@ -134,7 +134,7 @@ fn the_vectors_survive_export_import_export_unchanged() {
 fn offline_commands_refuse_a_data_directory_a_relay_holds_and_say_what_to_do_instead() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut relay = crate::binary::Running(hearth(&data).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut relay = crate::common::Running(hearth(&data).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     listening_addr(&mut relay.0);
     let held = format!("hearth: data directory {} is in use by a running hearth", data.display());
     let out = export(&data, None);
@@ -161,13 +161,13 @@ fn offline_commands_refuse_a_data_directory_a_relay_holds_and_say_what_to_do_ins
 }
 
 /// A relay on `data` (admin token `t`, `env` besides) and the address it listens on.
-fn spawn_relay(data: &Path, env: &[(&str, &str)]) -> (crate::binary::Running, String) {
+fn spawn_relay(data: &Path, env: &[(&str, &str)]) -> (crate::common::Running, String) {
     let mut cmd = hearth(data);
     cmd.env("HEARTH_ADMIN__TOKEN", "t").stderr(Stdio::piped());
     for (key, value) in env {
         cmd.env(key, value);
     }
-    let mut relay = crate::binary::Running(cmd.spawn().unwrap());
+    let mut relay = crate::common::Running(cmd.spawn().unwrap());
     let addr = listening_addr(&mut relay.0);
     (relay, addr)
 }
@@ -250,7 +250,7 @@ fn compaction_gives_back_dead_space_keeps_every_live_event_and_survives_kill_9()
     let generation: u64 =
         current.strip_prefix("events.").and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()).unwrap_or(0);
     let next = data.join(format!("events.{}.log", generation + 1));
-    let mut child = crate::binary::Running(
+    let mut child = crate::common::Running(
         hearth(&data).arg("compact").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
     );
     let deadline = std::time::Instant::now() + STEP;

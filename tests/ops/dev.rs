@@ -2,7 +2,7 @@
 //! temporary directory.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::common::*;
 use serde_json::{Value, json};
@@ -10,20 +10,13 @@ use serde_json::{Value, json};
 /// A running `hearth dev` and what it printed; killed when dropped (a test that fails before it
 /// stops it leaves no process behind).
 struct Dev {
-    child: Child,
+    running: Running,
     ready: Value,
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Dev {
     fn start(args: &[&str]) -> Dev {
-        let mut child = crate::binary::hearth()
+        let mut child = crate::common::hearth()
             .args(["dev", "--port", "0"])
             .args(args)
             .env_remove("RUST_LOG")
@@ -34,7 +27,7 @@ impl Dev {
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
-        Dev { child, ready }
+        Dev { running: Running(child), ready }
     }
 
     fn url(&self, key: &str) -> String {
@@ -47,11 +40,11 @@ impl Dev {
 
     /// SIGTERM; the exit code and everything it wrote on stderr.
     fn stop(mut self) -> (Option<i32>, String) {
-        let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
+        let status = Command::new("kill").arg("-TERM").arg(self.running.0.id().to_string()).status().unwrap();
         assert!(status.success());
         let mut log = String::new();
-        self.child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
-        (self.child.wait().unwrap().code(), log)
+        self.running.0.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+        (self.running.0.wait().unwrap().code(), log)
     }
 }
 

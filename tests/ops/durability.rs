@@ -313,25 +313,17 @@ impl Drop for Tmpfs {
     }
 }
 
-/// The relay binary on `data` (killed when dropped: [`crate::binary::Running`]) and its address.
+/// The relay binary on `data` (killed when dropped) and its address.
 struct Relay {
     /// Held for its drop, which kills the relay.
-    _running: crate::binary::Running,
+    _running: Running,
     addr: String,
 }
 
 impl Relay {
     fn start(data: &std::path::Path) -> Relay {
-        let command = crate::binary::hearth()
-            .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
-            .env("HEARTH_STORAGE__DATA_DIR", data)
-            .env("HEARTH_LIMITS__ENABLED", "false")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut running = crate::binary::Running(command);
-        let addr = listening_addr(&mut running.0);
+        let dir = data.parent().expect("the data directory is in a folder");
+        let (running, addr) = start_with(dir, &[("HEARTH_LIMITS__ENABLED", "false")]);
         Relay { _running: running, addr }
     }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::binary::{GENEROUS, Running, start_with};
+use crate::binary::GENEROUS;
 use crate::common::*;
 use crate::datadir::{export, import};
 use hearth::protocol::{Event, Keys};

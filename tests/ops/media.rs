@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::binary::{GENEROUS, Lossy, start_as, start_with};
+use crate::binary::{GENEROUS, Lossy};
 use crate::common::*;
 
 fn auth(verb: Verb, n: u64) -> String {
@@ -139,7 +139,7 @@ async fn check_finds_a_damaged_blob_repair_sets_it_aside_and_export_import_carry
     let mut c = Client::connect(&format!("ws://{addr}/")).await;
     let note = sign(&keys(1), now(), 1, &[&["imeta", &format!("url http://{addr}/{good_hash}")]], "look");
     assert_ok(&c.publish(&note).await, &note.id.to_hex(), true, "");
-    assert_eq!(crate::binary::sigterm(&mut relay).code(), Some(0));
+    assert_eq!(crate::common::sigterm(&mut relay).code(), Some(0));
 
     // Moved first, whole: events and blobs out, into an empty directory, served there.
     let carried = dir.path().join("carried");
@@ -339,5 +339,5 @@ async fn ten_thousand_concurrent_head_uploads_are_each_answered() {
     let got = web().get(format!("http://{addr}/{sha}")).send().await.unwrap();
     assert_eq!(got.status(), StatusCode::OK);
     assert_eq!(got.bytes().await.unwrap().to_vec(), kept);
-    assert!(crate::binary::sigterm(&mut relay).success());
+    assert!(crate::common::sigterm(&mut relay).success());
 }

@@ -256,7 +256,6 @@ fn redis_restarted_the_other_node_catches_up_and_postgres_stopped_refuses_writes
 
 #[test]
 fn migrate_to_postgres_carries_every_event_member_group_setting_and_audit_entry() {
-    use super::binary::{hearth, sigterm, start_with};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pg, db) = rt.block_on(database());
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::binary::{GENEROUS, Running, hearth, sigterm, start_with};
+use super::binary::GENEROUS;
 use crate::common::*;
 use hearth::protocol::Event;
 use serde_json::{Value, json};

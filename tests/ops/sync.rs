@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use crate::binary::{GENEROUS, hearth, sigterm, start_with};
+use crate::binary::GENEROUS;
 use crate::common::*;
 use hearth::protocol::Event;
 use serde_json::{Value, json};

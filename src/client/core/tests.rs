@@ -11,7 +11,7 @@ fn tx(c: &mut Core, now: Instant) -> Option<String> {
 }
 
 fn event(n: u8) -> Event {
-    Keys::from_bytes([7; 32]).unwrap().sign(Timestamp(1000 + u64::from(n)), Kind(1), vec![], &format!("e{n}"))
+    Keys::test(7).sign(Timestamp(1000 + u64::from(n)), Kind(1), vec![], &format!("e{n}"))
 }
 
 fn ok(e: &Event, accepted: bool, message: &str) -> String {
@@ -168,7 +168,7 @@ fn pacing_spreads_frames_at_the_advertised_rate() {
 #[test]
 fn auth_challenges_are_answered_without_waiting_for_the_gate() {
     let t0 = Instant::now();
-    let keys = Keys::from_bytes([9; 32]).unwrap();
+    let keys = Keys::test(9);
     let mut c = Core::new("ws://relay/", Some(keys.clone()), Duration::from_secs(60), None);
     c.on_frame(&json!(["NOTICE", "rate-limited: quota exceeded (ws_events); retry in 5s"]).to_string(), t0);
     c.on_frame(&json!(["AUTH", "chal"]).to_string(), t0);
@@ -250,7 +250,7 @@ fn the_publish_timeout_runs_from_the_first_send_not_from_the_queue() {
 #[test]
 fn with_keys_requests_wait_for_the_auth_answer_or_the_hold() {
     let t0 = Instant::now();
-    let keys = Keys::from_bytes([9; 32]).unwrap();
+    let keys = Keys::test(9);
     let mut c = Core::new("ws://relay/", Some(keys), Duration::from_secs(60), None);
     c.hold_for_auth(t0 + Duration::from_secs(2));
     let e = event(14);
@@ -266,7 +266,7 @@ fn with_keys_requests_wait_for_the_auth_answer_or_the_hold() {
     assert_eq!(c.poll_update(), None);
 
     // A refused AUTH ends the hold too, behind the gate it names.
-    let mut c = Core::new("ws://relay/", Some(Keys::from_bytes([9; 32]).unwrap()), Duration::from_secs(60), None);
+    let mut c = Core::new("ws://relay/", Some(Keys::test(9)), Duration::from_secs(60), None);
     c.hold_for_auth(t0 + Duration::from_secs(2));
     c.publish(e.clone());
     c.on_frame(&json!(["AUTH", "chal"]).to_string(), t0);

@@ -4,12 +4,8 @@ use super::*;
 use crate::protocol::nip29::Pin;
 use crate::protocol::{Keys, Kind};
 
-fn key(n: u8) -> Keys {
-    Keys::from_bytes([n; 32]).unwrap()
-}
-
 fn relay() -> Keys {
-    key(200)
+    Keys::test(200)
 }
 
 /// `who` signs a `kind` event at `at` for group `g` with `tags` after its `h`.
@@ -23,10 +19,10 @@ fn hex(k: &Keys) -> String {
     k.public_key().to_hex()
 }
 
-/// Groups with `g` created by `key(1)` at 100.
+/// Groups with `g` created by `Keys::test(1)` at 100.
 fn with_group(g: &str) -> Groups {
     let mut groups = Groups::new(relay().public_key());
-    assert_eq!(groups.apply(&ev(&key(1), 100, 9007, g, &[]), 0), Ok(Effect::Changed));
+    assert_eq!(groups.apply(&ev(&Keys::test(1), 100, 9007, g, &[]), 0), Ok(Effect::Changed));
     groups
 }
 
@@ -34,18 +30,18 @@ fn with_group(g: &str) -> Groups {
 fn the_creator_is_the_admin_and_a_second_create_is_a_duplicate() {
     let mut groups = with_group("g");
     let group = groups.get("g").unwrap();
-    assert!(group.has_role(&key(1).public_key(), ADMIN));
+    assert!(group.has_role(&Keys::test(1).public_key(), ADMIN));
     assert_eq!(group.metadata, Metadata::default());
-    assert_eq!(groups.apply(&ev(&key(2), 101, 9007, "g", &[]), 0), Err(GroupError::Exists("g".into())));
-    assert_eq!(groups.apply(&ev(&key(2), 101, 9, "nope", &[]), 0), Err(GroupError::NoSuchGroup("nope".into())));
-    let untagged = key(2).sign(Timestamp(101), Kind(9), vec![], "");
+    assert_eq!(groups.apply(&ev(&Keys::test(2), 101, 9007, "g", &[]), 0), Err(GroupError::Exists("g".into())));
+    assert_eq!(groups.apply(&ev(&Keys::test(2), 101, 9, "nope", &[]), 0), Err(GroupError::NoSuchGroup("nope".into())));
+    let untagged = Keys::test(2).sign(Timestamp(101), Kind(9), vec![], "");
     assert_eq!(groups.apply(&untagged, 0), Err(GroupError::NoGroupTag));
 }
 
 #[test]
 fn roles_decide_who_may_do_what_and_the_relay_may_do_anything() {
     let mut groups = with_group("g");
-    let (admin, moderator, member, stranger) = (key(1), key(2), key(3), key(4));
+    let (admin, moderator, member, stranger) = (Keys::test(1), Keys::test(2), Keys::test(3), Keys::test(4));
     // A stranger and a plain member may not moderate.
     for who in [&stranger, &member] {
         let refused = groups.apply(&ev(who, 101, 9000, "g", &[&["p", &hex(who), "admin"]]), 0);
@@ -82,7 +78,7 @@ fn roles_decide_who_may_do_what_and_the_relay_may_do_anything() {
 #[test]
 fn a_change_dated_before_the_last_one_is_refused_and_one_of_the_same_second_comes_after_it() {
     let mut groups = with_group("g");
-    let admin = key(1);
+    let admin = Keys::test(1);
     groups.apply(&ev(&admin, 110, 9002, "g", &[&["name", "Later"]]), 0).unwrap();
     let earlier = ev(&admin, 109, 9002, "g", &[&["name", "Earlier"]]);
     assert_eq!(groups.apply(&earlier, 0), Err(GroupError::OutOfOrder(110)));
@@ -91,13 +87,13 @@ fn a_change_dated_before_the_last_one_is_refused_and_one_of_the_same_second_come
     groups.apply(&ev(&admin, 110, 9002, "g", &[&["name", "Same second"]]), 0).unwrap();
     assert_eq!(groups.get("g").unwrap().metadata.name, "Same second");
     // A message is no change: its date is not held to the last change's.
-    assert_eq!(groups.apply(&ev(&key(5), 50, 9, "g", &[]), 0), Ok(Effect::Nothing));
+    assert_eq!(groups.apply(&ev(&Keys::test(5), 50, 9, "g", &[]), 0), Ok(Effect::Nothing));
 }
 
 #[test]
 fn joins_of_open_and_closed_groups_with_and_without_codes() {
     let mut groups = with_group("g");
-    let (admin, alice, bob, carol) = (key(1), key(2), key(3), key(4));
+    let (admin, alice, bob, carol) = (Keys::test(1), Keys::test(2), Keys::test(3), Keys::test(4));
     // Open: let in at once (the relay signs the 9000).
     assert_eq!(
         groups.apply(&ev(&alice, 101, 9021, "g", &[]), 0),
@@ -121,14 +117,14 @@ fn joins_of_open_and_closed_groups_with_and_without_codes() {
     assert!(groups.get("g").unwrap().pending.is_empty());
     // An expired code lets no one in.
     groups.apply(&ev(&admin, 108, 9009, "g", &[&["code", "soon"], &["expiration", "500"]]), 0).unwrap();
-    assert_eq!(groups.apply(&ev(&key(9), 109, 9021, "g", &[&["code", "soon"]]), 499).map(|_| ()), Ok(()));
-    assert_eq!(groups.apply(&ev(&key(9), 109, 9021, "g", &[&["code", "soon"]]), 500), Err(GroupError::BadCode));
+    assert_eq!(groups.apply(&ev(&Keys::test(9), 109, 9021, "g", &[&["code", "soon"]]), 499).map(|_| ()), Ok(()));
+    assert_eq!(groups.apply(&ev(&Keys::test(9), 109, 9021, "g", &[&["code", "soon"]]), 500), Err(GroupError::BadCode));
 }
 
 #[test]
 fn a_leave_removes_a_member_or_withdraws_a_request_and_is_refused_otherwise() {
     let mut groups = with_group("g");
-    let (admin, alice, bob) = (key(1), key(2), key(3));
+    let (admin, alice, bob) = (Keys::test(1), Keys::test(2), Keys::test(3));
     groups.apply(&ev(&admin, 101, 9000, "g", &[&["p", &hex(&alice)]]), 0).unwrap();
     assert_eq!(groups.apply(&ev(&alice, 102, 9022, "g", &[]), 0), Ok(Effect::Remove(alice.public_key())));
     groups.apply(&ev(&admin, 103, 9002, "g", &[&["closed"]]), 0).unwrap();
@@ -141,7 +137,7 @@ fn a_leave_removes_a_member_or_withdraws_a_request_and_is_refused_otherwise() {
 #[test]
 fn a_parent_that_would_close_a_cycle_is_refused_an_unknown_one_is_kept() {
     let mut groups = with_group("a");
-    let admin = key(1);
+    let admin = Keys::test(1);
     groups.apply(&ev(&admin, 100, 9007, "b", &[]), 0).unwrap();
     groups.apply(&ev(&admin, 100, 9007, "c", &[]), 0).unwrap();
     groups.apply(&ev(&admin, 101, 9002, "b", &[&["parent", "a"]]), 0).unwrap();
@@ -155,7 +151,7 @@ fn a_parent_that_would_close_a_cycle_is_refused_an_unknown_one_is_kept() {
 #[test]
 fn private_and_hidden_groups_show_their_events_and_metadata_to_members_only() {
     let mut groups = with_group("g");
-    let (admin, stranger) = (key(1), key(6));
+    let (admin, stranger) = (Keys::test(1), Keys::test(6));
     let group = groups.get("g").unwrap();
     assert!(group.may_read(None) && group.may_see(None));
     groups.apply(&ev(&admin, 101, 9002, "g", &[&["private"], &["hidden"]]), 0).unwrap();
@@ -168,7 +164,8 @@ fn private_and_hidden_groups_show_their_events_and_metadata_to_members_only() {
 #[test]
 fn replaying_the_accepted_events_in_canonical_order_arrives_at_the_live_state() {
     // A day of a group, in arrival order; what was refused is not stored, so not replayed.
-    let (admin, moderator, alice, bob, carol) = (key(1), key(2), key(3), key(4), key(5));
+    let (admin, moderator, alice, bob, carol) =
+        (Keys::test(1), Keys::test(2), Keys::test(3), Keys::test(4), Keys::test(5));
     let script = vec![
         ev(&admin, 100, 9007, "g", &[]),
         ev(&admin, 101, 9000, "g", &[&["p", &hex(&moderator), "moderator"]]),
@@ -213,7 +210,7 @@ fn replaying_the_accepted_events_in_canonical_order_arrives_at_the_live_state() 
 #[test]
 fn a_message_needs_the_group_its_kinds_and_when_restricted_a_member() {
     let mut groups = with_group("g");
-    let (admin, stranger) = (key(1), key(7));
+    let (admin, stranger) = (Keys::test(1), Keys::test(7));
     let hello = ev(&stranger, 101, 9, "g", &[]);
     assert_eq!(groups.admits(&hello), Ok(()));
     assert_eq!(groups.admits(&ev(&stranger, 101, 9, "none", &[])), Err(GroupError::NoSuchGroup("none".into())));
@@ -229,7 +226,7 @@ fn a_message_needs_the_group_its_kinds_and_when_restricted_a_member() {
 #[test]
 fn an_event_dated_before_the_last_change_is_judged_where_the_replay_puts_it() {
     let mut groups = with_group("g");
-    let (admin, alice) = (key(1), key(2));
+    let (admin, alice) = (Keys::test(1), Keys::test(2));
     let create = ev(&admin, 100, 9007, "g", &[]);
     let later = ev(&admin, 110, 9002, "g", &[&["name", "Later"], &["closed"]]);
     groups.apply(&later, 0).unwrap();
@@ -258,7 +255,7 @@ fn an_event_dated_before_the_last_change_is_judged_where_the_replay_puts_it() {
 #[test]
 fn moderators_pin_the_whole_list_anew_and_others_may_not() {
     let mut groups = with_group("g");
-    let (admin, moderator, member) = (key(1), key(2), key(3));
+    let (admin, moderator, member) = (Keys::test(1), Keys::test(2), Keys::test(3));
     groups.apply(&ev(&admin, 101, 9000, "g", &[&["p", &hex(&moderator), "moderator"]]), 0).unwrap();
     groups.apply(&ev(&admin, 102, 9000, "g", &[&["p", &hex(&member)]]), 0).unwrap();
     assert_eq!(groups.get("g").unwrap().pins, None);
@@ -280,7 +277,7 @@ fn moderators_pin_the_whole_list_anew_and_others_may_not() {
     groups.apply(&unpin, 0).unwrap();
     assert_eq!(groups.get("g").unwrap().pins, Some(vec![]));
     let stored = vec![
-        ev(&key(1), 100, 9007, "g", &[]),
+        ev(&Keys::test(1), 100, 9007, "g", &[]),
         ev(&admin, 101, 9000, "g", &[&["p", &hex(&moderator), "moderator"]]),
         pin,
         unpin,

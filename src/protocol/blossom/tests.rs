@@ -1,7 +1,7 @@
 use super::*;
 
 fn keys() -> Keys {
-    Keys::from_bytes([7; 32]).unwrap()
+    Keys::test(7)
 }
 
 const H: BlobHash = BlobHash([0xab; 32]);

@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn client_frames_written_are_read_back_the_same() {
-    let keys = crate::protocol::Keys::from_bytes([3; 32]).unwrap();
+    let keys = crate::protocol::Keys::test(3);
     let event = keys.sign(crate::protocol::Timestamp(1), crate::protocol::Kind(1), vec![], "a \"quoted\" note");
     let filter: Filter = serde_json::from_str(r##"{"kinds":[1],"#t":["x"],"limit":2}"##).unwrap();
     for message in [
@@ -117,7 +117,7 @@ fn relay_messages_serialize_exactly() {
     assert_eq!(RelayMessage::Eose("s\"1".into()).to_json().unwrap(), r#"["EOSE","s\"1"]"#);
     let count = RelayMessage::Count { sub_id: "q".into(), count: 3 };
     assert_eq!(count.to_json().unwrap(), r#"["COUNT","q",{"count":3}]"#);
-    let e = crate::protocol::Keys::from_bytes([5; 32]).unwrap().sign(
+    let e = crate::protocol::Keys::test(5).sign(
         crate::protocol::Timestamp(1),
         crate::protocol::Kind(1),
         vec![],

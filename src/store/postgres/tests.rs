@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::protocol::{Event, Keys, Kind};
-use crate::store::tests::{Rng, ids, keys, outcome, random_write, same_answers, signed};
+use crate::store::tests::{Rng, ids, outcome, random_write, same_answers, signed};
 use crate::store::*;
 use crate::testing::postgres::Postgres;
 use std::path::Path;
@@ -44,7 +44,7 @@ async fn postgres_answers_exactly_as_the_embedded_store_through_the_same_writes(
     let dir = tempfile::tempdir().unwrap();
     let mut pg = open(&url, dir.path(), false);
     let reference = Store::temporary().unwrap();
-    let authors: Vec<Keys> = (1..=4).map(keys).collect();
+    let authors: Vec<Keys> = (1..=4).map(Keys::test).collect();
     let mut rng = Rng(0x5eed_2026_1205);
     let mut stored: Vec<EventId> = Vec::new();
     for step in 0..300u64 {
@@ -94,7 +94,7 @@ async fn two_nodes_writing_one_address_at_once_keep_the_newest_version_everywher
     let (_pg, url) = server("races").await;
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let nodes = [open(&url, d1.path(), false), open(&url, d2.path(), false)];
-    let alice = keys(9);
+    let alice = Keys::test(9);
     // 40 versions of one profile and of one addressable event, sent to both nodes at once.
     let mut writes = Vec::new();
     for n in 0..40u64 {
@@ -129,7 +129,7 @@ async fn an_event_and_its_deletion_racing_on_two_nodes_always_end_deleted() {
     let (_pg, url) = server("deletions").await;
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, b) = (open(&url, d1.path(), false), open(&url, d2.path(), false));
-    let bob = keys(10);
+    let bob = Keys::test(10);
     for n in 0..30u64 {
         let note =
             Arc::new(crate::protocol::verify::verify(bob.sign(Timestamp(2000 + n), Kind(1), vec![], "oops")).unwrap());
@@ -149,7 +149,7 @@ async fn an_event_and_its_deletion_racing_on_two_nodes_always_end_deleted() {
         assert_eq!(outcome(&a.put(note.clone()).await.unwrap()), "deleted", "round {n}");
     }
     // Another key's deletion of the same id neither deletes it nor lifts the tombstone.
-    let mallory = keys(11);
+    let mallory = Keys::test(11);
     let note = crate::protocol::verify::verify(bob.sign(Timestamp(3000), Kind(1), vec![], "mine")).unwrap();
     assert_eq!(outcome(&a.put(note.clone()).await.unwrap()), "stored");
     let forged = vec![vec!["e".to_string(), note.id.to_hex()]];
@@ -162,7 +162,7 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
     let (pg, url) = server("tags").await;
     let dir = tempfile::tempdir().unwrap();
     let store = open(&url, dir.path(), false);
-    let k = keys(12);
+    let k = Keys::test(12);
     let long = "x".repeat(10_000);
     let other = format!("{}y", "x".repeat(9_999));
     let found = signed(&k, 1000, 1, &[&["t", &long]]);
@@ -171,9 +171,9 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
     let filter = serde_json::json!({"#t": [long]}).to_string();
     assert_eq!(ids(&store, &filter), vec![found.id]);
     // Enough rows that the planner prefers an index; the plan of a #p read with a limit.
-    let someone = keys(13).public_key().to_hex();
+    let someone = Keys::test(13).public_key().to_hex();
     for n in 0..2000u64 {
-        let p = if n % 100 == 0 { someone.clone() } else { keys((n % 200) as u8 + 20).public_key().to_hex() };
+        let p = if n % 100 == 0 { someone.clone() } else { Keys::test((n % 200) as u8 + 20).public_key().to_hex() };
         store.put(signed(&k, 2000 + n, 1, &[&["p", &p]])).await.unwrap();
     }
     let client = pg.connect("tags").await.unwrap();

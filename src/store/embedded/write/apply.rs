@@ -213,10 +213,6 @@ mod tests {
         vec![name.to_string(), value.to_string()]
     }
 
-    fn keys(n: u8) -> Keys {
-        Keys::from_bytes([n; 32]).unwrap()
-    }
-
     /// A group over an empty catalogue; `with` runs the writes, then the group is applied.
     fn group<T>(tree: &sled::Tree, log: &Log, with: impl FnOnce(&mut Pending) -> T) -> T {
         let mut p = Pending::new(tree, log, crate::store::embedded::catalogue::Places::default());
@@ -245,7 +241,7 @@ mod tests {
     #[test]
     fn a_second_put_of_an_id_is_a_duplicate_within_a_group_and_after_it() {
         let (_db, tree, log) = store();
-        let e = keys(1).sign(Timestamp(10), Kind(1), vec![], "hi");
+        let e = Keys::test(1).sign(Timestamp(10), Kind(1), vec![], "hi");
         let outcomes = group(&tree, &log, |p| [put_one(p, &e), put_one(p, &e)]);
         assert!(matches!(outcomes, [PutOutcome::Stored(_), PutOutcome::Duplicate]));
         assert!(matches!(group(&tree, &log, |p| put_one(p, &e)), PutOutcome::Duplicate));
@@ -255,7 +251,7 @@ mod tests {
     #[test]
     fn the_newest_replaceable_version_wins_and_ties_go_to_the_lowest_id() {
         let (_db, tree, log) = store();
-        let k = keys(2);
+        let k = Keys::test(2);
         let old = k.sign(Timestamp(10), Kind(0), vec![], "old");
         let new = k.sign(Timestamp(20), Kind(0), vec![], "new");
         group(&tree, &log, |p| put_one(p, &old));
@@ -275,7 +271,7 @@ mod tests {
     #[test]
     fn a_deletion_removes_its_authors_targets_and_keeps_them_out() {
         let (_db, tree, log) = store();
-        let (alice, bob) = (keys(3), keys(4));
+        let (alice, bob) = (Keys::test(3), Keys::test(4));
         let mine = alice.sign(Timestamp(10), Kind(1), vec![], "mine");
         let theirs = bob.sign(Timestamp(10), Kind(1), vec![], "theirs");
         group(&tree, &log, |p| [put_one(p, &mine), put_one(p, &theirs)]);
@@ -291,7 +287,7 @@ mod tests {
     #[test]
     fn another_keys_deletion_of_a_deleted_id_does_not_lift_its_authors_tombstone() {
         let (_db, tree, log) = store();
-        let (alice, mallory) = (keys(3), keys(4));
+        let (alice, mallory) = (Keys::test(3), Keys::test(4));
         let mine = alice.sign(Timestamp(10), Kind(1), vec![], "mine");
         group(&tree, &log, |p| put_one(p, &mine));
         let target = || vec![tag("e", &mine.id.to_hex())];
@@ -303,7 +299,7 @@ mod tests {
     #[test]
     fn an_address_deletion_removes_versions_up_to_its_time_and_accepts_newer_ones() {
         let (_db, tree, log) = store();
-        let k = keys(5);
+        let k = Keys::test(5);
         let d = || vec![tag("d", "x")];
         let v1 = k.sign(Timestamp(10), Kind(30000), d(), "v1");
         group(&tree, &log, |p| put_one(p, &v1));
@@ -320,7 +316,7 @@ mod tests {
     #[test]
     fn a_sweep_removes_what_expired_and_only_that() {
         let (_db, tree, log) = store();
-        let k = keys(6);
+        let k = Keys::test(6);
         let soon = k.sign(Timestamp(10), Kind(1), vec![tag("expiration", "100")], "soon");
         let later = k.sign(Timestamp(10), Kind(1), vec![tag("expiration", "300")], "later");
         group(&tree, &log, |p| [put_one(p, &soon), put_one(p, &later)]);
@@ -336,7 +332,7 @@ mod tests {
     #[test]
     fn a_failed_write_leaves_nothing_in_its_group() {
         let (_db, tree, log) = store();
-        let e = keys(7).sign(Timestamp(10), Kind(1), vec![], "x");
+        let e = Keys::test(7).sign(Timestamp(10), Kind(1), vec![], "x");
         group(&tree, &log, |p| {
             let outcome = put(p, &e, None).and_then(|_| Err::<PutOutcome, _>(StoreError::Corrupt("injected".into())));
             assert!(p.finish(outcome).is_err());
