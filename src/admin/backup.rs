@@ -6,11 +6,14 @@ use std::sync::Arc;
 
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit};
 use super::store::ndjson;
 use crate::app::AppState;
 use crate::backup::BackupError;
 use crate::http::{ApiError, RequestCtx};
+use crate::http::{Route, ctx, with_app};
+use warp::Filter;
 
 /// `GET /admin/v1/backup`: streams every part of the community, the manifest last (a body that
 /// ends without it was cut off). The events are those stored when the request arrives; writes go
@@ -28,4 +31,18 @@ pub async fn backup(app: Arc<AppState>, _: RequestCtx, who: Admin) -> Result<Res
             Err(e) => Err(e.to_string()),
         }
     }))
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/backup
+    let backup_route = base
+        .and(warp::path("backup"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, backup));
+    vec![backup_route.boxed()]
 }

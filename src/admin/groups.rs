@@ -13,15 +13,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::groups::publish::as_relay;
 use crate::groups::state::Group;
 use crate::http::{ApiError, RequestCtx, parse_body, require_json};
+use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::protocol::nip29::{self, Metadata};
 use crate::protocol::refusal::Prefix;
 use crate::protocol::{Kind, PubKey};
+use warp::Filter;
 
 /// A page of the list holds at most this many groups.
 const MAX_PAGE: usize = 1000;
@@ -188,4 +191,43 @@ pub async fn answer(
     audit(&app, &who, &format!("group.{verdict}"), &format!("{id} {}", pk.to_hex()), Value::Null, json!(verdict))
         .await?;
     get(app, ctx, who, id).await
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/groups
+    let groups_list = base
+        .and(warp::path("groups"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    // GET, PATCH, DELETE /admin/v1/groups/{id}
+    let group_one = base.and(warp::path!("groups" / Segment)).and(with_app(app.clone()));
+    let group_get = group_one
+        .clone()
+        .and(warp::get())
+        .and(ctx())
+        .and_then(|Segment(id), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| get(a, c, w, id)));
+    let group_patch = group_one
+        .clone()
+        .and(warp::patch())
+        .and(ctx_with_body(limit))
+        .and_then(|Segment(id), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| patch(a, c, w, id)));
+    let group_delete = group_one
+        .and(warp::delete())
+        .and(ctx())
+        .and_then(|Segment(id), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| delete(a, c, w, id)));
+    // POST /admin/v1/groups/{id}/pending/{pubkey}/{approve|deny}
+    let group_answer = base
+        .and(warp::path!("groups" / Segment / "pending" / Segment / Segment))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(id), Segment(pk), Segment(verdict), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| answer(a, c, w, (id, pk, verdict)))
+        });
+    vec![groups_list.boxed(), group_get.boxed(), group_patch.boxed(), group_delete.boxed(), group_answer.boxed()]
 }

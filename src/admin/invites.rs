@@ -11,11 +11,14 @@ use serde_json::json;
 use warp::http::StatusCode;
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
+use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::moderation::Invite;
 use crate::protocol::Timestamp;
+use warp::Filter;
 
 /// An invite lasts this long unless the body says otherwise.
 const DEFAULT_EXPIRY_SECS: u64 = 7 * 86_400;
@@ -94,4 +97,31 @@ pub async fn revoke(app: Arc<AppState>, _: RequestCtx, who: Admin, code: String)
     audit(&app, &who, "invite.revoke", &crate::membership::short_code(&code), json!(old), serde_json::Value::Null)
         .await?;
     ok_json(&json!({"code": code, "revoked": true}))
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // POST /admin/v1/invites
+    let invite_create = base
+        .and(warp::path("invites"))
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, create));
+    // GET /admin/v1/invites
+    let invite_list = base
+        .and(warp::path("invites"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    // DELETE /admin/v1/invites/{code}
+    let invite_revoke =
+        base.and(warp::path!("invites" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(code), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| revoke(a, c, w, code)),
+        );
+    vec![invite_create.boxed(), invite_list.boxed(), invite_revoke.boxed()]
 }

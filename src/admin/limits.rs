@@ -9,13 +9,16 @@ use sha2::{Digest, Sha256};
 use warp::http::{HeaderValue, StatusCode, header};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::config::{LimitKey, QuotaKey, Source, Tier};
 use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
+use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::limiter::Preview;
 use crate::moderation::State;
 use crate::protocol::PubKey;
+use warp::Filter;
 
 #[derive(Serialize)]
 struct Valued {
@@ -227,6 +230,67 @@ pub async fn set_tier(app: Arc<AppState>, ctx: RequestCtx, who: Admin, pubkey: S
 fn valid_limits() -> String {
     let names: Vec<&str> = QuotaKey::ALL.iter().map(|k| k.as_str()).collect();
     format!("the limits are {}", names.join(", "))
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/limits
+    let get_limits = base
+        .and(warp::path("limits"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, get));
+    // PATCH /admin/v1/limits
+    let patch_limits = base
+        .and(warp::path("limits"))
+        .and(warp::path::end())
+        .and(warp::patch())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, patch));
+    // POST /admin/v1/limits/preview
+    let preview_limits = base
+        .and(warp::path!("limits" / "preview"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, preview));
+    // DELETE /admin/v1/limits/overrides
+    let reset_all = base
+        .and(warp::path!("limits" / "overrides"))
+        .and(warp::delete())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, |a, c, w| reset(a, c, w, None)));
+    // DELETE /admin/v1/limits/overrides/{tier}/{key}
+    let reset_one = base
+        .and(warp::path!("limits" / "overrides" / Segment / Segment))
+        .and(warp::delete())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(tier), Segment(key), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| reset(a, c, w, Some((tier, key))))
+        });
+    // PUT /admin/v1/pubkeys/{pubkey}/tier
+    let set_tier = base
+        .and(warp::path!("pubkeys" / Segment / "tier"))
+        .and(warp::put())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|Segment(pubkey), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| set_tier(a, c, w, pubkey))
+        });
+    vec![
+        get_limits.boxed(),
+        patch_limits.boxed(),
+        preview_limits.boxed(),
+        reset_all.boxed(),
+        reset_one.boxed(),
+        set_tier.boxed(),
+    ]
 }
 
 #[cfg(test)]

@@ -9,13 +9,16 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal};
+use crate::http::{Route, Segment, ctx, with_app};
 use crate::protocol::PubKey;
 use crate::protocol::blossom::{BlobHash, extension};
 use crate::store::media::BlobRecord;
+use warp::Filter;
 
 /// A page of the list holds at most this many blobs.
 const MAX_PAGE: usize = 500;
@@ -124,4 +127,23 @@ pub async fn delete(app: Arc<AppState>, _: RequestCtx, who: Admin, sha: String) 
     app.blobs.remove(&hash, None).await.map_err(internal)?;
     audit(&app, &who, "media.delete", &hash.to_hex(), old, Value::Null).await?;
     ok_json(&json!({"deleted": hash.to_hex()}))
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/media
+    let media_list = base
+        .and(warp::path("media"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    // DELETE /admin/v1/media/{sha256}
+    let media_delete =
+        base.and(warp::path!("media" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(sha), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| delete(a, c, w, sha)),
+        );
+    vec![media_list.boxed(), media_delete.boxed()]
 }

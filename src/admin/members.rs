@@ -12,10 +12,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, parse_body, require_json};
+use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::protocol::PubKey;
+use warp::Filter;
 
 /// A page of the list holds at most this many members.
 const MAX_PAGE: usize = 1000;
@@ -97,4 +100,30 @@ pub async fn delete(app: Arc<AppState>, _: RequestCtx, who: Admin, pubkey: Strin
         }
         None => Err(ApiError::NotFound("not a member of this relay".into())),
     }
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/members
+    let members_list = base
+        .and(warp::path("members"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    // PUT /admin/v1/members/{pubkey}
+    let member_put = base
+        .and(warp::path!("members" / Segment))
+        .and(warp::put())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|Segment(pubkey), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| put(a, c, w, pubkey)));
+    // DELETE /admin/v1/members/{pubkey}
+    let member_delete =
+        base.and(warp::path!("members" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(pubkey), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| delete(a, c, w, pubkey)),
+        );
+    vec![members_list.boxed(), member_put.boxed(), member_delete.boxed()]
 }

@@ -10,12 +10,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
+use crate::http::{Route, ctx_with_body, require_media_type, with_app};
 use crate::moderation::InfoField;
 use crate::protocol::EventId;
 use crate::protocol::PubKey;
+use warp::Filter;
 
 /// The content type NIP-86 requests at `POST /` carry.
 pub const MEDIA_TYPE: &str = "application/nostr+json+rpc";
@@ -211,4 +214,27 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
         }
         other => Err(RpcError(format!("unsupported method `{other}`"))),
     }
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // POST /admin/v1/rpc (NIP-86 methods for bearer-token callers too)
+    let rpc = base
+        .and(warp::path("rpc"))
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, handle));
+    // POST / with Content-Type: application/nostr+json+rpc (NIP-86; 415 with another type)
+    let nip86_root = warp::path::end().and(warp::post()).and(with_app(app.clone())).and(ctx_with_body(limit)).and_then(
+        |app, ctx: RequestCtx| async move {
+            match require_media_type(&ctx, MEDIA_TYPE) {
+                Ok(()) => run(app, ctx, Accept::Nip98, handle).await,
+                Err(e) => Ok(e.into_response()),
+            }
+        },
+    );
+    vec![rpc.boxed(), nip86_root.boxed()]
 }

@@ -19,15 +19,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
+use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::moderation::Reviewed;
 use crate::protocol::blossom::BlobHash;
 use crate::protocol::private::REPORT;
 use crate::protocol::{Event, EventId, Filter, PubKey, Timestamp, Viewer};
 use crate::store::media::BlobRecord;
+use warp::Filter as _;
 
 /// The newest reports read for the queue.
 const MAX_REPORTS: u64 = 10_000;
@@ -285,4 +288,27 @@ pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Resu
     let r = Reviewed { action: action.into(), at: Timestamp::now().0 };
     app.moderation.review(&app.store, target.to_string(), r).await.map_err(internal)?;
     Ok(())
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/reports
+    let reports_list = base
+        .and(warp::path("reports"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    // POST /admin/v1/reports/{target}/{action}
+    let reports_decide = base
+        .and(warp::path!("reports" / Segment / Segment))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|Segment(target), Segment(action), app, ctx| {
+            run(app, ctx, Accept::TokenOrNip98, move |a, c, w| decide(a, c, w, (target, action)))
+        });
+    vec![reports_list.boxed(), reports_decide.boxed()]
 }

@@ -9,10 +9,13 @@ use warp::http::StatusCode;
 use warp::http::header::{CONTENT_TYPE, HeaderValue};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, json_response};
+use crate::http::{Route, ctx, with_app};
 use crate::protocol::{Filter, Timestamp};
+use warp::Filter as _;
 
 /// Bytes of JSON lines sent at once.
 const CHUNK: usize = 64 * 1024;
@@ -98,4 +101,33 @@ pub async fn compact(app: Arc<AppState>, _: RequestCtx, who: Admin) -> Result<Re
     }
     audit(&app, &who, "store.compact", "events.log", serde_json::Value::Null, serde_json::json!("started")).await?;
     Ok(json_response(StatusCode::ACCEPTED, &serde_json::json!({"compacting": true})))
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/store
+    let store_stats = base
+        .and(warp::path("store"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, stats));
+    // POST /admin/v1/store/compact
+    let store_compact = base
+        .and(warp::path!("store" / "compact"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, compact));
+    // GET /admin/v1/export
+    let export_route = base
+        .and(warp::path("export"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, export));
+    vec![store_stats.boxed(), store_compact.boxed(), export_route.boxed()]
 }

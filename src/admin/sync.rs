@@ -11,12 +11,15 @@ use serde_json::json;
 use warp::http::StatusCode;
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::config::peer_url_problem;
 use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
+use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::sync::status::StartError;
 use crate::sync::{Round, round};
+use warp::Filter;
 
 /// `GET /admin/v1/sync`: every configured peer with its last round.
 pub async fn list(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
@@ -57,4 +60,32 @@ pub async fn run_round(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Resul
         Err((crate::sync::SyncError::WouldExpose(_), summary)) => json_response(StatusCode::CONFLICT, &summary),
         Err((_, summary)) => json_response(StatusCode::BAD_GATEWAY, &summary),
     })
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/sync
+    let sync_list = base
+        .and(warp::path("sync"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    // POST /admin/v1/sync/peers/{index}/start
+    let sync_start = base
+        .and(warp::path!("sync" / "peers" / Segment / "start"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(index), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| start(a, c, w, index)));
+    // POST /admin/v1/sync/rounds
+    let sync_round = base
+        .and(warp::path!("sync" / "rounds"))
+        .and(warp::post())
+        .and(with_app(app.clone()))
+        .and(ctx_with_body(limit))
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, run_round));
+    vec![sync_list.boxed(), sync_start.boxed(), sync_round.boxed()]
 }

@@ -13,7 +13,11 @@ use warp::http::header::{
 use warp::http::{HeaderValue, StatusCode};
 use warp::reply::Response;
 
+use crate::app::AppState;
+use crate::http::Route;
 use crate::http::page::FILES;
+use std::sync::Arc;
+use warp::Filter;
 
 /// The page's Content-Security-Policy. Images may come from any https origin: the Groups view
 /// shows members' profile pictures (asked for without a referrer).
@@ -33,6 +37,31 @@ pub fn file(name: &str) -> Option<Response> {
     headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Some(response)
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
+    let enabled = app.config.admin.enabled();
+    // GET /admin/ and /admin/{file}: the admin page; `/admin` itself redirects to `/admin/`, where
+    // the page's relative links resolve. No credential is needed to load it (it holds none).
+    let page = warp::path("admin").and(warp::path::tail()).and(warp::path::full()).and(warp::get()).and_then(
+        move |tail: warp::path::Tail, full: warp::path::FullPath| async move {
+            if !enabled {
+                return Err(warp::reject::not_found());
+            }
+            if full.as_str() == "/admin" {
+                let mut response = Response::new(Vec::<u8>::new().into());
+                *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
+                response
+                    .headers_mut()
+                    .insert(warp::http::header::LOCATION, warp::http::HeaderValue::from_static("/admin/"));
+                return Ok(response);
+            }
+            // The API's own paths are the routes above; no file of the page has a `/` in its name.
+            file(tail.as_str()).ok_or_else(warp::reject::not_found)
+        },
+    );
+    vec![page.boxed()]
 }
 
 #[cfg(test)]

@@ -6,11 +6,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use warp::reply::Response;
 
+use super::auth::{Accept, run};
 use super::auth::{Admin, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx};
+use crate::http::{Route, Segment, ctx, with_app};
 use crate::limiter::{Principal, Usage};
 use crate::protocol::PubKey;
+use warp::Filter;
 
 /// The full report of one principal.
 async fn report(app: &AppState, principal: &Principal, usage: Usage) -> Result<Value, ApiError> {
@@ -83,4 +86,32 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
         principals.push(report(&app, &principal, usage).await?);
     }
     ok_json(&json!({"sort": sort, "principals": principals}))
+}
+
+/// This resource's routes, in the order they are tried.
+pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
+    let base = super::auth::base();
+    // GET /admin/v1/usage/ip/{addr}
+    let usage_ip = base
+        .and(warp::path!("usage" / "ip" / Segment))
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|Segment(addr), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| ip(a, c, w, addr)));
+    // GET /admin/v1/usage/{pubkey}
+    let usage_pubkey =
+        base.and(warp::path!("usage" / Segment)).and(warp::get()).and(with_app(app.clone())).and(ctx()).and_then(
+            |Segment(pubkey), app, ctx| {
+                run(app, ctx, Accept::TokenOrNip98, move |a, c, w| self::pubkey(a, c, w, pubkey))
+            },
+        );
+    // GET /admin/v1/usage
+    let busiest = base
+        .and(warp::path("usage"))
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(with_app(app.clone()))
+        .and(ctx())
+        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, busiest));
+    vec![usage_ip.boxed(), usage_pubkey.boxed(), busiest.boxed()]
 }
