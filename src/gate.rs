@@ -9,7 +9,10 @@
 //! private kinds and private groups as the store applies them) and [`viewer`] (the same view,
 //! for a read by id); and a REQ for an invite (NIP-43), which the relay answers itself:
 //! [`invite_request`] says whether a request is one and whether this reader may have one,
-//! [`invite`] makes it. A transport parses, asks the gate, and writes the answer in its own
+//! [`invite`] makes it. For the media server: whether its blobs are for members only
+//! ([`media_for_members`]), who [`belongs`] (a member or an admin), why a key may not upload
+//! ([`upload_refusal`]), and whose blobs are served at all ([`serves_blobs_of`]: not a banned
+//! key's). A transport parses, asks the gate, and writes the answer in its own
 //! wire form; it never calls the group viewer or the membership rules itself.
 
 use crate::app::AppState;
@@ -112,4 +115,32 @@ pub(crate) async fn invite(app: &AppState) -> Result<crate::protocol::EventJson,
         .await
         .map_err(|e| e.to_string())?;
     crate::membership::invite_event(app, &code).to_shared_json().map_err(|e| e.to_string())
+}
+
+/// Whether the media server's blobs are read by members only (`access.mode = "members-only"`):
+/// then a `get` or `list` authorization must name a key that [`belongs`].
+pub(crate) fn media_for_members(app: &AppState) -> bool {
+    app.moderation.mode() == crate::config::AccessMode::MembersOnly
+}
+
+/// True when `pubkey` is a member of the relay or one of its admins.
+pub(crate) fn belongs(app: &AppState, pubkey: &PubKey) -> bool {
+    app.moderation.is_member(pubkey) || app.config.admin.pubkeys.contains(pubkey)
+}
+
+/// Why `uploader` may not upload a blob: a banned key, or one that does not [`belong`](belongs)
+/// where only members upload (`media.upload`, and the access mode's default); None when it may.
+pub(crate) fn upload_refusal(app: &AppState, uploader: &PubKey) -> Option<Refusal> {
+    if app.moderation.is_banned(uploader) {
+        return Some(Refusal::new(Prefix::Blocked, "this pubkey is banned from this relay"));
+    }
+    let members_only = app.config.media.uploaders(app.moderation.mode() != crate::config::AccessMode::Public)
+        == crate::config::Uploaders::Members;
+    (members_only && !belongs(app, uploader))
+        .then(|| Refusal::new(Prefix::Restricted, "only members of this relay may upload here"))
+}
+
+/// True when the blobs `owner` uploaded are served (listed, fetched): not a banned key's.
+pub(crate) fn serves_blobs_of(app: &AppState, owner: &PubKey) -> bool {
+    !app.moderation.is_banned(owner)
 }

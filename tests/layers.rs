@@ -495,12 +495,12 @@ fn every_module_opens_with_what_it_owns_and_no_source_file_is_over_450_lines() {
 }
 
 /// The transports that take events and reads from clients (WebSocket, REST, media) ask the gate
-/// (`src/gate.rs`) who may publish and read, and as which reader: none of them calls the group
-/// viewer, the membership rules or the access mode itself.
+/// (`src/gate.rs`) who may publish, read and upload, and as which reader: none of them calls the
+/// group viewer, the membership rules, the access mode or the operator's state itself.
 #[test]
 fn the_transports_ask_the_gate() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let asked_directly = ["groups.viewer(", "membership::", "access_refusal(", "needs_auth_to_read("];
+    let asked_directly = ["groups.viewer(", "membership::", "access_refusal(", "needs_auth_to_read(", "moderation."];
     let mut found = Vec::new();
     for (module, file) in modules(&src) {
         if !["ws", "rest", "media"].iter().any(|t| module == *t || module.starts_with(&format!("{t}::"))) {

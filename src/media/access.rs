@@ -9,12 +9,12 @@
 //! "anyone"`, and never of a banned key; deletions need a `delete` authorization naming the blob.
 
 use crate::app::AppState;
-use crate::config::{AccessMode, Uploaders};
+use crate::gate;
 use crate::http::RequestCtx;
 use crate::http::client_ip;
 use crate::limiter::{Billed, LimitType, Principal};
+use crate::protocol::Timestamp;
 use crate::protocol::blossom::{self, AuthError, Authorized, BlobHash, Verb};
-use crate::protocol::{PubKey, Timestamp};
 
 use super::reply::MediaError;
 
@@ -73,14 +73,9 @@ pub async fn by_address(app: &AppState, ctx: &RequestCtx) -> Result<Billed, Medi
     Ok(billed)
 }
 
-/// True when `pubkey` is a member of the relay or one of its admins.
-fn belongs(app: &AppState, pubkey: &PubKey) -> bool {
-    app.moderation.is_member(pubkey) || app.config.admin.pubkeys.contains(pubkey)
-}
-
 /// May `caller` read (`verb` get or list)? Open but in `members-only`.
 pub fn may_read(app: &AppState, caller: &Caller, verb: Verb, hash: Option<&BlobHash>) -> Result<(), MediaError> {
-    if app.moderation.mode() != AccessMode::MembersOnly {
+    if !gate::media_for_members(app) {
         return Ok(());
     }
     let auth = caller.required(verb)?;
@@ -89,7 +84,7 @@ pub fn may_read(app: &AppState, caller: &Caller, verb: Verb, hash: Option<&BlobH
     {
         return Err(MediaError::Unauthorized(AuthError::WrongBlob));
     }
-    if !belongs(app, &auth.pubkey) {
+    if !gate::belongs(app, &auth.pubkey) {
         return Err(MediaError::Forbidden("restricted: this relay's media is for its members only".into()));
     }
     Ok(())
@@ -98,15 +93,10 @@ pub fn may_read(app: &AppState, caller: &Caller, verb: Verb, hash: Option<&BlobH
 /// May `caller` upload? Returns the uploader.
 pub fn may_upload<'a>(app: &AppState, caller: &'a Caller) -> Result<&'a Authorized, MediaError> {
     let auth = caller.required(Verb::Upload)?;
-    if app.moderation.is_banned(&auth.pubkey) {
-        return Err(MediaError::Forbidden("blocked: this pubkey is banned from this relay".into()));
+    match gate::upload_refusal(app, &auth.pubkey) {
+        Some(refused) => Err(MediaError::Forbidden(refused.to_string())),
+        None => Ok(auth),
     }
-    if app.config.media.uploaders(app.moderation.mode() != AccessMode::Public) == Uploaders::Members
-        && !belongs(app, &auth.pubkey)
-    {
-        return Err(MediaError::Forbidden("restricted: only members of this relay may upload here".into()));
-    }
-    Ok(auth)
 }
 
 /// Takes a write authorization's one use (upload, mirror, delete).

@@ -16,7 +16,7 @@ use warp::http::{HeaderValue, Response, StatusCode};
 use super::access::{self, Caller};
 use super::reply::{MediaError, descriptor, json};
 use crate::app::AppState;
-use crate::config::AccessMode;
+use crate::gate;
 use crate::http::RequestCtx;
 use crate::http::front::{BodyError, FrontResponse, full};
 use crate::protocol::PubKey;
@@ -32,7 +32,7 @@ const MAX_LIST: usize = 1000;
 pub fn served(app: &AppState, hash: &BlobHash) -> Result<Option<BlobRecord>, MediaError> {
     let owners =
         app.blobs.records().owners_of(&hash.0).map_err(|e| MediaError::from(crate::blobs::BlobError::Store(e)))?;
-    Ok(owners.into_iter().find(|r| !app.moderation.is_banned(&r.owner)))
+    Ok(owners.into_iter().find(|r| gate::serves_blobs_of(app, &r.owner)))
 }
 
 /// `Range: bytes=…` against a blob of `size` bytes: `None` for the whole blob (no header, or
@@ -117,11 +117,8 @@ pub async fn blob(
     }
     // Content-addressed: the bytes at this URL never change (but a members-only relay's are
     // not for shared caches).
-    let cache = if app.moderation.mode() == AccessMode::MembersOnly {
-        "private, max-age=3600"
-    } else {
-        "public, max-age=31536000, immutable"
-    };
+    let cache =
+        if gate::media_for_members(app) { "private, max-age=3600" } else { "public, max-age=31536000, immutable" };
     headers.insert(CACHE_CONTROL, HeaderValue::from_static(cache));
     if wanted.is_some()
         && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{end}/{size}"))
@@ -154,7 +151,7 @@ pub async fn list(
     };
     let (since, until, limit) = (number("since")?, number("until")?, number("limit")?);
     let limit = limit.map_or(MAX_LIST, |l| usize::try_from(l).unwrap_or(MAX_LIST).min(MAX_LIST));
-    let records = if app.moderation.is_banned(&owner) {
+    let records = if !gate::serves_blobs_of(app, &owner) {
         Vec::new()
     } else {
         app.blobs.records().of_owner(&owner).map_err(|e| MediaError::from(crate::blobs::BlobError::Store(e)))?
