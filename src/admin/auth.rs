@@ -106,12 +106,6 @@ pub(super) fn ok_json(body: &impl Serialize) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, body))
 }
 
-/// `/admin/v1`: where every route of the admin API but the page and NIP-86's `POST /` lives.
-pub(super) fn base() -> impl warp::Filter<Extract = (), Error = warp::Rejection> + Copy {
-    use warp::Filter;
-    warp::path("admin").and(warp::path("v1"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,14 +6,13 @@ use std::sync::Arc;
 
 use warp::reply::Response;
 
-use super::auth::{Accept, run};
 use super::auth::{Admin, audit};
 use super::store::ndjson;
 use crate::app::AppState;
 use crate::backup::BackupError;
+use crate::http::Route;
 use crate::http::{ApiError, RequestCtx};
-use crate::http::{Route, ctx, with_app};
-use warp::Filter;
+use warp::http::Method;
 
 /// `GET /admin/v1/backup`: streams every part of the community, the manifest last (a body that
 /// ends without it was cut off). The events are those stored when the request arrives; writes go
@@ -35,14 +34,8 @@ pub async fn backup(app: Arc<AppState>, _: RequestCtx, who: Admin) -> Result<Res
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let _base = super::route::base();
     // GET /admin/v1/backup
-    let backup_route = base
-        .and(warp::path("backup"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, backup));
-    vec![backup_route.boxed()]
+    let backup_route = super::route::at(app, Method::GET, "backup", None, backup);
+    vec![backup_route]
 }

@@ -25,6 +25,7 @@ use crate::protocol::nip29::{self, Metadata};
 use crate::protocol::refusal::Prefix;
 use crate::protocol::{Kind, PubKey};
 use warp::Filter;
+use warp::http::Method;
 
 /// A page of the list holds at most this many groups.
 const MAX_PAGE: usize = 1000;
@@ -195,15 +196,9 @@ pub async fn answer(
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/groups
-    let groups_list = base
-        .and(warp::path("groups"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    let groups_list = super::route::at(app, Method::GET, "groups", None, list);
     // GET, PATCH, DELETE /admin/v1/groups/{id}
     let group_one = base.and(warp::path!("groups" / Segment)).and(with_app(app.clone()));
     let group_get = group_one
@@ -229,5 +224,5 @@ pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
         .and_then(|Segment(id), Segment(pk), Segment(verdict), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| answer(a, c, w, (id, pk, verdict)))
         });
-    vec![groups_list.boxed(), group_get.boxed(), group_patch.boxed(), group_delete.boxed(), group_answer.boxed()]
+    vec![groups_list, group_get.boxed(), group_patch.boxed(), group_delete.boxed(), group_answer.boxed()]
 }

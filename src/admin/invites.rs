@@ -15,10 +15,11 @@ use super::auth::{Accept, run};
 use super::auth::{Admin, audit, ok_json};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, json_response, parse_body, require_json};
-use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
+use crate::http::{Route, Segment, ctx, with_app};
 use crate::moderation::Invite;
 use crate::protocol::Timestamp;
 use warp::Filter;
+use warp::http::Method;
 
 /// An invite lasts this long unless the body says otherwise.
 const DEFAULT_EXPIRY_SECS: u64 = 7 * 86_400;
@@ -101,27 +102,15 @@ pub async fn revoke(app: Arc<AppState>, _: RequestCtx, who: Admin, code: String)
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // POST /admin/v1/invites
-    let invite_create = base
-        .and(warp::path("invites"))
-        .and(warp::path::end())
-        .and(warp::post())
-        .and(with_app(app.clone()))
-        .and(ctx_with_body(limit))
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, create));
+    let invite_create = super::route::at(app, Method::POST, "invites", Some(limit), create);
     // GET /admin/v1/invites
-    let invite_list = base
-        .and(warp::path("invites"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    let invite_list = super::route::at(app, Method::GET, "invites", None, list);
     // DELETE /admin/v1/invites/{code}
     let invite_revoke =
         base.and(warp::path!("invites" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
             |Segment(code), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| revoke(a, c, w, code)),
         );
-    vec![invite_create.boxed(), invite_list.boxed(), invite_revoke.boxed()]
+    vec![invite_create, invite_list, invite_revoke.boxed()]
 }

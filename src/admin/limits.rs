@@ -19,6 +19,7 @@ use crate::limiter::Preview;
 use crate::moderation::State;
 use crate::protocol::PubKey;
 use warp::Filter;
+use warp::http::Method;
 
 #[derive(Serialize)]
 struct Valued {
@@ -234,23 +235,11 @@ fn valid_limits() -> String {
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/limits
-    let get_limits = base
-        .and(warp::path("limits"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, get));
+    let get_limits = super::route::at(app, Method::GET, "limits", None, get);
     // PATCH /admin/v1/limits
-    let patch_limits = base
-        .and(warp::path("limits"))
-        .and(warp::path::end())
-        .and(warp::patch())
-        .and(with_app(app.clone()))
-        .and(ctx_with_body(limit))
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, patch));
+    let patch_limits = super::route::at(app, Method::PATCH, "limits", Some(limit), patch);
     // POST /admin/v1/limits/preview
     let preview_limits = base
         .and(warp::path!("limits" / "preview"))
@@ -283,14 +272,7 @@ pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
         .and_then(|Segment(pubkey), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| set_tier(a, c, w, pubkey))
         });
-    vec![
-        get_limits.boxed(),
-        patch_limits.boxed(),
-        preview_limits.boxed(),
-        reset_all.boxed(),
-        reset_one.boxed(),
-        set_tier.boxed(),
-    ]
+    vec![get_limits, patch_limits, preview_limits.boxed(), reset_all.boxed(), reset_one.boxed(), set_tier.boxed()]
 }
 
 #[cfg(test)]

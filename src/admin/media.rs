@@ -19,6 +19,7 @@ use crate::protocol::PubKey;
 use crate::protocol::blossom::{BlobHash, extension};
 use crate::store::media::BlobRecord;
 use warp::Filter;
+use warp::http::Method;
 
 /// A page of the list holds at most this many blobs.
 const MAX_PAGE: usize = 500;
@@ -131,19 +132,13 @@ pub async fn delete(app: Arc<AppState>, _: RequestCtx, who: Admin, sha: String) 
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/media
-    let media_list = base
-        .and(warp::path("media"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    let media_list = super::route::at(app, Method::GET, "media", None, list);
     // DELETE /admin/v1/media/{sha256}
     let media_delete =
         base.and(warp::path!("media" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
             |Segment(sha), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| delete(a, c, w, sha)),
         );
-    vec![media_list.boxed(), media_delete.boxed()]
+    vec![media_list, media_delete.boxed()]
 }

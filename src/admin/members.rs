@@ -19,6 +19,7 @@ use crate::http::{ApiError, RequestCtx, parse_body, require_json};
 use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::protocol::PubKey;
 use warp::Filter;
+use warp::http::Method;
 
 /// A page of the list holds at most this many members.
 const MAX_PAGE: usize = 1000;
@@ -104,15 +105,9 @@ pub async fn delete(app: Arc<AppState>, _: RequestCtx, who: Admin, pubkey: Strin
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/members
-    let members_list = base
-        .and(warp::path("members"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    let members_list = super::route::at(app, Method::GET, "members", None, list);
     // PUT /admin/v1/members/{pubkey}
     let member_put = base
         .and(warp::path!("members" / Segment))
@@ -125,5 +120,5 @@ pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
         base.and(warp::path!("members" / Segment)).and(warp::delete()).and(with_app(app.clone())).and(ctx()).and_then(
             |Segment(pubkey), app, ctx| run(app, ctx, Accept::TokenOrNip98, move |a, c, w| delete(a, c, w, pubkey)),
         );
-    vec![members_list.boxed(), member_put.boxed(), member_delete.boxed()]
+    vec![members_list, member_put.boxed(), member_delete.boxed()]
 }

@@ -15,6 +15,7 @@ mod members;
 mod nip86;
 mod people;
 mod reports;
+mod route;
 mod store;
 mod sync;
 pub mod ui;
@@ -24,44 +25,26 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use warp::Filter;
 
 use warp::reply::Response;
 
 use crate::app::AppState;
-use crate::http::{ApiError, RequestCtx, Route, ctx, first_of, internal, with_app};
+use crate::http::{ApiError, RequestCtx, Route, first_of, internal};
 use crate::protocol::Timestamp;
-use auth::{Accept, Admin, ok_json, run};
+use auth::{Admin, ok_json};
+use warp::http::Method;
 
 /// Every `/admin/v1` route, and NIP-86 at `POST /`.
 pub fn routes(app: Arc<AppState>) -> Route {
     let limit = app.config.limitation.max_message_length as u64;
-    let base = auth::base();
+    let _base = route::base();
     // GET /admin/v1/stats
-    let stats = base
-        .and(warp::path("stats"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, stats));
+    let stats = route::at(&app, Method::GET, "stats", None, stats);
     // GET /admin/v1/relay
-    let relay = base
-        .and(warp::path("relay"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, relay));
+    let relay = route::at(&app, Method::GET, "relay", None, relay);
     // GET /admin/v1/audit
-    let audit_log = base
-        .and(warp::path("audit"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, audit_entries));
-    let own = vec![stats.boxed(), relay.boxed(), audit_log.boxed()];
+    let audit_log = route::at(&app, Method::GET, "audit", None, audit_entries);
+    let own = vec![stats, relay, audit_log];
     // Each resource's routes from its own file; the page last (its `/admin/{file}` would take a
     // path of the API that another route refuses).
     let resources = [

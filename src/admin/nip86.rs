@@ -19,6 +19,7 @@ use crate::moderation::InfoField;
 use crate::protocol::EventId;
 use crate::protocol::PubKey;
 use warp::Filter;
+use warp::http::Method;
 
 /// The content type NIP-86 requests at `POST /` carry.
 pub const MEDIA_TYPE: &str = "application/nostr+json+rpc";
@@ -218,15 +219,9 @@ async fn call(app: &AppState, who: &Admin, method: &str, params: &[Value]) -> Re
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let _base = super::route::base();
     // POST /admin/v1/rpc (NIP-86 methods for bearer-token callers too)
-    let rpc = base
-        .and(warp::path("rpc"))
-        .and(warp::path::end())
-        .and(warp::post())
-        .and(with_app(app.clone()))
-        .and(ctx_with_body(limit))
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, handle));
+    let rpc = super::route::at(app, Method::POST, "rpc", Some(limit), handle);
     // POST / with Content-Type: application/nostr+json+rpc (NIP-86; 415 with another type)
     let nip86_root = warp::path::end().and(warp::post()).and(with_app(app.clone())).and(ctx_with_body(limit)).and_then(
         |app, ctx: RequestCtx| async move {
@@ -236,5 +231,5 @@ pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
             }
         },
     );
-    vec![rpc.boxed(), nip86_root.boxed()]
+    vec![rpc, nip86_root.boxed()]
 }

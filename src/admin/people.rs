@@ -9,12 +9,11 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::auth::{Accept, run};
 use crate::app::AppState;
-use crate::http::{Route, ctx, with_app};
+use crate::http::Route;
 use crate::protocol::{Filter, Kind, PubKey, Timestamp, Viewer};
 use std::sync::Arc;
-use warp::Filter as _;
+use warp::http::Method;
 
 /// The names and pictures of `pubkeys` from their stored kind 0.
 pub(super) async fn profiles(app: &AppState, pubkeys: Vec<PubKey>) -> HashMap<PubKey, (String, String)> {
@@ -73,14 +72,8 @@ pub async fn lookup(
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let _base = super::route::base();
     // GET /admin/v1/profiles
-    let profiles = base
-        .and(warp::path("profiles"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, lookup));
-    vec![profiles.boxed()]
+    let profiles = super::route::at(app, Method::GET, "profiles", None, lookup);
+    vec![profiles]
 }

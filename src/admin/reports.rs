@@ -24,13 +24,14 @@ use super::auth::{Admin, audit, ok_json};
 use super::people::{person, profiles};
 use crate::app::AppState;
 use crate::http::{ApiError, RequestCtx, internal, parse_body};
-use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
+use crate::http::{Route, Segment, ctx_with_body, with_app};
 use crate::moderation::Reviewed;
 use crate::protocol::blossom::BlobHash;
 use crate::protocol::private::REPORT;
 use crate::protocol::{Event, EventId, Filter, PubKey, Timestamp, Viewer};
 use crate::store::media::BlobRecord;
 use warp::Filter as _;
+use warp::http::Method;
 
 /// The newest reports read for the queue.
 const MAX_REPORTS: u64 = 10_000;
@@ -292,15 +293,9 @@ pub(super) async fn reviewed(app: &AppState, target: &str, action: &str) -> Resu
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/reports
-    let reports_list = base
-        .and(warp::path("reports"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    let reports_list = super::route::at(app, Method::GET, "reports", None, list);
     // POST /admin/v1/reports/{target}/{action}
     let reports_decide = base
         .and(warp::path!("reports" / Segment / Segment))
@@ -310,5 +305,5 @@ pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
         .and_then(|Segment(target), Segment(action), app, ctx| {
             run(app, ctx, Accept::TokenOrNip98, move |a, c, w| decide(a, c, w, (target, action)))
         });
-    vec![reports_list.boxed(), reports_decide.boxed()]
+    vec![reports_list, reports_decide.boxed()]
 }

@@ -16,6 +16,7 @@ use crate::http::{ApiError, RequestCtx, internal, json_response};
 use crate::http::{Route, ctx, with_app};
 use crate::protocol::{Filter, Timestamp};
 use warp::Filter as _;
+use warp::http::Method;
 
 /// Bytes of JSON lines sent at once.
 const CHUNK: usize = 64 * 1024;
@@ -105,15 +106,9 @@ pub async fn compact(app: Arc<AppState>, _: RequestCtx, who: Admin) -> Result<Re
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/store
-    let store_stats = base
-        .and(warp::path("store"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, stats));
+    let store_stats = super::route::at(app, Method::GET, "store", None, stats);
     // POST /admin/v1/store/compact
     let store_compact = base
         .and(warp::path!("store" / "compact"))
@@ -122,12 +117,6 @@ pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
         .and(ctx())
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, compact));
     // GET /admin/v1/export
-    let export_route = base
-        .and(warp::path("export"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, export));
-    vec![store_stats.boxed(), store_compact.boxed(), export_route.boxed()]
+    let export_route = super::route::at(app, Method::GET, "export", None, export);
+    vec![store_stats, store_compact.boxed(), export_route]
 }

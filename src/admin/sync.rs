@@ -20,6 +20,7 @@ use crate::http::{Route, Segment, ctx, ctx_with_body, with_app};
 use crate::sync::status::StartError;
 use crate::sync::{Round, round};
 use warp::Filter;
+use warp::http::Method;
 
 /// `GET /admin/v1/sync`: every configured peer with its last round.
 pub async fn list(app: Arc<AppState>, _: RequestCtx, _: Admin) -> Result<Response, ApiError> {
@@ -64,15 +65,9 @@ pub async fn run_round(app: Arc<AppState>, ctx: RequestCtx, who: Admin) -> Resul
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/sync
-    let sync_list = base
-        .and(warp::path("sync"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, list));
+    let sync_list = super::route::at(app, Method::GET, "sync", None, list);
     // POST /admin/v1/sync/peers/{index}/start
     let sync_start = base
         .and(warp::path!("sync" / "peers" / Segment / "start"))
@@ -87,5 +82,5 @@ pub(super) fn routes(app: &Arc<AppState>, limit: u64) -> Vec<Route> {
         .and(with_app(app.clone()))
         .and(ctx_with_body(limit))
         .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, run_round));
-    vec![sync_list.boxed(), sync_start.boxed(), sync_round.boxed()]
+    vec![sync_list, sync_start.boxed(), sync_round.boxed()]
 }

@@ -14,6 +14,7 @@ use crate::http::{Route, Segment, ctx, with_app};
 use crate::limiter::{Principal, Usage};
 use crate::protocol::PubKey;
 use warp::Filter;
+use warp::http::Method;
 
 /// The full report of one principal.
 async fn report(app: &AppState, principal: &Principal, usage: Usage) -> Result<Value, ApiError> {
@@ -90,7 +91,7 @@ pub async fn busiest(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Re
 
 /// This resource's routes, in the order they are tried.
 pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
-    let base = super::auth::base();
+    let base = super::route::base();
     // GET /admin/v1/usage/ip/{addr}
     let usage_ip = base
         .and(warp::path!("usage" / "ip" / Segment))
@@ -106,12 +107,6 @@ pub(super) fn routes(app: &Arc<AppState>, _limit: u64) -> Vec<Route> {
             },
         );
     // GET /admin/v1/usage
-    let busiest = base
-        .and(warp::path("usage"))
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(with_app(app.clone()))
-        .and(ctx())
-        .and_then(|app, ctx| run(app, ctx, Accept::TokenOrNip98, busiest));
-    vec![usage_ip.boxed(), usage_pubkey.boxed(), busiest.boxed()]
+    let busiest = super::route::at(app, Method::GET, "usage", None, busiest);
+    vec![usage_ip.boxed(), usage_pubkey.boxed(), busiest]
 }
