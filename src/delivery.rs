@@ -4,8 +4,7 @@
 //! Owns [`deliver`] (the one way an accepted event goes live: this node's subscribers, then the
 //! other nodes through Redis, `crate::cluster::broadcast`), [`publish_own`] (the one way an
 //! event the relay signs itself is stored and goes live: NIP-43's lists, NIP-29's group state)
-//! and [`listen`] (the task that takes
-//! the other nodes' events in). An event from another node is verified again (a Redis reachable
+//! and [`listen`] (the task that takes the other nodes' events in). An event from another node is verified again (a Redis reachable
 //! by strangers cannot forge one), delivered once (the ids delivered lately are remembered),
 //! given to the shared store's search index, and, when it changes a NIP-29 group, the groups are
 //! folded again from the shared store, so every node judges the next group event alike. Bans,
