@@ -412,8 +412,8 @@ pub async fn http_at(
     (status, body)
 }
 
-/// [`http_at`], with the response's headers too (`Retry-After`, …): the one HTTP helper of the
-/// JSON APIs these tests call; the others build on it.
+/// [`http_at`], with the response's headers too (`Retry-After`, …): the one helper of the JSON
+/// APIs these tests call; the others build on it.
 pub async fn http_with_headers(
     url: &str,
     method: reqwest::Method,
@@ -422,22 +422,21 @@ pub async fn http_with_headers(
     signer: Option<&Keys>,
 ) -> (reqwest::StatusCode, Value, reqwest::header::HeaderMap) {
     let text = body.as_ref().map(Value::to_string).unwrap_or_default();
-    let mut req = web().request(method.clone(), url);
+    let mut headers: Vec<(&str, String)> = Vec::new();
     if body.is_some() {
-        req = req.header("content-type", "application/json").body(text.clone());
+        headers.push(("content-type", "application/json".into()));
     }
     if let Some(token) = bearer {
-        req = req.bearer_auth(token);
+        headers.push(("authorization", format!("Bearer {token}")));
     }
     if let Some(keys) = signer {
         let request = hearth::protocol::nip98::Request { url, method: method.as_str(), body: text.as_bytes() };
-        let header = hearth::protocol::nip98::header(keys, &request, Timestamp::now()).unwrap();
-        req = req.header("authorization", header);
+        headers.push(("authorization", hearth::protocol::nip98::header(keys, &request, Timestamp::now()).unwrap()));
     }
-    let resp = tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let text = tokio::time::timeout(STEP, resp.text()).await.unwrap().unwrap();
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, headers, bytes) =
+        request(url, method.clone(), &headers, body.is_some().then(|| text.into_bytes())).await;
+    let text = String::from_utf8_lossy(&bytes);
     // An empty body is `null`; any other body must be JSON (a test that gets HTML or a truncated
     // body fails here, naming it).
     let body = if text.is_empty() {
@@ -446,6 +445,27 @@ pub async fn http_with_headers(
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {url}: {status}: not JSON ({e}): {text}"))
     };
     (status, body, headers)
+}
+
+/// The one HTTP request every helper here makes: `headers` as given, `body` as its bytes; the
+/// status, the headers and the body's bytes. Each await has its deadline ([`STEP`]).
+pub async fn request(
+    url: &str,
+    method: reqwest::Method,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Vec<u8>) {
+    let mut req = web().request(method, url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    if let Some(body) = body {
+        req = req.body(body);
+    }
+    let resp = tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let bytes = tokio::time::timeout(STEP, resp.bytes()).await.unwrap().unwrap();
+    (status, headers, bytes.to_vec())
 }
 
 /// The actions of the relay's audit log, newest first (the admin API, with `token`).

@@ -19,25 +19,25 @@ fn with_admin(c: &mut Config) {
 /// An admin client against `base` (the relay's or the admin listener's address).
 struct AdminApi {
     base: String,
-    http: reqwest::Client,
 }
 
 impl AdminApi {
     fn new(relay: &TestRelay) -> AdminApi {
-        AdminApi { base: format!("http://{}", relay.admin_addr.unwrap_or(relay.addr)), http: web() }
+        AdminApi { base: format!("http://{}", relay.admin_addr.unwrap_or(relay.addr)) }
     }
 
+    /// The status and the JSON body (`null` for a body that is not JSON: the page's files).
     async fn call(&self, method: Method, path: &str, body: Option<Value>, auth: Option<&str>) -> (StatusCode, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        let mut headers = Vec::new();
         if let Some(auth) = auth {
-            req = req.header("authorization", auth);
+            headers.push(("authorization", auth));
         }
-        if let Some(body) = body {
-            req = req.header("content-type", "application/json").body(body.to_string());
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
         }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        (status, resp.json().await.unwrap_or(Value::Null))
+        let url = format!("{}{path}", self.base);
+        let (status, _, bytes) = request(&url, method, &headers, body.map(|b| b.to_string().into_bytes())).await;
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
     async fn token(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -54,17 +54,9 @@ impl AdminApi {
             Timestamp(now()),
         )
         .unwrap();
-        let resp = self
-            .http
-            .post(&url)
-            .header("content-type", "application/nostr+json+rpc")
-            .header("authorization", auth)
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status();
-        (status, resp.json().await.unwrap())
+        let headers = [("content-type", "application/nostr+json+rpc"), ("authorization", auth.as_str())];
+        let (status, _, bytes) = request(&url, Method::POST, &headers, Some(body.into_bytes())).await;
+        (status, serde_json::from_slice(&bytes).unwrap())
     }
 }
 
@@ -257,28 +249,25 @@ async fn a_bad_patch_names_the_field_and_changes_nothing() {
 
 /// A PATCH of the limits with `If-Match: if_match`: status, body and `ETag`.
 async fn patch_if_match(api: &AdminApi, if_match: Option<&str>, body: Value) -> (StatusCode, Value, String) {
-    let mut req = api
-        .http
-        .patch(format!("{}/admin/v1/limits", api.base))
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/json")
-        .body(body.to_string());
+    let bearer = format!("Bearer {TOKEN}");
+    let mut headers = vec![("authorization", bearer.as_str()), ("content-type", "application/json")];
     if let Some(tag) = if_match {
-        req = req.header("if-match", tag);
+        headers.push(("if-match", tag));
     }
-    let resp = req.send().await.unwrap();
-    let tag = resp.headers().get("etag").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
-    (resp.status(), resp.json().await.unwrap(), tag)
+    let url = format!("{}/admin/v1/limits", api.base);
+    let (status, headers, bytes) = request(&url, Method::PATCH, &headers, Some(body.to_string().into_bytes())).await;
+    let tag = headers.get("etag").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    (status, serde_json::from_slice(&bytes).unwrap(), tag)
 }
 
 #[tokio::test]
 async fn a_limits_patch_from_a_stale_etag_is_412_with_the_current_document_and_changes_nothing() {
     let relay = TestRelay::start(with_admin).await;
     let api = AdminApi::new(&relay);
-    let resp = api.http.get(format!("{}/admin/v1/limits", api.base)).bearer_auth(TOKEN).send().await.unwrap();
-    let first = resp.headers()["etag"].to_str().unwrap().to_string();
+    let (_, doc, headers) =
+        http_with_headers(&format!("{}/admin/v1/limits", api.base), Method::GET, None, Some(TOKEN), None).await;
+    let first = headers["etag"].to_str().unwrap().to_string();
     assert!(first.starts_with('"') && first.ends_with('"') && first.len() == 18, "{first}");
-    let doc: Value = resp.json().await.unwrap();
     // Two admins patch from the same tag at once: exactly one wins, the other sees its change.
     let (a, b) = tokio::join!(
         patch_if_match(&api, Some(&first), json!({"human": {"ws_events_per_sec": 21}})),
@@ -306,8 +295,9 @@ async fn a_limits_patch_from_a_stale_etag_is_412_with_the_current_document_and_c
     let (status, _, _) = patch_if_match(&api, None, json!({"agent": {"messages_per_min": 7}})).await;
     assert_eq!(status, StatusCode::OK);
     // A weak tag never matches (RFC 9110 strong comparison).
-    let resp = api.http.get(format!("{}/admin/v1/limits", api.base)).bearer_auth(TOKEN).send().await.unwrap();
-    let now = resp.headers()["etag"].to_str().unwrap().to_string();
+    let (_, _, headers) =
+        http_with_headers(&format!("{}/admin/v1/limits", api.base), Method::GET, None, Some(TOKEN), None).await;
+    let now = headers["etag"].to_str().unwrap().to_string();
     let (status, _, _) =
         patch_if_match(&api, Some(&format!("W/{now}")), json!({"agent": {"messages_per_min": 8}})).await;
     assert_eq!(status, StatusCode::PRECONDITION_FAILED);
@@ -662,7 +652,7 @@ async fn a_separate_admin_bind_moves_the_admin_surface_off_the_relay_port() {
     .await;
     let on_admin_port = AdminApi::new(&relay);
     assert_eq!(on_admin_port.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::OK);
-    let on_relay_port = AdminApi { base: format!("http://{}", relay.addr), http: web() };
+    let on_relay_port = AdminApi { base: format!("http://{}", relay.addr) };
     assert_eq!(on_relay_port.token(Method::GET, "/admin/v1/limits", None).await.0, StatusCode::NOT_FOUND);
     // The relay itself is still served on its port.
     relay.connect().await;

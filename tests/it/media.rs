@@ -10,7 +10,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::common::{STEP, TestRelay, generous, keys, now, web};
+use crate::common::{STEP, TestRelay, generous, keys, now, request};
 
 pub(crate) fn hash_of(bytes: &[u8]) -> BlobHash {
     BlobHash(Sha256::digest(bytes).into())
@@ -51,16 +51,8 @@ pub(crate) async fn call(
     headers: &[(&str, &str)],
     body: Option<Vec<u8>>,
 ) -> Answer {
-    let mut req = web().request(method, relay.http_url(path));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    if let Some(body) = body {
-        req = req.body(body);
-    }
-    let resp = tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap();
-    let (status, headers) = (resp.status(), resp.headers().clone());
-    Answer { status, headers, body: resp.bytes().await.unwrap().to_vec() }
+    let (status, headers, body) = request(&relay.http_url(path), method, headers, body).await;
+    Answer { status, headers, body }
 }
 
 pub(crate) async fn upload(relay: &TestRelay, auth_header: &str, bytes: &[u8], media_type: &str) -> Answer {
