@@ -19,6 +19,7 @@
 //! node's own disk is what belongs to the node: the media records beside the node's blob files
 //! (a small sled database in `<data_dir>/node`).
 
+mod batch;
 mod error;
 mod export;
 mod read;
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio::runtime::{Handle, Runtime};
+use tokio::sync::{mpsc, oneshot};
 
 use super::error::StoreError;
 use super::format::durable::Durable;
@@ -53,6 +55,8 @@ pub(crate) struct Pg {
     _runtime: Background,
     handle: Handle,
     pool: Pool,
+    /// The node's writer (`batch`): every put goes through it, in the order they arrive.
+    writes: mpsc::Sender<batch::Job>,
     /// The last mark given (see [`Mark`]): counted by this node, after each commit.
     marks: AtomicU64,
     closed: AtomicBool,
@@ -133,7 +137,9 @@ impl Pg {
         };
         let closed = AtomicBool::new(false);
         let vacuuming = AtomicBool::new(false);
-        Ok(Pg { _runtime: runtime, handle, pool, marks: AtomicU64::new(0), closed, vacuuming, search, media })
+        let (writes, jobs) = mpsc::channel(batch::MAX_BATCH * 4);
+        handle.spawn(batch::writer(pool.clone(), jobs));
+        Ok(Pg { _runtime: runtime, handle, pool, writes, marks: AtomicU64::new(0), closed, vacuuming, search, media })
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, and waits for it here.
@@ -181,8 +187,15 @@ impl Pg {
         Mark::at(self.marks.load(Ordering::Acquire))
     }
 
+    /// Stores `event` through the node's writer, which commits the puts that wait together in
+    /// one transaction (`batch`); answered once the commit that holds it is on the server's disk.
     pub(crate) async fn put(&self, event: Arc<VerifiedEvent>) -> Result<PutOutcome, StoreError> {
-        let (put, changes) = self.run(move |mut c| async move { write::put(&mut c, &event).await }).await?;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        let (answer, answered) = oneshot::channel();
+        self.writes.send(batch::Job { event, answer }).await.map_err(|_| StoreError::Closed)?;
+        let (put, changes) = answered.await.map_err(|_| StoreError::Closed)??;
         self.index(changes);
         Ok(match put {
             Put::Stored => PutOutcome::Stored(self.next_mark()),

@@ -222,3 +222,65 @@ async fn every_connection_commits_to_the_disk_whatever_the_database_default() {
     assert_eq!(setting, "on");
     store.shutdown().await.unwrap();
 }
+
+/// Group commit: puts sent together (in one order, without waiting for each other's answers)
+/// are committed in batches, and each is answered as the embedded store answers the same puts
+/// one after another: duplicates, replaced and deleted versions, deletions of events of the
+/// same batch. The batches really hold several puts (the writer saw more than one waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_sent_together_are_committed_in_batches_and_answered_as_one_by_one() {
+    let (_pg, url) = server("batches").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = open(&url, dir.path(), false);
+    let reference = Store::temporary().unwrap();
+    let authors: Vec<Keys> = (1..=4).map(Keys::test).collect();
+    let mut rng = Rng(0x6a7c_2026_1206);
+    let mut events = Vec::new();
+    let mut stored: Vec<EventId> = Vec::new();
+    for _ in 0..600 {
+        let event = random_write(&mut rng, &authors, &stored);
+        stored.push(event.id);
+        if rng.below(10) == 0 {
+            events.push(event.clone());
+        }
+        events.push(event);
+    }
+    let mut expected = Vec::new();
+    for event in &events {
+        expected.push(outcome(&reference.put(event.clone()).await.unwrap()));
+    }
+    let before = super::batch::BATCHES.load(std::sync::atomic::Ordering::Relaxed);
+    // Polled in order, the puts reach the writer in this order, and wait for it together.
+    let answers = super::batch::in_order(events.iter().map(|e| pg.put(e.clone())).collect()).await;
+    let got: Vec<&str> = answers.iter().map(|a| outcome(a.as_ref().unwrap())).collect();
+    for (n, (got, expected)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(got, expected, "put {n}: {}", events[n].to_json().unwrap());
+    }
+    let batches = super::batch::BATCHES.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(batches < events.len() as u64 / 4, "{batches} commits for {} puts: not batched", events.len());
+    let recent = &stored[stored.len() - 20..];
+    same_answers(&pg, &reference, &authors, recent, "after the batches");
+}
+
+/// One put of a batch that PostgreSQL refuses (a tag named NUL, which its text cannot hold)
+/// fails alone: the puts beside it in the batch are stored and acknowledged, it is answered with
+/// its error and is not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_that_fails_in_a_batch_fails_alone() {
+    let (_pg, url) = server("one_fails").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = open(&url, dir.path(), false);
+    let k = Keys::test(9);
+    let note = |at: u64, content: &str| {
+        crate::protocol::verify::verify(k.sign(crate::protocol::Timestamp(at), Kind(1), vec![], content)).unwrap()
+    };
+    let (first, last) = (note(1000, "before"), note(1002, "after"));
+    // A one-letter tag name that is a NUL: a valid event, a name PostgreSQL's text cannot hold.
+    let nul = vec![vec!["\u{0}".to_string(), "x".to_string()]];
+    let bad = crate::protocol::verify::verify(k.sign(crate::protocol::Timestamp(1001), Kind(1), nul, "")).unwrap();
+    let answers = super::batch::in_order([&first, &bad, &last].map(|e| pg.put(e.clone())).into()).await;
+    assert_eq!(outcome(answers[0].as_ref().unwrap()), "stored");
+    assert!(answers[1].is_err(), "{:?}", answers[1]);
+    assert_eq!(outcome(answers[2].as_ref().unwrap()), "stored");
+    assert_eq!(ids(&pg, r#"{"kinds":[1]}"#), vec![last.id, first.id]);
+}

@@ -47,68 +47,116 @@ fn parse_address(value: &str) -> Option<(Kind, PubKey, &str)> {
     Some((Kind(kind), pubkey, parts.next().unwrap_or("")))
 }
 
-/// Stores `event` unless it is a duplicate, superseded or deleted; a deletion removes its
-/// targets. The search index's changes come back with the outcome. One statement, `hearth_put`
-/// (`schema`), in its own transaction: one round trip and one commit per event.
-pub(super) async fn put(client: &mut Object, event: &Event) -> Result<(Put, Vec<Change>), PgError> {
-    let address = address_of(event);
-    let mut locks = vec![lock_key(&event.id.0)];
-    locks.extend(address.as_deref().map(lock_key));
-    let (mut e_targets, mut a_targets) = (Vec::new(), Vec::new());
-    if event.kind == Kind::DELETION {
-        for id in event.tag_values("e").filter_map(EventId::from_hex) {
-            locks.push(lock_key(&id.0));
-            e_targets.push(id.0.to_vec());
-        }
-        // Only the author's own addresses.
-        for (kind, pubkey, d) in event.tag_values("a").filter_map(parse_address) {
-            let key = address_key(&pubkey, kind, d);
-            locks.push(lock_key(&key));
-            if pubkey == event.pubkey {
-                a_targets.push(key);
+/// The statement of one put: `hearth_put` (`schema`), the NIP-01/09 rules against what is stored.
+pub(super) const PUT: &str =
+    "SELECT outcome, removed FROM hearth_put($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+/// The arguments of [`PUT`] for one event: what needs its tags is decided here (its address, its
+/// tag keys, a gift wrap's recipient, a deletion's targets and the locks they take).
+pub(super) struct PutArgs {
+    id: Vec<u8>,
+    pubkey: Vec<u8>,
+    kind: i32,
+    created_at: i64,
+    expiration: Option<i64>,
+    address: Option<Vec<u8>>,
+    json: String,
+    recipient: Option<Vec<u8>>,
+    names: Vec<String>,
+    values: Vec<Vec<u8>>,
+    locks: Vec<i64>,
+    e_targets: Vec<Vec<u8>>,
+    a_targets: Vec<Vec<u8>>,
+}
+
+impl PutArgs {
+    /// The arguments for `event`.
+    pub(super) fn of(event: &Event) -> Result<PutArgs, PgError> {
+        let address = address_of(event);
+        let mut locks = vec![lock_key(&event.id.0)];
+        locks.extend(address.as_deref().map(lock_key));
+        let (mut e_targets, mut a_targets) = (Vec::new(), Vec::new());
+        if event.kind == Kind::DELETION {
+            for id in event.tag_values("e").filter_map(EventId::from_hex) {
+                locks.push(lock_key(&id.0));
+                e_targets.push(id.0.to_vec());
+            }
+            // Only the author's own addresses.
+            for (kind, pubkey, d) in event.tag_values("a").filter_map(parse_address) {
+                let key = address_key(&pubkey, kind, d);
+                locks.push(lock_key(&key));
+                if pubkey == event.pubkey {
+                    a_targets.push(key);
+                }
             }
         }
-    }
-    locks.sort_unstable();
-    locks.dedup();
-    let (mut names, mut values) = (Vec::new(), Vec::new());
-    for tag in &event.tags {
-        if let (Some(name), Some(value)) = (tag.first(), tag.get(1))
-            && name.chars().count() == 1
-        {
-            names.push(name.clone());
-            values.push(tag_key(value));
+        locks.sort_unstable();
+        locks.dedup();
+        let (mut names, mut values) = (Vec::new(), Vec::new());
+        for tag in &event.tags {
+            if let (Some(name), Some(value)) = (tag.first(), tag.get(1))
+                && name.chars().count() == 1
+            {
+                names.push(name.clone());
+                values.push(tag_key(value));
+            }
         }
+        Ok(PutArgs {
+            json: event.to_json().map_err(|e| PgError::Encode(e.to_string()))?,
+            recipient: wrap_recipient(&event.tags, event.kind).map(|r| r.0.to_vec()),
+            id: event.id.0.to_vec(),
+            pubkey: event.pubkey.0.to_vec(),
+            kind: i32::from(event.kind.0),
+            created_at: seconds(event.created_at),
+            expiration: event.expiration().map(seconds),
+            address,
+            names,
+            values,
+            locks,
+            e_targets,
+            a_targets,
+        })
     }
-    let json = event.to_json().map_err(|e| PgError::Encode(e.to_string()))?;
-    let recipient = wrap_recipient(&event.tags, event.kind).map(|r| r.0.to_vec());
-    let (id, pubkey, kind) = (event.id.0.to_vec(), event.pubkey.0.to_vec(), i32::from(event.kind.0));
-    let (created_at, expiration) = (seconds(event.created_at), event.expiration().map(seconds));
-    let statement = "SELECT outcome, removed FROM hearth_put($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+    /// The statement's parameters, in order.
+    pub(super) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
+        [
+            &self.id,
+            &self.pubkey,
+            &self.kind,
+            &self.created_at,
+            &self.expiration,
+            &self.address,
+            &self.json,
+            &self.recipient,
+            &self.names,
+            &self.values,
+            &self.locks,
+            &self.e_targets,
+            &self.a_targets,
+        ]
+    }
+}
+
+/// Stores `event` unless it is a duplicate, superseded or deleted; a deletion removes its
+/// targets. The search index's changes come back with the outcome. One statement, [`PUT`], in
+/// its own transaction (a lost deadlock is run again): what a batch falls back to (`batch`).
+pub(super) async fn put(client: &mut Object, event: &Event) -> Result<(Put, Vec<Change>), PgError> {
+    let args = PutArgs::of(event)?;
     let mut attempt = 0;
     let row = loop {
         attempt += 1;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
-            &id,
-            &pubkey,
-            &kind,
-            &created_at,
-            &expiration,
-            &address,
-            &json,
-            &recipient,
-            &names,
-            &values,
-            &locks,
-            &e_targets,
-            &a_targets,
-        ];
-        match client.query_one(statement, &params).await.map_err(PgError::from) {
+        match client.query_one(PUT, &args.params()).await.map_err(PgError::from) {
             Err(e) if e.is_retryable() && attempt < ATTEMPTS => continue,
             other => break other?,
         }
     };
-    let (outcome, removed): (String, Vec<Vec<u8>>) = (row.get(0), row.get(1));
+    outcome(&row, event)
+}
+
+/// What `hearth_put` answered for `event`, and the search index's changes.
+pub(super) fn outcome(row: &tokio_postgres::Row, event: &Event) -> Result<(Put, Vec<Change>), PgError> {
+    let (outcome, removed): (String, Vec<Vec<u8>>) = (row.try_get(0)?, row.try_get(1)?);
     let mut changes: Vec<Change> = removed.iter().filter_map(|id| event_id(id)).map(Change::Remove).collect();
     let put = match outcome.as_str() {
         "stored" => {

@@ -1,0 +1,143 @@
+//! Group commit on PostgreSQL: the puts that wait together go in one transaction, one commit.
+//!
+//! Owns the node's one writer task ([`writer`]) and what a put hands it ([`Job`]). The task takes
+//! every put queued since its last commit (up to [`MAX_BATCH`]), opens a transaction, sends each
+//! put's `hearth_put` in the order they arrived, pipelined on one connection (one round trip for
+//! all of them, executed by the server in that order), and commits once. Only then is each put
+//! answered, with its own outcome: an `OK true` still means the commit that holds the event is
+//! on the server's disk (`synchronous_commit = on`). The advisory locks `hearth_put` takes are
+//! the transaction's, so they are held to the batch's commit and two nodes still serialise the
+//! writes of one address or an event and its deletion.
+//!
+//! When any statement of a batch fails (a deadlock lost to another node, a connection cut), the
+//! transaction is rolled back, nothing of it is stored, and each put is run again alone, in
+//! order, in its own transaction ([`super::write::put`], which retries a lost deadlock): each is
+//! answered truthfully, one failing put never fails the others. When the commit itself fails,
+//! no put of the batch is acknowledged: each is answered with the error.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use deadpool_postgres::Pool;
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::PgError;
+use super::write::{self, PUT, Put, PutArgs};
+use crate::protocol::VerifiedEvent;
+use crate::search::Change;
+
+/// The most puts one transaction holds.
+pub(super) const MAX_BATCH: usize = 512;
+
+/// Transactions the writers of this process committed with more than one put (tests).
+#[cfg(test)]
+pub(super) static BATCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// What one put hands the writer, and where it is answered.
+pub(super) struct Job {
+    pub(super) event: std::sync::Arc<VerifiedEvent>,
+    pub(super) answer: oneshot::Sender<Result<(Put, Vec<Change>), PgError>>,
+}
+
+/// The node's writer: batches until every sender is gone (the store dropped).
+pub(super) async fn writer(pool: Pool, mut jobs: mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let taken = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+        run(&pool, taken).await;
+    }
+}
+
+/// One batch: together in one transaction, else each alone.
+async fn run(pool: &Pool, batch: Vec<Job>) {
+    if batch.len() > 1 {
+        match together(pool, &batch).await {
+            Ok(outcomes) => {
+                for (job, outcome) in batch.into_iter().zip(outcomes) {
+                    // A put whose caller went away is stored all the same.
+                    let _ = job.answer.send(Ok(outcome));
+                }
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, puts = batch.len(), "a batch failed; its puts run alone"),
+        }
+    }
+    for job in batch {
+        let outcome = match pool.get().await {
+            Ok(mut client) => write::put(&mut client, &job.event).await,
+            Err(e) => Err(PgError::from(e)),
+        };
+        let _ = job.answer.send(outcome);
+    }
+}
+
+/// Every put of `batch` in one transaction and one commit, all of it pipelined: `BEGIN`, each
+/// put's statement and `COMMIT` are sent at once, in order, and answered in one round trip (a
+/// node far from its database pays its latency once per batch, as a lone put does). The outcomes
+/// in order; `Err` when anything failed, after the transaction is rolled back (nothing of it is
+/// stored) or its connection dropped.
+async fn together(pool: &Pool, batch: &[Job]) -> Result<Vec<(Put, Vec<Change>)>, PgError> {
+    let args = batch.iter().map(|job| PutArgs::of(&job.event)).collect::<Result<Vec<_>, _>>()?;
+    let client = pool.get().await?;
+    let statement = client.prepare_cached(PUT).await?;
+    let params: Vec<_> = args.iter().map(PutArgs::params).collect();
+    type Step<'a> =
+        Pin<Box<dyn Future<Output = Result<Option<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a>>;
+    let mut steps: Vec<Step<'_>> = Vec::with_capacity(batch.len() + 2);
+    steps.push(Box::pin(async { client.batch_execute("BEGIN").await.map(|()| None) }));
+    for p in &params {
+        steps.push(Box::pin(async { client.query_one(&statement, &p[..]).await.map(Some) }));
+    }
+    steps.push(Box::pin(async { client.batch_execute("COMMIT").await.map(|()| None) }));
+    let mut answers = in_order(steps).await.into_iter();
+    let begun = answers.next().unwrap_or(Ok(None)).map_err(PgError::from);
+    let rows: Vec<_> = answers.by_ref().take(batch.len()).collect();
+    let committed = answers.next().unwrap_or(Ok(None)).map_err(PgError::from);
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut failed = begun.err();
+    for (row, job) in rows.into_iter().zip(batch) {
+        match row.map_err(PgError::from).and_then(|row| row.ok_or(PgError::Encode("no row".into()))) {
+            Ok(row) => match write::outcome(&row, &job.event) {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(e) => failed = failed.or(Some(e)),
+            },
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    // A statement that failed aborted the transaction, and its COMMIT rolled it back: nothing of
+    // the batch is stored.
+    if let Some(e) = failed.or(committed.err()) {
+        // The connection goes back to the pool outside any transaction, or not at all.
+        if client.batch_execute("ROLLBACK").await.is_err() {
+            drop(deadpool_postgres::Object::take(client));
+        }
+        return Err(e);
+    }
+    #[cfg(test)]
+    BATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(outcomes)
+}
+
+/// Runs `futures` to their ends together, polling them in their order every time: the first
+/// poll of each, where tokio-postgres sends its statement, comes in that order, so the server
+/// runs them in the order the puts arrived (`join_all` does not promise an order past a few
+/// dozen futures).
+pub(super) async fn in_order<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut waiting = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(done) => *output = Some(done),
+                    Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
