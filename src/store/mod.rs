@@ -29,7 +29,8 @@
 //!
 //! Two backends implement it: the embedded one (sled and the event log, below; the default) and
 //! PostgreSQL (`postgres/`, `storage.backend = "postgres"`), which several nodes share. There a
-//! write is durable once its transaction has committed (`synchronous_commit` on); writes of one
+//! write is durable once its transaction has committed (`synchronous_commit` on; the puts that
+//! wait together share one transaction, and each is answered after its commit); writes of one
 //! replaceable address, or of an event and its deletion, are serialised across nodes; a query's
 //! [`Mark`] counts this node's acknowledged writes and the events other nodes stored as they
 //! reach it ([`Store::arrived`]); compaction is the database's vacuum; the media records are the

@@ -12,8 +12,8 @@
 //! event, with the event's time and id beside it, so that a `#p` filter with a `limit` is one
 //! range scan of `tags_value`; values over [`super::sql::LONG_VALUE`] bytes are kept as their
 //! hash); `tombstones` and `address_tombstones` (NIP-09: what stays deleted); `settings`,
-//! `audit`. And `hearth_put`, the NIP-01/09 rules of one put as one statement (one round trip,
-//! its own transaction): see `write`. Migration 2 added it and `events.recipient` (a gift wrap's
+//! `audit`. And `hearth_put`, the NIP-01/09 rules of one put as one statement, in the
+//! transaction of the batch it is part of (`batch`), or alone: see `write`. Migration 2 added it and `events.recipient` (a gift wrap's
 //! one recipient, who may delete it).
 
 use tokio_postgres::Client;
