@@ -51,7 +51,8 @@ const FLOORS: &[&[&str]] = &[
     // NIP-62: a request to vanish carried out; the automatic hold of reported events.
     // A whole community's backup read out of the shared state.
     &["membership", "groups::publish", "vanish", "report_hold", "backup"],
-    // Live delivery across nodes: the one way an accepted event goes live, and the other nodes'.
+    // Live delivery across nodes: the one way an accepted event goes live, and the other nodes';
+    // the one way the relay's own events are stored.
     &["delivery"],
     // The shared state and what it holds.
     &["app"],

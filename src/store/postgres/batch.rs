@@ -12,8 +12,9 @@
 //! When any statement of a batch fails (a deadlock lost to another node, a connection cut), the
 //! transaction is rolled back, nothing of it is stored, and each put is run again alone, in
 //! order, in its own transaction ([`super::write::put`], which retries a lost deadlock): each is
-//! answered truthfully, one failing put never fails the others. When the commit itself fails,
-//! no put of the batch is acknowledged: each is answered with the error.
+//! answered truthfully, one failing put never fails the others. So is a batch whose commit
+//! failed or whose answer was lost: a put that commit did store is then a duplicate (accepted,
+//! stored once), one it did not is stored now or refused with its own error.
 
 use std::future::Future;
 use std::pin::Pin;
