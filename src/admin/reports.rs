@@ -118,7 +118,7 @@ pub(super) async fn queue(app: &AppState) -> Result<Vec<Entry>, ApiError> {
         } else if let Some(id) = EventId::from_hex(&entry.target).filter(|_| entry.of == Target::Event) {
             // Only reports of events this relay holds.
             let Some(json) = app.store.get(&id, Timestamp::now()).map_err(internal)? else { continue };
-            entry.held = app.moderation.snapshot().held.contains_key(&id);
+            entry.held = app.moderation.is_held(&id);
             let json = json.as_str().to_string();
             let event: Event = serde_json::from_str(&json).map_err(internal)?;
             entry.pubkey = Some(event.pubkey);

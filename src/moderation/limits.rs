@@ -13,7 +13,7 @@ use super::state::State;
 impl Moderation {
     /// The limits in force: `config` with the overrides and tiers set live.
     pub fn effective_limits(&self, config: &LimitsConfig) -> LimitsConfig {
-        self.snapshot().effective_limits(config)
+        self.read(|s| s.effective_limits(config))
     }
 
     /// Sets the overrides `changes` in one change, if `admits` lets the state as it stands now
