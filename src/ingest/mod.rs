@@ -186,7 +186,7 @@ pub(crate) async fn settle(
     }
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With
     // nothing to bill (an import), the writer's own duplicate check is enough.
-    match if bill.is_some() { app.store.contains(&verified.id) } else { Ok(false) } {
+    match if bill.is_some() { app.store.contains(&verified.id).await } else { Ok(false) } {
         Ok(true) => {
             metrics::counter!("hearth_events_duplicate_total").increment(1);
             return Settled::Duplicate;

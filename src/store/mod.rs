@@ -280,9 +280,10 @@ impl Store {
         self.off_reactor(move |s| s.items(&filter, now, &viewer, max)).await
     }
 
-    /// True when an event with this id is stored.
-    pub fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        dispatch!(&self.backend, b => b.contains(id))
+    /// True when an event with this id is stored (on PostgreSQL, asked together with the other
+    /// ids that wait).
+    pub async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        dispatch!(&self.backend, b => b.contains(id).await)
     }
 
     /// How many events by `author` are stored.

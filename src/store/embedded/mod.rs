@@ -99,7 +99,7 @@ impl Opened {
         self.reader.items(filter, now, viewer, max)
     }
 
-    pub(crate) fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+    pub(crate) async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
         catalogue::contains(&self.reader.tree, id)
     }
 

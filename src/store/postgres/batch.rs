@@ -1,9 +1,10 @@
 //! Group commit on PostgreSQL: the puts that wait together go in one transaction, one commit.
 //!
 //! Owns the node's one writer task ([`writer`]) and what a put hands it ([`Job`]). The task takes
-//! every put queued since its last commit (up to [`MAX_BATCH`]), opens a transaction, sends each
-//! put's `hearth_put` in the order they arrived, pipelined on one connection (one round trip for
-//! all of them, executed by the server in that order), and commits once. Only then is each put
+//! every put queued since its last commit (up to [`MAX_BATCH`]), opens a transaction, sends the
+//! puts in the order they arrived — each run of plain events (regular kinds, no deletion) as one
+//! `hearth_put_plain`, every other put as its own `hearth_put` — pipelined on one connection (one
+//! round trip for all of them, executed by the server in that order), and commits once. Only then is each put
 //! answered, with its own outcome: an `OK true` still means the commit that holds the event is
 //! on the server's disk (`synchronous_commit = on`). The advisory locks `hearth_put` takes are
 //! the transaction's, so they are held to the batch's commit and two nodes still serialise the
@@ -16,6 +17,7 @@
 //! failed or whose answer was lost: a put that commit did store is then a duplicate (accepted,
 //! stored once), one it did not is stored now or refused with its own error.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -24,8 +26,8 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::PgError;
-use super::write::{self, PUT, Put, PutArgs};
-use crate::protocol::VerifiedEvent;
+use super::write::{self, PUT, PUT_PLAIN, PlainArgs, Put, PutArgs};
+use crate::protocol::{EventId, VerifiedEvent};
 use crate::search::Change;
 
 /// The most puts one transaction holds.
@@ -73,37 +75,77 @@ async fn run(pool: &Pool, batch: Vec<Job>) {
     }
 }
 
+/// How a batch is sent: runs of plain events (`write::is_plain`) each as one statement, every
+/// other put as its own, in the order they arrived.
+enum Segment {
+    /// The positions in the batch of a run's events, and their arguments.
+    Plain(Vec<usize>, PlainArgs),
+    /// The position of one put, and its arguments.
+    One(usize, PutArgs),
+}
+
+/// A batch as sent: its segments, and each repeat's position beside its first's.
+type Plan = (Vec<Segment>, Vec<(usize, usize)>);
+
+/// The batch's segments; a put that repeats an id earlier in its run is not sent, and its
+/// position is in the second list beside the first's (it is answered as that one was: stored
+/// makes it a duplicate).
+fn segments(batch: &[Job]) -> Result<Plan, PgError> {
+    let (mut segments, mut repeats) = (Vec::new(), Vec::new());
+    let mut run: HashMap<EventId, usize> = HashMap::new();
+    for (i, job) in batch.iter().enumerate() {
+        let args = PutArgs::of(&job.event)?;
+        if !write::is_plain(&job.event) {
+            segments.push(Segment::One(i, args));
+            continue;
+        }
+        if !matches!(segments.last(), Some(Segment::Plain(..))) {
+            segments.push(Segment::Plain(Vec::new(), PlainArgs::default()));
+            run.clear();
+        }
+        if let Some(&first) = run.get(&job.event.id) {
+            repeats.push((i, first));
+        } else if let Some(Segment::Plain(members, plain)) = segments.last_mut() {
+            run.insert(job.event.id, i);
+            members.push(i);
+            plain.push(args);
+        }
+    }
+    Ok((segments, repeats))
+}
+
 /// Every put of `batch` in one transaction and one commit, all of it pipelined: `BEGIN`, each
-/// put's statement and `COMMIT` are sent at once, in order, and answered in one round trip (a
-/// node far from its database pays its latency once per batch, as a lone put does). The outcomes
-/// in order; `Err` when anything failed, after the transaction is rolled back (nothing of it is
-/// stored) or its connection dropped.
+/// segment's statement and `COMMIT` are sent at once, in order, and answered in one round trip
+/// (a node far from its database pays its latency once per batch, as a lone put does). The
+/// outcomes in order; `Err` when anything failed, after the transaction is rolled back
+/// (nothing of it is stored) or its connection dropped.
 async fn together(pool: &Pool, batch: &[Job]) -> Result<Vec<(Put, Vec<Change>)>, PgError> {
-    let args = batch.iter().map(|job| PutArgs::of(&job.event)).collect::<Result<Vec<_>, _>>()?;
+    let (mut segments, repeats) = segments(batch)?;
     let client = pool.get().await?;
-    let statement = client.prepare_cached(PUT).await?;
-    let params: Vec<_> = args.iter().map(PutArgs::params).collect();
+    let (one, plain) = (client.prepare_cached(PUT).await?, client.prepare_cached(PUT_PLAIN).await?);
     type Step<'a> =
         Pin<Box<dyn Future<Output = Result<Option<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a>>;
-    let mut steps: Vec<Step<'_>> = Vec::with_capacity(batch.len() + 2);
+    let mut steps: Vec<Step<'_>> = Vec::with_capacity(segments.len() + 2);
+    let connection = &client;
     steps.push(Box::pin(async { client.batch_execute("BEGIN").await.map(|()| None) }));
-    for p in &params {
-        steps.push(Box::pin(async { client.query_one(&statement, &p[..]).await.map(Some) }));
+    for segment in segments.iter_mut() {
+        let (statement, params): (_, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>) = match segment {
+            Segment::Plain(_, args) => (&plain, args.params().to_vec()),
+            Segment::One(_, args) => (&one, args.params().to_vec()),
+        };
+        steps.push(Box::pin(async move { connection.query_one(statement, &params).await.map(Some) }));
     }
     steps.push(Box::pin(async { client.batch_execute("COMMIT").await.map(|()| None) }));
     let mut answers = in_order(steps).await.into_iter();
     let begun = answers.next().unwrap_or(Ok(None)).map_err(PgError::from);
-    let rows: Vec<_> = answers.by_ref().take(batch.len()).collect();
+    let rows: Vec<_> = answers.by_ref().take(segments.len()).collect();
     let committed = answers.next().unwrap_or(Ok(None)).map_err(PgError::from);
-    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut outcomes: Vec<Option<(Put, Vec<Change>)>> = batch.iter().map(|_| None).collect();
     let mut failed = begun.err();
-    for (row, job) in rows.into_iter().zip(batch) {
-        match row.map_err(PgError::from).and_then(|row| row.ok_or(PgError::Encode("no row".into()))) {
-            Ok(row) => match write::outcome(&row, &job.event) {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(e) => failed = failed.or(Some(e)),
-            },
-            Err(e) => failed = failed.or(Some(e)),
+    for (row, segment) in rows.into_iter().zip(&segments) {
+        let answered = row.map_err(PgError::from).and_then(|row| row.ok_or(PgError::Encode("no row".into())));
+        if let Err(e) = answered.and_then(|row| settle(&row, segment, batch, &mut outcomes)) {
+            failed = failed.or(Some(e));
         }
     }
     // A statement that failed aborted the transaction, and its COMMIT rolled it back: nothing of
@@ -115,9 +157,38 @@ async fn together(pool: &Pool, batch: &[Job]) -> Result<Vec<(Put, Vec<Change>)>,
         }
         return Err(e);
     }
+    for (repeat, first) in repeats {
+        outcomes[repeat] = outcomes[first].as_ref().map(|(put, _)| match put {
+            Put::Stored | Put::Duplicate => (Put::Duplicate, Vec::new()),
+            Put::Superseded => (Put::Superseded, Vec::new()),
+            Put::Deleted => (Put::Deleted, Vec::new()),
+        });
+    }
     #[cfg(test)]
     BATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(outcomes)
+    outcomes.into_iter().map(|o| o.ok_or(PgError::Encode("a put of the batch was not answered".into()))).collect()
+}
+
+/// Puts the answers of one segment's row in their places.
+fn settle(
+    row: &tokio_postgres::Row,
+    segment: &Segment,
+    batch: &[Job],
+    outcomes: &mut [Option<(Put, Vec<Change>)>],
+) -> Result<(), PgError> {
+    match segment {
+        Segment::One(i, _) => outcomes[*i] = Some(write::outcome(row, &batch[*i].event)?),
+        Segment::Plain(members, args) => {
+            let answers: Vec<String> = row.try_get(0)?;
+            if answers.len() != args.len() {
+                return Err(PgError::Encode(format!("{} answers for {} events", answers.len(), args.len())));
+            }
+            for (i, answer) in members.iter().zip(&answers) {
+                outcomes[*i] = Some(write::plain_outcome(answer, &batch[*i].event)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs `futures` to their ends together, polling them in their order every time: the first

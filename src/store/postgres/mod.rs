@@ -25,6 +25,7 @@ mod export;
 mod read;
 mod schema;
 mod search;
+mod seen;
 mod sql;
 mod upkeep;
 mod write;
@@ -57,6 +58,8 @@ pub(crate) struct Pg {
     pool: Pool,
     /// The node's writer (`batch`): every put goes through it, in the order they arrive.
     writes: mpsc::Sender<batch::Job>,
+    /// The node's looker (`seen`): the duplicate checks that wait are asked in one query.
+    asks: mpsc::Sender<seen::Ask>,
     /// The last mark given (see [`Mark`]): counted by this node, after each commit.
     marks: AtomicU64,
     closed: AtomicBool,
@@ -139,7 +142,10 @@ impl Pg {
         let vacuuming = AtomicBool::new(false);
         let (writes, jobs) = mpsc::channel(batch::MAX_BATCH * 4);
         handle.spawn(batch::writer(pool.clone(), jobs));
-        Ok(Pg { _runtime: runtime, handle, pool, writes, marks: AtomicU64::new(0), closed, vacuuming, search, media })
+        let (asks, asked) = mpsc::channel(seen::MAX_ASKED * 4);
+        handle.spawn(seen::looker(pool.clone(), asked));
+        let marks = AtomicU64::new(0);
+        Ok(Pg { _runtime: runtime, handle, pool, writes, asks, marks, closed, vacuuming, search, media })
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, and waits for it here.
@@ -298,11 +304,14 @@ impl Pg {
         Ok(Some(rows.into_iter().map(EventJson::written_by_hearth).collect()))
     }
 
-    pub(crate) fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
-        let id = id.0.to_vec();
-        self.blocking(
-            move |c| async move { Ok(c.query_opt("SELECT 1 FROM events WHERE id = $1", &[&id]).await?.is_some()) },
-        )
+    /// Asked through the node's looker, with every other id that waits (`seen`).
+    pub(crate) async fn contains(&self, id: &EventId) -> Result<bool, StoreError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        let (answer, answered) = oneshot::channel();
+        self.asks.send(seen::Ask { id: *id, answer }).await.map_err(|_| StoreError::Closed)?;
+        answered.await.map_err(|_| StoreError::Closed)?
     }
 
     pub(crate) fn count_by_author(&self, author: &PubKey) -> Result<usize, StoreError> {

@@ -14,7 +14,10 @@
 //! hash); `tombstones` and `address_tombstones` (NIP-09: what stays deleted); `settings`,
 //! `audit`. And `hearth_put`, the NIP-01/09 rules of one put as one statement, in the
 //! transaction of the batch it is part of (`batch`), or alone: see `write`. Migration 2 added it and `events.recipient` (a gift wrap's
-//! one recipient, who may delete it).
+//! one recipient, who may delete it). Migration 3 added `hearth_put_plain`: a run of events that
+//! touch nothing but themselves (regular kinds, no deletion) stored by one statement, as set
+//! operations (the tombstones checked, the rows and their tags inserted, duplicates skipped by
+//! the id's unique index), each event's outcome in order.
 
 use tokio_postgres::Client;
 
@@ -140,6 +143,44 @@ BEGIN
         END LOOP;
     END LOOP;
     RETURN QUERY SELECT 'stored'::TEXT, gone;
+END
+$$;
+"#,
+    r#"
+CREATE FUNCTION hearth_put_plain(
+    p_ids BYTEA[], p_pubkeys BYTEA[], p_kinds INTEGER[], p_created_at BIGINT[],
+    p_expirations BIGINT[], p_jsons TEXT[], p_recipients BYTEA[], p_locks BIGINT[],
+    p_tag_of BIGINT[], p_tag_names TEXT[], p_tag_values BYTEA[]
+) RETURNS TEXT[] LANGUAGE plpgsql AS $$
+DECLARE
+    outcomes TEXT[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(k) FROM unnest(p_locks) AS k ORDER BY k;
+    WITH input AS (
+        SELECT * FROM unnest(p_ids, p_pubkeys, p_kinds, p_created_at, p_expirations, p_jsons, p_recipients)
+            WITH ORDINALITY AS i(id, pubkey, kind, created_at, expiration, json, recipient, n)
+    ), deleted AS (
+        SELECT i.n FROM input i WHERE EXISTS (
+            SELECT 1 FROM tombstones t WHERE t.id = i.id AND (t.deleter = i.pubkey OR t.deleter = i.recipient))
+    ), stored AS (
+        INSERT INTO events (id, pubkey, kind, created_at, expiration, json, recipient)
+            SELECT id, pubkey, kind, created_at, expiration, json, recipient FROM input
+            WHERE n NOT IN (SELECT n FROM deleted) ORDER BY n
+            ON CONFLICT (id) DO NOTHING
+            RETURNING seq, id, created_at
+    ), tagged AS (
+        INSERT INTO tags (seq, name, value, created_at, id)
+            SELECT s.seq, t.name, t.value, s.created_at, s.id
+            FROM stored s JOIN input i ON i.id = s.id
+            JOIN unnest(p_tag_of, p_tag_names, p_tag_values) AS t(n, name, value) ON t.n = i.n
+            ON CONFLICT DO NOTHING
+    )
+    SELECT array_agg(CASE
+            WHEN EXISTS (SELECT 1 FROM stored s WHERE s.id = i.id) THEN 'stored'
+            WHEN i.n IN (SELECT n FROM deleted) THEN 'deleted'
+            ELSE 'duplicate' END ORDER BY i.n)
+        INTO outcomes FROM input i;
+    RETURN outcomes;
 END
 $$;
 "#,

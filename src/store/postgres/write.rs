@@ -138,6 +138,86 @@ impl PutArgs {
     }
 }
 
+/// True for an event whose put touches nothing but itself: a regular kind that is not a
+/// deletion (no address to supersede, no target to remove). A run of them is stored by one
+/// [`PUT_PLAIN`].
+pub(super) fn is_plain(event: &Event) -> bool {
+    event.kind.class() == KindClass::Regular && event.kind != Kind::DELETION
+}
+
+/// The statement of a run of plain events (`is_plain`, distinct ids): `hearth_put_plain`
+/// (`schema`), one outcome per event, in order.
+pub(super) const PUT_PLAIN: &str = "SELECT hearth_put_plain($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+
+/// The arguments of [`PUT_PLAIN`]: each column of the run as an array, the tags flattened with
+/// the (1-based) position of their event beside them.
+#[derive(Default)]
+pub(super) struct PlainArgs {
+    ids: Vec<Vec<u8>>,
+    pubkeys: Vec<Vec<u8>>,
+    kinds: Vec<i32>,
+    created: Vec<i64>,
+    expirations: Vec<Option<i64>>,
+    jsons: Vec<String>,
+    recipients: Vec<Option<Vec<u8>>>,
+    locks: Vec<i64>,
+    tag_of: Vec<i64>,
+    tag_names: Vec<String>,
+    tag_values: Vec<Vec<u8>>,
+}
+
+impl PlainArgs {
+    /// Adds one event's arguments (a plain one's: no address, no targets) to the run.
+    pub(super) fn push(&mut self, args: PutArgs) {
+        let n = i64::try_from(self.ids.len() + 1).unwrap_or(i64::MAX);
+        self.tag_of.extend(std::iter::repeat_n(n, args.names.len()));
+        self.tag_names.extend(args.names);
+        self.tag_values.extend(args.values);
+        self.locks.extend(args.locks);
+        self.ids.push(args.id);
+        self.pubkeys.push(args.pubkey);
+        self.kinds.push(args.kind);
+        self.created.push(args.created_at);
+        self.expirations.push(args.expiration);
+        self.jsons.push(args.json);
+        self.recipients.push(args.recipient);
+    }
+
+    /// How many events the run holds.
+    pub(super) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The statement's parameters, in order; the locks sorted, as every put takes them.
+    pub(super) fn params(&mut self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
+        self.locks.sort_unstable();
+        self.locks.dedup();
+        [
+            &self.ids,
+            &self.pubkeys,
+            &self.kinds,
+            &self.created,
+            &self.expirations,
+            &self.jsons,
+            &self.recipients,
+            &self.locks,
+            &self.tag_of,
+            &self.tag_names,
+            &self.tag_values,
+        ]
+    }
+}
+
+/// What `hearth_put_plain` answered for one event of its run, and the search index's changes.
+pub(super) fn plain_outcome(answer: &str, event: &Event) -> Result<(Put, Vec<Change>), PgError> {
+    match answer {
+        "stored" => Ok((Put::Stored, vec![Change::Add(event.clone())])),
+        "duplicate" => Ok((Put::Duplicate, Vec::new())),
+        "deleted" => Ok((Put::Deleted, Vec::new())),
+        other => Err(PgError::Encode(format!("hearth_put_plain answered {other:?}"))),
+    }
+}
+
 /// Stores `event` unless it is a duplicate, superseded or deleted; a deletion removes its
 /// targets. The search index's changes come back with the outcome. One statement, [`PUT`], in
 /// its own transaction (a lost deadlock is run again): what a batch falls back to (`batch`).
