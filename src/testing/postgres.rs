@@ -10,7 +10,8 @@
 //! copy of it), running the server as the `postgres` user when the test runs as root (PostgreSQL
 //! refuses root), and its end: the server runs under a shell that stops it the moment the test
 //! process lets go of its standard input — on drop, and equally when the test process dies —
-//! so no server outlives its test.
+//! so no server outlives its test. Nor does its data outlive a run that was killed: each scratch
+//! directory names its process, and the next start removes those whose process is gone.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -82,7 +83,7 @@ impl Postgres {
         place: Option<(String, String)>,
     ) -> Result<Postgres, String> {
         let template = TEMPLATE.get_or_init(template).as_ref().map_err(Clone::clone)?;
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let dir = scratch().map_err(|e| e.to_string())?;
         let parent = parent.unwrap_or(dir.path());
         let data = parent.join("pgdata");
         let copied = Command::new("cp").arg("-a").arg(template.dir.path().join("pgdata")).arg(&data).status();
@@ -232,7 +233,8 @@ fn template() -> Result<Template, String> {
         "PostgreSQL's programs are not installed: `apt-get install postgresql` (or set HEARTH_PG_BIN to their directory)",
     )?;
     let user = is_root().then(|| "postgres".to_string());
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    sweep();
+    let dir = scratch().map_err(|e| e.to_string())?;
     own(dir.path(), user.as_deref())?;
     let data = dir.path().join("pgdata");
     let mut initdb = as_user(user.as_deref(), &bin.join("initdb").to_string_lossy());
@@ -242,6 +244,34 @@ fn template() -> Result<Template, String> {
         return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
     Ok(Template { bin, dir, user })
+}
+
+/// What this module's scratch directories are named after.
+const SCRATCH: &str = "hearth-pg-";
+
+/// A scratch directory, with the process that owns it written in it (`owner.pid`), so that
+/// [`sweep`] can tell it is left over.
+fn scratch() -> std::io::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix(SCRATCH).tempdir()?;
+    std::fs::write(dir.path().join("owner.pid"), std::process::id().to_string())?;
+    Ok(dir)
+}
+
+/// Removes the scratch directories whose process is gone: a run killed (a benchmark's timeout,
+/// a `kill -9`) drops nothing, and each of its servers' data would otherwise stay behind, up to
+/// gigabytes a benchmark. Its server stopped when that process died (see [`serve`]).
+fn sweep() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with(SCRATCH) {
+            continue;
+        }
+        let owner = std::fs::read_to_string(path.join("owner.pid")).ok().and_then(|pid| pid.trim().parse::<u32>().ok());
+        if owner.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -307,4 +337,28 @@ fn sync_tree(dir: &Path) -> std::io::Result<()> {
 fn free_port() -> Result<u16, String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory whose process is gone is removed by the next start; this process's
+    /// own is kept.
+    #[test]
+    fn a_killed_run_leaves_no_scratch_directory_behind() {
+        let mut gone = Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let left = tempfile::Builder::new().prefix(SCRATCH).tempdir().unwrap().keep();
+        std::fs::write(left.join("owner.pid"), dead.to_string()).unwrap();
+        std::fs::create_dir(left.join("pgdata")).unwrap();
+        let mine = scratch().unwrap();
+        sweep();
+        let kept = mine.path().exists();
+        let removed = !left.exists();
+        let _ = std::fs::remove_dir_all(&left);
+        assert!(removed, "{} outlived its process", left.display());
+        assert!(kept, "a live process's scratch directory was removed");
+    }
 }
