@@ -184,9 +184,16 @@ pub(crate) async fn settle(
         crate::delivery::deliver(app, &verified, None);
         return Settled::Live;
     }
+    // The permit bounds CPU work, which is done: it is held neither over the duplicate check (a
+    // round trip on PostgreSQL) nor over the admission (one with the Redis backend), so a
+    // principal's eight permits stay busy verifying.
+    let billed = bill.map(|(billed, permit)| {
+        drop(permit);
+        billed
+    });
     // A duplicate is never billed: a client retrying after a lost OK pays nothing twice. With
     // nothing to bill (an import), the writer's own duplicate check is enough.
-    match if bill.is_some() { app.store.contains(&verified.id).await } else { Ok(false) } {
+    match if billed.is_some() { app.store.contains(&verified.id).await } else { Ok(false) } {
         Ok(true) => {
             metrics::counter!("hearth_events_duplicate_total").increment(1);
             return Settled::Duplicate;
@@ -197,10 +204,7 @@ pub(crate) async fn settle(
             return Settled::Refused(Refusal::new(Prefix::Error, "could not store the event"));
         }
     }
-    if let Some((billed, permit)) = bill {
-        // The permit bounds CPU work, which is done: it is not held over the admission (a round
-        // trip with the Redis backend), so a principal's eight permits stay busy verifying.
-        drop(permit);
+    if let Some(billed) = billed {
         if let Err(limited) = app.limiter.admit(billed, LimitType::Messages).await {
             return Settled::Refused(limited.into());
         }

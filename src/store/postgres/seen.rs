@@ -3,7 +3,7 @@
 //!
 //! Owns the node's lookup task ([`looker`]) and what a question hands it ([`Ask`]). The task
 //! takes every id asked since its last query (up to [`MAX_ASKED`]) and answers each from one
-//! `SELECT id FROM events WHERE id = ANY($1)`. An id stored by a commit after the query started
+//! query of them all (the ids unnested, joined to the events' id index). An id stored by a commit after the query started
 //! is answered "not stored", as a lone query started at the same moment would be: the put that
 //! follows is then answered as a duplicate by `hearth_put` itself, and stored once.
 
@@ -11,6 +11,7 @@ use std::collections::HashSet;
 
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::Type;
 
 use super::error::PgError;
 use crate::protocol::EventId;
@@ -50,10 +51,12 @@ pub(super) async fn looker(pool: Pool, mut asks: mpsc::Receiver<Ask>) {
     }
 }
 
-/// Which of `ids` are stored.
+/// Which of `ids` are stored. Planned afresh for each question, with its ids in hand (the
+/// unnamed statement): a plan cached while the table was small would scan it whole long after
+/// it has grown.
 async fn stored_among(pool: &Pool, ids: &[Vec<u8>]) -> Result<HashSet<Vec<u8>>, PgError> {
     let client = pool.get().await?;
-    let statement = client.prepare_cached("SELECT id FROM events WHERE id = ANY($1)").await?;
-    let rows = client.query(&statement, &[&ids]).await?;
+    let select = "SELECT e.id FROM unnest($1::bytea[]) AS x(id) JOIN events e ON e.id = x.id";
+    let rows = client.query_typed(select, &[(&ids, Type::BYTEA_ARRAY)]).await?;
     Ok(rows.iter().filter_map(|row| row.try_get::<_, Vec<u8>>(0).ok()).collect())
 }
