@@ -204,10 +204,10 @@ pub(crate) async fn settle(
             return Settled::Refused(Refusal::new(Prefix::Error, "could not store the event"));
         }
     }
-    if let Some(billed) = billed {
-        if let Err(limited) = app.limiter.admit(billed, LimitType::Messages).await {
-            return Settled::Refused(limited.into());
-        }
+    if let Some(billed) = billed
+        && let Err(limited) = app.limiter.admit(billed, LimitType::Messages).await
+    {
+        return Settled::Refused(limited.into());
     }
     // Shared with the writer thread rather than copied: fan-out needs the event after the flush.
     let verified = std::sync::Arc::new(verified);
