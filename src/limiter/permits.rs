@@ -10,63 +10,66 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::principal::Principal;
 
-/// Each key's share (a principal's, or an IP ceiling's): a semaphore of the per-key cap, so a
-/// share given back wakes exactly one frame waiting for that key, first come first served, and
-/// no other. An entry exists only while a permit of it is held or a frame waits for one.
+/// Permits held per key (a principal, or an IP ceiling); an entry exists only while it holds one.
+#[derive(Default)]
 struct Held {
-    shares: Mutex<HashMap<Principal, Arc<Semaphore>>>,
-    per_key: usize,
+    counts: Mutex<HashMap<Principal, usize>>,
+    /// Woken whenever a permit is given back.
+    released: Notify,
 }
 
 impl Held {
-    fn shares(&self) -> std::sync::MutexGuard<'_, HashMap<Principal, Arc<Semaphore>>> {
-        self.shares.lock().unwrap_or_else(PoisonError::into_inner)
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<Principal, usize>> {
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The share of `key`, made when none is held or waited for.
-    fn share_of(&self, key: Principal) -> Arc<Semaphore> {
-        self.shares().entry(key).or_insert_with(|| Arc::new(Semaphore::new(self.per_key))).clone()
+    /// Takes one share for every key when each is under `cap`; false (nothing taken) otherwise.
+    fn try_take(&self, keys: &[Principal], cap: usize) -> bool {
+        let mut counts = self.counts();
+        if keys.iter().any(|k| counts.get(k).copied().unwrap_or(0) >= cap) {
+            return false;
+        }
+        for k in keys {
+            *counts.entry(*k).or_insert(0) += 1;
+        }
+        true
     }
 
-    /// Forgets the share of each of `keys` that nobody holds or waits for (only the table
-    /// refers to it: every frame's clone is taken under the same lock).
-    fn tidy(&self, keys: &[Principal]) {
-        let mut shares = self.shares();
-        for key in keys {
-            if shares.get(key).is_some_and(|s| Arc::strong_count(s) == 1 && s.available_permits() == self.per_key) {
-                shares.remove(key);
+    fn give_back(&self, keys: &[Principal]) {
+        let mut counts = self.counts();
+        for k in keys {
+            if let Some(n) = counts.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(k);
+                }
             }
         }
-    }
-}
-
-/// The shares a frame took, given back (and tidied) when dropped.
-struct Taken {
-    held: Arc<Held>,
-    keys: Vec<Principal>,
-    permits: Vec<OwnedSemaphorePermit>,
-}
-
-impl Drop for Taken {
-    fn drop(&mut self) {
-        self.permits.clear();
-        self.held.tidy(&self.keys);
+        drop(counts);
+        self.released.notify_waiters();
     }
 }
 
 /// One held handler permit; dropping it gives the permit and its shares back.
 pub struct HandlerPermit {
     _global: OwnedSemaphorePermit,
-    taken: Taken,
+    held: Arc<Held>,
+    keys: Vec<Principal>,
 }
 
 impl std::fmt::Debug for HandlerPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandlerPermit").field("keys", &self.taken.keys).finish()
+        f.debug_struct("HandlerPermit").field("keys", &self.keys).finish()
+    }
+}
+
+impl Drop for HandlerPermit {
+    fn drop(&mut self) {
+        self.held.give_back(&self.keys);
     }
 }
 
@@ -74,29 +77,38 @@ impl std::fmt::Debug for HandlerPermit {
 pub(super) struct Permits {
     global: Arc<Semaphore>,
     held: Arc<Held>,
+    per_key: usize,
     wait: Duration,
 }
 
 impl Permits {
     pub(super) fn new(total: usize, per_key: usize, wait: Duration) -> Permits {
-        let held = Arc::new(Held { shares: Mutex::default(), per_key });
-        Permits { global: Arc::new(Semaphore::new(total)), held, wait }
+        Permits { global: Arc::new(Semaphore::new(total)), held: Arc::default(), per_key, wait }
     }
 
     /// A permit for work billed to every one of `keys`, waiting at most the handler wait for
-    /// the keys' shares (taken in the order given: a principal's, then its IP ceiling's) and a
-    /// global permit; `None` when none came in time, with nothing kept.
+    /// both the keys' shares and a global permit; `None` when none came in time.
     pub(super) async fn acquire(&self, keys: Vec<Principal>) -> Option<HandlerPermit> {
         let deadline = tokio::time::Instant::now() + self.wait;
-        let mut taken = Taken { held: self.held.clone(), permits: Vec::with_capacity(keys.len()), keys };
-        for key in taken.keys.clone() {
-            let share = self.held.share_of(key);
-            let permit = tokio::time::timeout_at(deadline, share.acquire_owned()).await;
-            // A share given up is tidied by `taken`'s drop, once this clone is gone too.
-            taken.permits.push(permit.ok()?.ok()?);
+        loop {
+            // Registered before the check, so a release between the check and the wait wakes it.
+            let released = self.held.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if self.held.try_take(&keys, self.per_key) {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return None;
+            }
         }
-        let global = tokio::time::timeout_at(deadline, self.global.clone().acquire_owned()).await;
-        Some(HandlerPermit { _global: global.ok()?.ok()?, taken })
+        match tokio::time::timeout_at(deadline, self.global.clone().acquire_owned()).await {
+            Ok(Ok(global)) => Some(HandlerPermit { _global: global, held: self.held.clone(), keys }),
+            _ => {
+                self.held.give_back(&keys);
+                None
+            }
+        }
     }
 }
 
@@ -124,7 +136,7 @@ mod tests {
         let c = permits.acquire(vec![ip(3), ceiling]).await;
         assert!(c.is_some(), "a share given back is taken again");
         drop((b, c));
-        assert!(permits.held.shares().is_empty(), "no entry outlives its permits");
+        assert!(permits.held.counts().is_empty(), "no entry outlives its permits");
     }
 
     #[tokio::test]
@@ -160,7 +172,7 @@ mod tests {
         for frame in frames {
             assert!(frame.await.unwrap(), "a frame waited out its handler wait with shares free");
         }
-        assert!(permits.held.shares().is_empty(), "no entry outlives its permits");
+        assert!(permits.held.counts().is_empty(), "no entry outlives its permits");
     }
 
     #[tokio::test]
@@ -168,6 +180,6 @@ mod tests {
         let permits = Permits::new(1, 8, Duration::from_millis(20));
         let _held = permits.acquire(vec![ip(1)]).await.unwrap();
         assert!(permits.acquire(vec![ip(2)]).await.is_none());
-        assert!(permits.held.shares().get(&ip(2)).is_none(), "a refused frame keeps no share");
+        assert!(permits.held.counts().get(&ip(2)).is_none(), "a refused frame keeps no share");
     }
 }
