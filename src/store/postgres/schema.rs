@@ -156,16 +156,18 @@ DECLARE
     outcomes TEXT[];
 BEGIN
     PERFORM pg_advisory_xact_lock(k) FROM unnest(p_locks) AS k ORDER BY k;
+    -- Every step a join (hashed), none a scan of another step per row: a batch of n events
+    -- costs n, not n squared.
     WITH input AS (
         SELECT * FROM unnest(p_ids, p_pubkeys, p_kinds, p_created_at, p_expirations, p_jsons, p_recipients)
             WITH ORDINALITY AS i(id, pubkey, kind, created_at, expiration, json, recipient, n)
     ), deleted AS (
-        SELECT i.n FROM input i WHERE EXISTS (
-            SELECT 1 FROM tombstones t WHERE t.id = i.id AND (t.deleter = i.pubkey OR t.deleter = i.recipient))
+        SELECT DISTINCT i.n FROM input i JOIN tombstones t
+            ON t.id = i.id AND (t.deleter = i.pubkey OR t.deleter = i.recipient)
     ), stored AS (
         INSERT INTO events (id, pubkey, kind, created_at, expiration, json, recipient)
-            SELECT id, pubkey, kind, created_at, expiration, json, recipient FROM input
-            WHERE n NOT IN (SELECT n FROM deleted) ORDER BY n
+            SELECT id, pubkey, kind, created_at, expiration, json, recipient FROM input i
+            WHERE NOT EXISTS (SELECT 1 FROM deleted d WHERE d.n = i.n) ORDER BY n
             ON CONFLICT (id) DO NOTHING
             RETURNING seq, id, created_at
     ), tagged AS (
@@ -176,10 +178,11 @@ BEGIN
             ON CONFLICT DO NOTHING
     )
     SELECT array_agg(CASE
-            WHEN EXISTS (SELECT 1 FROM stored s WHERE s.id = i.id) THEN 'stored'
-            WHEN i.n IN (SELECT n FROM deleted) THEN 'deleted'
+            WHEN s.id IS NOT NULL THEN 'stored'
+            WHEN d.n IS NOT NULL THEN 'deleted'
             ELSE 'duplicate' END ORDER BY i.n)
-        INTO outcomes FROM input i;
+        INTO outcomes
+        FROM input i LEFT JOIN stored s ON s.id = i.id LEFT JOIN deleted d ON d.n = i.n;
     RETURN outcomes;
 END
 $$;
