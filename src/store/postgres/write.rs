@@ -8,7 +8,10 @@
 //! targets), in ascending order, so two nodes that write the same address, or an event and its
 //! deletion, at once are serialised, and the newest version wins everywhere. Rust decides what
 //! needs the event's tags (its address, its tag keys, a gift wrap's recipient, a deletion's
-//! targets); the function decides against what is stored. A deadlock is retried.
+//! targets); the function decides against what is stored. A deadlock is retried. And the
+//! statements a batch is made of (`batch`): [`PUT`] with [`PutArgs`] for one put, and
+//! [`PUT_PLAIN`] with [`PlainArgs`] for a run of plain events ([`is_plain`]: a regular kind, not a
+//! deletion), which take only their own ids' locks.
 
 use deadpool_postgres::Object;
 
