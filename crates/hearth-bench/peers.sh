@@ -11,11 +11,15 @@
 # $PEERS/bin (default ~/.cache/hearth-peers). Each relay runs with its defaults, with only what a
 # benchmark needs raised (connections and subscriptions per IP, rate limits); see the book's
 # performance chapter for what each one's OK means (not every relay syncs to disk before it).
-#   crates/hearth-bench/peers.sh [EVENTS]    EVENTS defaults to 200000; prints one JSON line a
-#                                            relay on stdout, progress on stderr.
+#   crates/hearth-bench/peers.sh [EVENTS [RELAY…]]   EVENTS defaults to 200000, the relays to all
+#                                            five; prints one JSON line a relay on stdout,
+#                                            progress on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 EVENTS=${1:-200000}
+shift || true
+ONLY=" ${*:-hearth-sled hearth-postgres nostr-rs-relay rnostr chorus} "
+runs() { [[ $ONLY == *" $1 "* ]]; }
 PEERS=${PEERS:-$HOME/.cache/hearth-peers}
 BENCH=$PWD/target/release/hearth-bench
 HEARTH=$PWD/target/release/hearth
@@ -24,6 +28,7 @@ for b in nostr-bench nostr-rs-relay rnostr chorus; do
   [ -x "$PEERS/bin/$b" ] || { echo "$PEERS/bin/$b is missing: run ../shared/peers/build.sh" >&2; exit 2; }
 done
 work=$(mktemp -d /tmp/hearth-peers-run.XXXXXX)
+chmod 755 "$work"  # the postgres user reaches its data directory through it
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -54,14 +59,16 @@ measure() {
   local name=$1 pid=$2 url=$3 dir=$4 elsewhere=${5:-}
   echo "== $name" >&2
   local ingest query fanout event req rss disk
-  ingest=$("$BENCH" ingest --relay "$url" --file "$file" --conns 4 --inflight 256 2>/dev/null | tail -1)
-  query=$("$BENCH" query --relay "$url" --file "$file" --queries 2000 2>/dev/null | tail -1)
-  fanout=$("$BENCH" fanout --relay "$url" --subs 200 --events 200 --rate 100 2>/dev/null | tail -1)
+  # A workload that fails is reported as null, and the others still run.
+  ingest=$("$BENCH" ingest --relay "$url" --file "$file" --conns 4 --inflight "${INFLIGHT:-256}" 2>/dev/null | tail -1 || true)
+  query=$("$BENCH" query --relay "$url" --file "$file" --queries 2000 2>/dev/null | tail -1 || true)
+  fanout=$("$BENCH" fanout --relay "$url" --subs 200 --events 200 --rate 100 2>/dev/null | tail -1 || true)
+  # The disk the file's events take (and the fan-out's 200), before nostr-bench adds its own.
+  disk=$(du -sk "$dir" | cut -f1)
+  [ -n "$elsewhere" ] && disk=$((disk + $($elsewhere) / 1024))
   event=$(nostr_bench event "$url")
   req=$(nostr_bench req "$url")
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  disk=$(du -sk "$dir" | cut -f1)
-  [ -n "$elsewhere" ] && disk=$((disk + $($elsewhere) / 1024))
   python3 - "$name" "$EVENTS" "$rss" "$disk" "$ingest" "$query" "$fanout" "$event" "$req" <<'PY'
 import json, sys
 name, events, rss, disk, *parts = sys.argv[1:]
@@ -71,6 +78,15 @@ def parse(text):
     except ValueError:
         return text or None
 ingest, query, fanout, event, req = map(parse, parts)
+def rate(line):
+    # nostr-bench's last report: its totals since the start.
+    if not isinstance(line, dict):
+        return line
+    stats = line.get("message_stats", {})
+    secs = line.get("elapsed", 0) / 1000
+    return {"per_sec": round(stats.get("complete", 0) / secs) if secs else None,
+            "errors": stats.get("error"), "avg_ms": stats.get("success_time", {}).get("avg")}
+event, req = rate(event), rate(req)
 print(json.dumps({"relay": name, "events": int(events), "peak_rss_mb": round(int(rss) / 1024, 1),
                   "disk_bytes_per_event": round(int(disk) * 1024 / int(events)),
                   "ingest": ingest, "query": query, "fanout": fanout,
@@ -97,9 +113,10 @@ hearth() {
   measure "$name" "$pid" "ws://127.0.0.1:$port" "$dir" "$elsewhere"
 }
 
-hearth hearth-sled ""
+runs hearth-sled && hearth hearth-sled ""
 
 # hearth on PostgreSQL: a server of this run's own (fsync on, 512 MB of shared buffers).
+if runs hearth-postgres; then
 bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PGDATA_DIR=$work/pg/data; mkdir -p "$work/pg"; chown postgres "$work/pg"
 runuser -u postgres -- "$bin/initdb" -A trust -U hearth -E UTF8 --locale=C -D "$PGDATA_DIR" >/dev/null
@@ -111,8 +128,10 @@ psql -h 127.0.0.1 -p "$pgport" -U hearth postgres -qc "CREATE DATABASE peers" >/
 pgsize() { psql -h 127.0.0.1 -p "$pgport" -U hearth peers -Atc "SELECT pg_database_size('peers')"; }
 hearth hearth-postgres pgsize HEARTH_STORAGE__BACKEND=postgres \
   HEARTH_STORAGE__POSTGRES_URL="postgres://hearth@127.0.0.1:$pgport/peers"
+fi
 
 # nostr-rs-relay: its defaults (SQLite, WAL, synchronous=NORMAL), no rate limits.
+if runs nostr-rs-relay; then
 port=$(free_port); dir=$work/nostr-rs-relay; mkdir -p "$dir"
 cat >"$dir.toml" <<EOF
 [info]
@@ -129,8 +148,10 @@ EOF
 RUST_LOG=warn "$PEERS/bin/nostr-rs-relay" -c "$dir.toml" >"$work/nostr-rs-relay.log" 2>&1 &
 pid=$!; pids+=("$pid"); wait_port "$port"
 measure nostr-rs-relay "$pid" "ws://127.0.0.1:$port" "$dir"
+fi
 
 # rnostr: its example configuration, with the data path, the port and the subscriptions raised.
+if runs rnostr; then
 port=$(free_port); dir=$work/rnostr; mkdir -p "$dir"
 python3 - "$PEERS/bin/rnostr.example.toml" "$dir.toml" "$dir/data" "$port" <<'PY'
 import re, sys
@@ -145,8 +166,12 @@ PY
 RUST_LOG=warn "$PEERS/bin/rnostr" relay -c "$dir.toml" >"$work/rnostr.log" 2>&1 &
 pid=$!; pids+=("$pid"); wait_port "$port"
 measure rnostr "$pid" "ws://127.0.0.1:$port" "$dir"
+fi
 
-# chorus: open, scraping allowed, connections and throttling raised, logs at Warn.
+# chorus: open, scraping allowed, connections and throttling raised, logs at Warn. It drops a
+# connection that publishes faster than it drains its broadcast ("channel lagged"), so its ingest
+# keeps 16 in flight on each of the 4 connections, not 256.
+if runs chorus; then
 port=$(free_port); dir=$work/chorus; mkdir -p "$dir"
 cat >"$dir.toml" <<EOF
 data_directory = "$dir"
@@ -172,4 +197,5 @@ throttling_burst = 1073741824
 EOF
 "$PEERS/bin/chorus" "$dir.toml" >"$work/chorus.log" 2>&1 &
 pid=$!; pids+=("$pid"); wait_port "$port"
-measure chorus "$pid" "ws://127.0.0.1:$port" "$dir"
+INFLIGHT=16 measure chorus "$pid" "ws://127.0.0.1:$port" "$dir"
+fi
