@@ -5,7 +5,7 @@
 #   - hearth-bench: ingest 4 x 256 of one pre-signed file, the query mix (2,000 queries), a
 #     fan-out (200 subscribers x 200 events at 100/s);
 #   - nostr-bench 0.4.0 (third party): `event` and `req`, 50 clients each, 20 s each;
-#   - peak RSS (VmHWM) and disk per event after all of it.
+#   - disk per event after hearth-bench's workloads, peak RSS (VmHWM) after everything.
 # Relays: hearth on sled and on PostgreSQL (a server of the script's own, fsync on), and
 # nostr-rs-relay, rnostr and chorus as ../shared/peers/build.sh builds them into
 # $PEERS/bin (default ~/.cache/hearth-peers). Each relay runs with its defaults, with only what a
@@ -47,7 +47,7 @@ wait_port() {
   done
   echo "nothing listens on $1" >&2; return 1
 }
-# The last JSON line nostr-bench printed in SECS seconds of MODE against URL.
+# The last JSON line nostr-bench printed in 20 seconds of MODE (event, req) against URL.
 nostr_bench() {
   local mode=$1 url=$2
   timeout -s INT 20 "$PEERS/bin/nostr-bench" "$mode" -c 50 -r 50 -t 2 --json "$url" 2>/dev/null | grep '^{' | tail -1 || true

@@ -152,9 +152,9 @@ mod tests {
         assert!(waiter.await.unwrap());
     }
 
-    /// Hundreds of frames of one principal queue on its share of two; each share given back
-    /// goes to the next in line, so every one of them gets a permit (none is left asleep while a
-    /// share is free) and the table is empty after.
+    /// Hundreds of frames of one principal wait on its share of two; each share given back is
+    /// taken by one of them, so every one gets a permit (none is left asleep while a share is
+    /// free) and the table is empty after.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_queue_of_frames_on_one_share_all_get_through_one_after_another() {
         let permits = Arc::new(Permits::new(64, 2, Duration::from_secs(30)));

@@ -4,11 +4,11 @@
 //! every put queued since its last commit (up to [`MAX_BATCH`]), opens a transaction, sends the
 //! puts in the order they arrived — each run of plain events (regular kinds, no deletion) as one
 //! `hearth_put_plain`, every other put as its own `hearth_put` — pipelined on one connection (one
-//! round trip for all of them, executed by the server in that order), and commits once. Only then is each put
-//! answered, with its own outcome: an `OK true` still means the commit that holds the event is
-//! on the server's disk (`synchronous_commit = on`). The advisory locks `hearth_put` takes are
-//! the transaction's, so they are held to the batch's commit and two nodes still serialise the
-//! writes of one address or an event and its deletion.
+//! round trip for all of them, executed by the server in that order), and commits once. Only
+//! then is each put answered, with its own outcome: an `OK true` still means the commit that
+//! holds the event is on the server's disk (`synchronous_commit = on`). The advisory locks both
+//! functions take are the transaction's, so they are held to the batch's commit and two nodes
+//! still serialise the writes of one address or an event and its deletion.
 //!
 //! When any statement of a batch fails (a deadlock lost to another node, a connection cut), the
 //! transaction is rolled back, nothing of it is stored, and each put is run again alone, in

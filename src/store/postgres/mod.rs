@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! mod.rs (this: the handle, its runtime and pool, the settings, audit and export)
+//!   ├─► batch  (the node's writer: the puts that wait together, one transaction)
+//!   ├─► seen   (the node's looker: the duplicate checks that wait together, one query)
 //!   ├─► write  (put, remove, sweep: the NIP-01/09/40 rules as transactions)
 //!   ├─► upkeep (stats and the vacuum)
 //!   ├─► export (an export's snapshot and pages; waiting for the runtime from any thread)

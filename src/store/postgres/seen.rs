@@ -3,9 +3,10 @@
 //!
 //! Owns the node's lookup task ([`looker`]) and what a question hands it ([`Ask`]). The task
 //! takes every id asked since its last query (up to [`MAX_ASKED`]) and answers each from one
-//! query of them all (the ids unnested, joined to the events' id index). An id stored by a commit after the query started
-//! is answered "not stored", as a lone query started at the same moment would be: the put that
-//! follows is then answered as a duplicate by `hearth_put` itself, and stored once.
+//! query of them all (the ids unnested, joined to the events' id index). An id stored by a
+//! commit after the query started is answered "not stored", as a lone query started at the same
+//! moment would be: the put that follows is then answered as a duplicate by the put itself (the
+//! id's unique index), and the event is stored once.
 
 use std::collections::HashSet;
 
