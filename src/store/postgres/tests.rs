@@ -292,3 +292,26 @@ async fn a_put_that_fails_in_a_batch_fails_alone() {
     assert_eq!(outcome(answers[2].as_ref().unwrap()), "stored");
     assert_eq!(ids(&pg, r#"{"kinds":[1]}"#), vec![last.id, first.id]);
 }
+
+/// The duplicate check asked by many publishes at once (`seen`): each is answered for its own id,
+/// stored or not, whichever query of the looker it was part of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_duplicate_checks_at_once_are_each_answered_for_their_own_id() {
+    let (_pg, url) = server("seen").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = open(&url, dir.path(), false);
+    let k = Keys::test(12);
+    let notes: Vec<_> = (0..300)
+        .map(|n| {
+            crate::protocol::verify::verify(k.sign(crate::protocol::Timestamp(5000 + n), Kind(1), vec![], "n")).unwrap()
+        })
+        .collect();
+    // Every other note stored.
+    for note in notes.iter().step_by(2) {
+        assert_eq!(outcome(&pg.put(note.clone()).await.unwrap()), "stored");
+    }
+    let answers = super::batch::in_order(notes.iter().map(|n| pg.contains(&n.id)).collect()).await;
+    for (n, answer) in answers.into_iter().enumerate() {
+        assert_eq!(answer.unwrap(), n % 2 == 0, "note {n}");
+    }
+}
