@@ -279,13 +279,9 @@ async fn a_put_that_fails_in_a_batch_fails_alone() {
     let dir = tempfile::tempdir().unwrap();
     let pg = open(&url, dir.path(), false);
     let k = Keys::test(9);
-    let note = |at: u64, content: &str| {
-        crate::protocol::verify::verify(k.sign(crate::protocol::Timestamp(at), Kind(1), vec![], content)).unwrap()
-    };
-    let (first, last) = (note(1000, "before"), note(1002, "after"));
+    let (first, last) = (signed(&k, 1000, 1, &[]), signed(&k, 1002, 1, &[]));
     // A one-letter tag name that is a NUL: a valid event, a name PostgreSQL's text cannot hold.
-    let nul = vec![vec!["\u{0}".to_string(), "x".to_string()]];
-    let bad = crate::protocol::verify::verify(k.sign(crate::protocol::Timestamp(1001), Kind(1), nul, "")).unwrap();
+    let bad = signed(&k, 1001, 1, &[&["\u{0}", "x"]]);
     let answers = super::batch::in_order([&first, &bad, &last].map(|e| pg.put(e.clone())).into()).await;
     assert_eq!(outcome(answers[0].as_ref().unwrap()), "stored");
     assert!(answers[1].is_err(), "{:?}", answers[1]);
@@ -301,11 +297,7 @@ async fn many_duplicate_checks_at_once_are_each_answered_for_their_own_id() {
     let dir = tempfile::tempdir().unwrap();
     let pg = open(&url, dir.path(), false);
     let k = Keys::test(12);
-    let notes: Vec<_> = (0..300)
-        .map(|n| {
-            crate::protocol::verify::verify(k.sign(crate::protocol::Timestamp(5000 + n), Kind(1), vec![], "n")).unwrap()
-        })
-        .collect();
+    let notes: Vec<_> = (0..300).map(|n| signed(&k, 5000 + n, 1, &[])).collect();
     // Every other note stored.
     for note in notes.iter().step_by(2) {
         assert_eq!(outcome(&pg.put(note.clone()).await.unwrap()), "stored");
