@@ -94,7 +94,7 @@ impl Relay {
         let keys = crate::identity::load(&config.relay.secret_key, &config.storage.data_dir)?;
         let groups = Arc::new(crate::groups::Registry::load(&store, &config.groups, keys.public_key())?);
         let config_peers = config.sync.peers.clone();
-        let blobs = crate::blobs::Blobs::open(Some(&config.storage.data_dir), &store, config.media.max_total_bytes)?;
+        let blobs = crate::blobs::Blobs::open(Some(&config.storage.data_dir), &store, &config.media)?;
         let app = Arc::new(AppState {
             blobs: Arc::new(blobs),
             limiter: Arc::new(limiter),

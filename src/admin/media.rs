@@ -107,7 +107,8 @@ pub async fn list(app: Arc<AppState>, ctx: RequestCtx, _: Admin) -> Result<Respo
         .collect();
     ok_json(&json!({
         "enabled": app.config.media.enabled,
-        "used_bytes": app.blobs.used_bytes(),
+        "used_bytes": app.blobs.used_bytes().map_err(internal)?,
+        "store": app.blobs.store().as_str(),
         "max_total_bytes": app.config.media.max_total_bytes,
         "blobs": blobs,
         "next": next,

@@ -94,6 +94,9 @@ pub enum BackupError {
     /// Reading or writing a file failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A blob's bytes could not be read (a file, or the bucket's object).
+    #[error(transparent)]
+    Blob(#[from] crate::blobs::BlobError),
     /// The backup folder or stream is not what hearth writes (the text says what is wrong).
     #[error("{0}")]
     Format(String),
@@ -146,8 +149,9 @@ pub(crate) fn read_out(
         if owners.is_empty() {
             continue;
         }
+        let size = owners.first().map_or(0, |r| r.size);
         sink(Part::Blob { sha256: hash.to_hex(), records: owners })?;
-        let mut file = std::fs::File::open(app.blobs.path(&hash))?;
+        let mut file = app.blobs.reader(&hash, size)?;
         let mut buffer = vec![0; BLOB_CHUNK];
         loop {
             let read = file.read(&mut buffer)?;

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::disk::{MEDIA_DIR, TMP_DIR};
+use futures_util::StreamExt;
+
+use super::bucket::Bucket;
+use super::disk::{BlobError, MEDIA_DIR, TMP_DIR};
 use crate::protocol::blossom::BlobHash;
 use crate::store::media::MediaRecords;
 
@@ -100,6 +103,74 @@ pub fn repair(dir: &Path, damage: &[Damage]) -> std::io::Result<Vec<BlobHash>> {
             std::fs::rename(&path, aside.join(&d.sha256))?;
         }
         out.push(hash);
+    }
+    Ok(out)
+}
+
+/// An object no record names is left alone until it is this old: another node may be between
+/// its put and its record.
+pub const UNRECORDED_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The prefix `--repair` moves a damaged object under, inside the bucket.
+pub const DAMAGED_PREFIX: &str = "damaged/";
+
+/// Reads every recorded blob's object back (its size asked, its bytes hashed) and lists the
+/// objects no record names that are [`UNRECORDED_AGE`] old: `(damage, unrecorded)`.
+pub(super) async fn bucket(bucket: &Bucket, records: &MediaRecords) -> Result<(Vec<Damage>, Vec<String>), BlobError> {
+    let hashes = records.hashes()?;
+    let mut damage = Vec::new();
+    for hash in &hashes {
+        let hash = BlobHash(*hash);
+        let size = records.owners_of(&hash.0)?.first().map_or(0, |r| r.size);
+        let problem = match bucket.size(&hash).await? {
+            None => Some("missing".to_string()),
+            Some(found) if found != size => Some(format!("size mismatch ({found} bytes, {size} recorded)")),
+            Some(_) => {
+                let mut hasher = Sha256::new();
+                if size > 0 {
+                    let gone = || BlobError::Unavailable("an object asked for a moment ago cannot be read".into());
+                    let mut bytes = bucket.read(&hash, 0, size).await?.ok_or_else(gone)?;
+                    while let Some(chunk) = bytes.next().await {
+                        hasher.update(chunk.map_err(|e| BlobError::Unavailable(e.to_string()))?);
+                    }
+                }
+                let found = hex::encode(hasher.finalize());
+                (found != hash.to_hex()).then(|| format!("hash mismatch (the object hashes to {found})"))
+            }
+        };
+        if let Some(problem) = problem {
+            damage.push(Damage { sha256: hash.to_hex(), problem });
+        }
+    }
+    let known: std::collections::HashSet<String> = hashes.iter().map(hex::encode).collect();
+    let unrecorded = bucket
+        .list()
+        .await?
+        .into_iter()
+        .filter(|o| !known.contains(&o.name) && o.age >= UNRECORDED_AGE)
+        .map(|o| o.name)
+        .collect();
+    Ok((damage, unrecorded))
+}
+
+/// Moves the objects of `damage` to `damaged/<sha256>` in the bucket (kept for a look, never
+/// served) and deletes the `unrecorded` objects; returns the hashes whose records the caller
+/// should drop.
+pub(super) async fn repair_bucket(
+    bucket: &Bucket,
+    damage: &[Damage],
+    unrecorded: &[String],
+) -> Result<Vec<BlobHash>, BlobError> {
+    let mut out = Vec::new();
+    for d in damage {
+        let Some(hash) = BlobHash::from_hex(&d.sha256) else { continue };
+        if bucket.size(&hash).await?.is_some() {
+            bucket.copy(&d.sha256, &format!("{DAMAGED_PREFIX}{}", d.sha256)).await?;
+            bucket.delete(&hash).await?;
+        }
+        out.push(hash);
+    }
+    for name in unrecorded {
+        bucket.delete_named(name).await?;
     }
     Ok(out)
 }

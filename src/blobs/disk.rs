@@ -43,6 +43,9 @@ pub enum BlobError {
     /// A file operation failed.
     #[error("media storage: {0}")]
     Io(#[from] std::io::Error),
+    /// The bucket (`media.store = "s3"`) could not be reached or refused the call.
+    #[error("media storage: the bucket cannot be reached: {0}")]
+    Unavailable(String),
     /// The store's records failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -27,7 +27,7 @@ pub use access::{AccessConfig, AccessMode};
 pub use cluster::{LimiterBackend, NodeConfig, RedisUnavailable, StorageBackend, host_name, redis_url_problem};
 pub use groups::{GroupCreators, GroupsConfig};
 pub use load::ConfigError;
-pub use media::{MediaConfig, Uploaders};
+pub use media::{MediaConfig, MediaStore, Secret, Uploaders};
 pub use quota::{LimitKey, QuotaKey, Source, Tier, TierLimits};
 pub use reviews::ModerationConfig;
 pub use sections::*;

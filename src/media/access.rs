@@ -25,6 +25,8 @@ pub struct Caller {
     pub auth: Option<Authorized>,
     /// What it is billed as.
     pub billed: Billed,
+    /// This call took its authorization's one use ([`spend`]).
+    spent: std::sync::atomic::AtomicBool,
 }
 
 impl Caller {
@@ -58,7 +60,7 @@ pub async fn caller(app: &AppState, ctx: &RequestCtx, verb: Verb) -> Result<Call
     };
     let billed = auth.as_ref().map_or(ip, |a| Billed::new(Principal::Pubkey(a.pubkey), ip_addr));
     app.limiter.admit(&billed, LimitType::ApiCalls).await?;
-    Ok(Caller { auth, billed })
+    Ok(Caller { auth, billed, spent: Default::default() })
 }
 
 /// A caller known only by its address (a report carries its own signature): refused when the
@@ -100,10 +102,27 @@ pub fn may_upload<'a>(app: &AppState, caller: &'a Caller) -> Result<&'a Authoriz
 }
 
 /// Takes a write authorization's one use (upload, mirror, delete).
-pub fn spend(app: &AppState, auth: &Authorized) -> Result<(), MediaError> {
+pub fn spend(app: &AppState, caller: &Caller, auth: &Authorized) -> Result<(), MediaError> {
     if app.blobs.first_use(auth.id, auth.expiration) {
+        caller.spent.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     } else {
         Err(MediaError::Unauthorized(AuthError::Replayed))
     }
+}
+
+/// Gives the authorization this call took back when the call is answered "try again" (503:
+/// the media storage away): an authorization is good for one change, this call made none, and
+/// the client is told to send the same request again.
+pub fn unspent_unless_done<T>(
+    app: &AppState,
+    caller: &Caller,
+    outcome: Result<T, MediaError>,
+) -> Result<T, MediaError> {
+    if let (Err(MediaError::Unavailable(_)), Some(auth)) = (&outcome, &caller.auth)
+        && caller.spent.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        app.blobs.give_back(auth.id);
+    }
+    outcome
 }

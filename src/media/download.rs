@@ -1,15 +1,13 @@
 //! Reading blobs: `GET`/`HEAD /<sha256>[.ext]` (BUD-01) with `Range`, and `GET /list/<pubkey>`
 //! (BUD-12).
 //!
-//! Owns serving a blob's bytes straight from its file (streamed, never read whole), a byte
-//! range of it, and an owner's list; what a blob may do once opened is `safety.rs`'s. A blob is served only while it has an owner who is not
+//! Owns serving a blob's bytes as they are read from its file or object (streamed, never read
+//! whole), a byte range of it, and an owner's list; what a blob may do once opened is `safety.rs`'s. A blob is served only while it has an owner who is not
 //! banned: a kill mid-upload leaves nothing recorded, and a ban takes a key's uploads down.
 
-use std::io::SeekFrom;
-
+use futures_util::TryStreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use warp::http::header::{ACCEPT_RANGES, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG};
 use warp::http::{HeaderValue, Response, StatusCode};
 
@@ -18,13 +16,11 @@ use super::reply::{MediaError, descriptor, json};
 use crate::app::AppState;
 use crate::gate;
 use crate::http::RequestCtx;
-use crate::http::front::{BodyError, FrontResponse, full};
+use crate::http::front::{FrontResponse, full};
 use crate::protocol::PubKey;
 use crate::protocol::blossom::{BlobHash, Verb};
 use crate::store::media::BlobRecord;
 
-/// Bytes read from a blob's file at a time.
-const CHUNK: usize = 512 * 1024;
 /// Blobs listed at most per page.
 const MAX_LIST: usize = 1000;
 
@@ -70,38 +66,18 @@ pub async fn blob(
     let Some(record) = served(app, &hash)? else {
         return Err(MediaError::NotFound("blob not found".into()));
     };
-    let mut file = match tokio::fs::File::open(app.blobs.path(&hash)).await {
-        Ok(file) => file,
-        Err(e) => {
-            tracing::error!(blob = %hash, error = %e, "a recorded blob's file cannot be read; run hearth check");
-            return Err(MediaError::NotFound("blob not found".into()));
-        }
-    };
     let size = record.size;
     let wanted = range(ctx.header("range"), size)?;
     let (start, end) = wanted.unwrap_or((0, size.saturating_sub(1)));
     let length = if size == 0 { 0 } else { end - start + 1 };
-    let body = if head || length == 0 {
+    let body = if head {
         full(bytes::Bytes::new())
     } else {
-        if start > 0 {
-            file.seek(SeekFrom::Start(start)).await.map_err(|_| MediaError::Internal)?;
-        }
-        let stream = futures_util::stream::unfold((file, length), |(mut file, left)| async move {
-            if left == 0 {
-                return None;
-            }
-            let mut buf = vec![0u8; CHUNK.min(usize::try_from(left).unwrap_or(CHUNK))];
-            match file.read(&mut buf).await {
-                Ok(0) => Some((Err(BodyError::from(std::io::ErrorKind::UnexpectedEof)), (file, 0))),
-                Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(Frame::data(bytes::Bytes::from(buf))), (file, left - n as u64)))
-                }
-                Err(e) => Some((Err(e), (file, 0))),
-            }
-        });
-        StreamBody::new(stream).boxed()
+        let Some(bytes) = app.blobs.read(&hash, start, length).await? else {
+            tracing::error!(blob = %hash, "a recorded blob's bytes cannot be found; run hearth check");
+            return Err(MediaError::NotFound("blob not found".into()));
+        };
+        StreamBody::new(bytes.map_ok(Frame::data)).boxed()
     };
     let mut response = Response::new(body);
     *response.status_mut() = if wanted.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };

@@ -136,7 +136,7 @@ async fn answer(
         _ => return Err(MediaError::MethodNotAllowed(route.allowed())),
     };
     let caller = access::caller(app, ctx, verb).await?;
-    match route {
+    let outcome = match route {
         Route::Blob(hash) if verb == Verb::Delete => upload::delete(app, &caller, hash).await,
         Route::Blob(hash) => download::blob(app, ctx, &caller, hash, ctx.method == Method::HEAD).await,
         Route::Upload | Route::Media if ctx.method == Method::HEAD => upload::check(app, ctx, &caller).await,
@@ -146,7 +146,8 @@ async fn answer(
         Route::Report => Err(MediaError::MethodNotAllowed(route.allowed())),
         Route::Mirror => upload::mirror(app, ctx, &caller, body).await,
         Route::List(pubkey) => download::list(app, ctx, &caller, &pubkey).await,
-    }
+    };
+    access::unspent_unless_done(app, &caller, outcome)
 }
 
 #[cfg(test)]

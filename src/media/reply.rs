@@ -86,6 +86,12 @@ impl From<BlobError> for MediaError {
             BlobError::HashMismatch { .. } | BlobError::Short { .. } => MediaError::Conflict(e.to_string()),
             BlobError::Cut(_) => MediaError::BadRequest(e.to_string()),
             BlobError::Full => MediaError::Full,
+            // The bucket or the shared records are away (or another node holds the blob): the
+            // client may simply try again; nothing was recorded.
+            BlobError::Unavailable(_) | BlobError::Store(crate::store::StoreError::Unavailable(_)) => {
+                tracing::warn!(error = %e, "media storage cannot be reached");
+                MediaError::Unavailable("error: the relay's media storage cannot be reached; try again shortly".into())
+            }
             BlobError::Io(_) | BlobError::Store(_) => {
                 tracing::error!(error = %e, "media storage failed");
                 MediaError::Internal

@@ -76,10 +76,10 @@ fn judge(app: &AppState, caller: &Caller, auth: &Authorized, a: &Announced) -> R
             return Err(MediaError::Unauthorized(AuthError::WrongBlob));
         }
         let stored = app.blobs.record(hash).map_err(MediaError::from)?.is_some();
-        if !stored && !app.blobs.fits(a.size) {
+        if !stored && !app.blobs.fits(a.size)? {
             return Err(MediaError::Full);
         }
-    } else if !app.blobs.fits(a.size) {
+    } else if !app.blobs.fits(a.size)? {
         return Err(MediaError::Full);
     }
     Ok(())
@@ -163,7 +163,7 @@ async fn take<'a>(
     let auth = access::may_upload(app, caller)?;
     let a = announced(ctx, false)?;
     judge(app, caller, auth, &a)?;
-    access::spend(app, auth)?;
+    access::spend(app, caller, auth)?;
     bill(app, caller, a.size).await?;
     let limit = app.config.media.max_blob_bytes;
     let received = app.blobs.receive(chunks(app, body), limit, Some(a.size), a.hash).await?;
@@ -250,7 +250,7 @@ pub async fn mirror(
     let size = fetched.content_length();
     let a = Announced { size: size.unwrap_or(0), media_type: media_type.clone(), hash: expected };
     judge(app, caller, auth, &a)?;
-    access::spend(app, auth)?;
+    access::spend(app, caller, auth)?;
     if let Some(size) = size {
         bill(app, caller, size).await?;
     }
@@ -286,7 +286,7 @@ pub async fn delete(app: &AppState, caller: &Caller, hash: BlobHash) -> Result<F
     if !owners.iter().any(|r| r.owner == auth.pubkey) {
         return Err(MediaError::Forbidden("restricted: only a key that uploaded this blob may delete it".into()));
     }
-    access::spend(app, auth)?;
+    access::spend(app, caller, auth)?;
     app.blobs.remove(&hash, Some(auth.pubkey)).await?;
     Ok(json(StatusCode::OK, &serde_json::json!({ "message": "deleted" })))
 }

@@ -32,7 +32,7 @@ impl From<BackupError> for OfflineError {
             BackupError::Store(e) => OfflineError::Store(e),
             BackupError::Io(e) => OfflineError::Io(e),
             BackupError::Format(text) => OfflineError::Unusable(text),
-            BackupError::Gone => OfflineError::Io(std::io::Error::other(e.to_string())),
+            BackupError::Gone | BackupError::Blob(_) => OfflineError::Io(std::io::Error::other(e.to_string())),
         }
     }
 }

@@ -40,6 +40,10 @@ pub struct MediaChecked {
     pub damaged: Vec<Damage>,
     /// Damaged blobs still there after a repair (0 without `--repair`: see `damaged`).
     pub remaining: u64,
+    /// With `media.store = "s3"`: objects in the bucket no record names, an hour old or more
+    /// (an upload that never finished recording); `--repair` deletes them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded: Vec<String>,
 }
 
 fn io(e: impl std::fmt::Display) -> OfflineError {
@@ -56,7 +60,11 @@ pub fn export(app: &AppState, dir: &Path) -> Result<u64, OfflineError> {
     for hash in records.hashes()? {
         let hash = BlobHash(hash);
         let owners = records.owners_of(&hash.0)?;
-        std::fs::copy(app.blobs.path(&hash), dir.join(hash.to_hex()))?;
+        let size = owners.first().map_or(0, |r| r.size);
+        let mut bytes = app.blobs.reader(&hash, size).map_err(io)?;
+        let mut copy = std::fs::File::create(dir.join(hash.to_hex()))?;
+        std::io::copy(&mut bytes, &mut copy)?;
+        copy.sync_all()?;
         for record in owners {
             serde_json::to_writer(&mut lines, &record).map_err(io)?;
             lines.write_all(b"\n")?;
@@ -129,16 +137,40 @@ pub async fn import(app: &AppState, dir: &Path) -> Result<MediaImported, Offline
 pub async fn check(app: &AppState, dir: &Path, repair: bool) -> Result<MediaChecked, OfflineError> {
     let records = app.blobs.records().clone();
     let blobs = records.hashes()?.len() as u64;
+    if app.blobs.bucket().is_some() {
+        return check_bucket(app, blobs, repair).await;
+    }
     let (root, recs) = (dir.to_path_buf(), records.clone());
     let damaged = tokio::task::spawn_blocking(move || blobs::check(&root, &recs)).await.map_err(io)??;
     if !repair || damaged.is_empty() {
         let remaining = damaged.len() as u64;
-        return Ok(MediaChecked { blobs, damaged, remaining: if repair { remaining } else { 0 } });
+        return Ok(MediaChecked {
+            blobs,
+            damaged,
+            remaining: if repair { remaining } else { 0 },
+            unrecorded: Vec::new(),
+        });
     }
     for hash in blobs::repair(dir, &damaged)? {
         records.remove(hash.0, None).await?;
     }
     let (root, recs) = (dir.to_path_buf(), records.clone());
     let after = tokio::task::spawn_blocking(move || blobs::check(&root, &recs)).await.map_err(io)??;
-    Ok(MediaChecked { blobs, damaged, remaining: after.len() as u64 })
+    Ok(MediaChecked { blobs, damaged, remaining: after.len() as u64, unrecorded: Vec::new() })
+}
+
+/// [`check`] of blobs in a bucket: every recorded object read back, the unrecorded ones listed;
+/// with `repair`, the damaged ones moved to `damaged/` (their records dropped) and the unrecorded
+/// deleted.
+async fn check_bucket(app: &AppState, blobs: u64, repair: bool) -> Result<MediaChecked, OfflineError> {
+    let (damaged, unrecorded) = app.blobs.check_bucket().await.map_err(io)?;
+    if !repair || (damaged.is_empty() && unrecorded.is_empty()) {
+        let remaining = if repair { damaged.len() as u64 } else { 0 };
+        return Ok(MediaChecked { blobs, damaged, remaining, unrecorded });
+    }
+    for hash in app.blobs.repair_bucket(&damaged, &unrecorded).await.map_err(io)? {
+        app.blobs.records().remove(hash.0, None).await?;
+    }
+    let (after, _) = app.blobs.check_bucket().await.map_err(io)?;
+    Ok(MediaChecked { blobs, damaged, remaining: after.len() as u64, unrecorded })
 }

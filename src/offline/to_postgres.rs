@@ -6,7 +6,8 @@
 //! replacements and the NIP-29 groups fold the same way again), every settings document (bans,
 //! members, invites, tiers, limit overrides, the NIP-11 overrides, the groups' signing state),
 //! the audit log (oldest first), and the media records (into the node's own records beside the
-//! blob files, which stay where they are). The database must hold no event yet: a second run
+//! blob files, which stay where they are; with `media.store = "s3"`, into the records every node
+//! shares, the objects staying in their bucket). The database must hold no event yet: a second run
 //! after a failed one starts on an empty database again (drop and create it). The embedded store
 //! is left as it was; `storage.backend = "postgres"` is the operator's to set afterwards.
 
@@ -89,6 +90,8 @@ pub async fn to_postgres(config: Config) -> Result<MovedToPostgres, OfflineError
         target.append_audit(entry).await?;
         moved.audit += 1;
     }
+    // Blobs in a bucket every node reaches get the records every node reads.
+    let bytes_shared = config.media.store == crate::config::MediaStore::S3;
     let mut after = None;
     loop {
         let page = source.media().page(after, 1000)?;
@@ -98,7 +101,7 @@ pub async fn to_postgres(config: Config) -> Result<MovedToPostgres, OfflineError
             let Some(hash) = hex::decode(&record.sha256).ok().and_then(|h| <[u8; 32]>::try_from(h).ok()) else {
                 continue;
             };
-            target.media().add(hash, record).await?;
+            target.blob_records(bytes_shared).add(hash, record).await?;
             moved.media += 1;
         }
         if after.is_none() {

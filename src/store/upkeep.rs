@@ -26,9 +26,17 @@ impl Store {
         dispatch!(&self.backend, b => b.append_audit(entry).await)
     }
 
-    /// The media server's records.
+    /// The media server's records of blobs on this node's disk.
     pub fn media(&self) -> &media::MediaRecords {
         dispatch!(&self.backend, b => b.media())
+    }
+
+    /// The records of blobs whose bytes every node reaches (`shared_bytes`: one bucket) or only
+    /// this one (its disk): on a store several nodes share, the shared records for the former;
+    /// else this node's own ([`Store::media`]).
+    pub fn blob_records(&self, shared_bytes: bool) -> &media::MediaRecords {
+        let shared = if shared_bytes { dispatch!(&self.backend, b => b.shared_media()) } else { None };
+        shared.unwrap_or_else(|| self.media())
     }
 
     /// The newest `limit` audit entries, newest first.

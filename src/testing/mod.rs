@@ -39,6 +39,7 @@ use crate::offline::ImportSummary;
 use crate::protocol::Event;
 use crate::relay::{Relay, RunError};
 
+pub mod garage;
 pub mod postgres;
 
 /// The data directory's name inside the temporary directory: beside it a test may keep files

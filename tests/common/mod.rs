@@ -185,6 +185,21 @@ pub fn install_postgres() {
     });
 }
 
+/// Garage's binary, built once per machine when missing (`tests/garage/install.sh`: minutes on a
+/// fresh machine, kept in `~/.cache/hearth-tools` after).
+#[allow(dead_code)] // the ops binary runs Garage; the it binary does not
+pub fn install_garage() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/garage/install.sh");
+        let out =
+            std::process::Command::new("bash").arg(script).stderr(std::process::Stdio::inherit()).output().unwrap();
+        assert!(out.status.success(), "tests/garage/install.sh could not build Garage");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+    .clone()
+}
+
 /// The PostgreSQL server of this test process (`HEARTH_TEST_BACKEND=postgres`).
 pub async fn postgres() -> &'static hearth::testing::postgres::Postgres {
     install_postgres();

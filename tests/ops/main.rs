@@ -19,6 +19,7 @@ mod fuzz_corpus;
 mod groups;
 mod limiter;
 mod media;
+mod media_s3;
 mod nodes;
 mod partition;
 mod search;

@@ -209,6 +209,9 @@ impl Config {
             let problem = "storage.backend is \"postgres\": set it to postgres://user:password@host:port/database";
             return Err(invalid("storage.postgres_url", problem));
         }
+        if let Some((key, problem)) = self.media.s3_problem() {
+            return Err(invalid(key, problem));
+        }
         if self.storage.postgres_pool == 0 {
             return Err(invalid("storage.postgres_pool", "must be a positive number"));
         }

@@ -47,6 +47,29 @@ fn sync_peers_are_read_from_the_file_and_a_bad_one_names_its_key() {
 }
 
 #[test]
+fn media_on_s3_is_read_from_the_environment_and_a_missing_key_is_named() {
+    let all = [
+        ("HEARTH_MEDIA__STORE", "s3"),
+        ("HEARTH_MEDIA__S3_ENDPOINT", "http://127.0.0.1:3900"),
+        ("HEARTH_MEDIA__S3_BUCKET", "hearth-media"),
+        ("HEARTH_MEDIA__S3_REGION", "garage"),
+        ("HEARTH_MEDIA__S3_ACCESS_KEY_ID", "GK0123"),
+        ("HEARTH_MEDIA__S3_SECRET_ACCESS_KEY", "s3cr3t"),
+    ];
+    let c = Config::load(None, &env(&all)).unwrap();
+    assert_eq!(c.media.store, crate::config::MediaStore::S3);
+    assert_eq!((c.media.s3_endpoint.as_str(), c.media.s3_bucket.as_str()), ("http://127.0.0.1:3900", "hearth-media"));
+    assert_eq!((c.media.s3_region.as_str(), c.media.s3_access_key_id.as_str()), ("garage", "GK0123"));
+    assert_eq!(c.media.s3_secret_access_key.expose(), "s3cr3t");
+    assert!(!format!("{c:?}").contains("s3cr3t"));
+    let without_secret: Vec<(&str, &str)> = all[..5].to_vec();
+    let e = Config::load(None, &env(&without_secret)).unwrap_err().to_string();
+    assert!(e.contains("`media.s3_secret_access_key` media.store is \"s3\": set the access key's secret"), "{e}");
+    let e = Config::load(None, &env(&[("HEARTH_MEDIA__STORE", "ftp")])).unwrap_err().to_string();
+    assert!(e.contains("media.store"), "{e}");
+}
+
+#[test]
 fn env_overrides_file() {
     let c = Config::load(
         None,

@@ -119,6 +119,11 @@ impl Opened {
         &self.media
     }
 
+    /// One node's store: no records are shared with another.
+    pub(crate) fn shared_media(&self) -> Option<&MediaRecords> {
+        None
+    }
+
     pub(crate) fn audit_log(&self, limit: usize) -> Result<Vec<Vec<u8>>, StoreError> {
         self.audit.iter().rev().take(limit).map(|item| Ok(item?.1.to_vec())).collect()
     }

@@ -152,7 +152,7 @@ pub(crate) fn from_db(
     let view = Arc::new(RwLock::new(View { index, log, generation: log_generation, places, mark: Mark::default() }));
     let settings = db.open_tree(SETTINGS_TREE)?;
     let audit = db.open_tree(AUDIT_TREE)?;
-    let media = MediaRecords::open(&db, durable.clone())?;
+    let media = MediaRecords::local(&db, durable.clone())?;
     let dir = dir.map(Path::to_path_buf);
     let feed = searching.as_ref().map(|s| s.feed.clone());
     let reader = Reader { tree: tree.clone(), view: view.clone(), damaged: Arc::default() };

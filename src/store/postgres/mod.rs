@@ -8,6 +8,7 @@
 //!   ├─► write  (put, remove, sweep: the NIP-01/09/40 rules as transactions)
 //!   ├─► upkeep (stats and the vacuum)
 //!   ├─► export (an export's snapshot and pages; waiting for the runtime from any thread)
+//!   ├─► media  (the media records every node shares, when the blobs are in one bucket)
 //!   ├─► search (NIP-50: the node's index of the shared events, and its read path)
 //!   ├─► read   (query, count, get, items: a filter scanned page by page and checked)
 //!   ├─► sql    (a filter as SQL; tag keys, address keys, lock keys)
@@ -19,11 +20,13 @@
 //! store's blocking forms can wait for it from any thread (an async worker, a blocking task, an
 //! offline command) and its async forms from any runtime; and [`PgError`]. What stays on the
 //! node's own disk is what belongs to the node: the media records beside the node's blob files
-//! (a small sled database in `<data_dir>/node`).
+//! (a small sled database in `<data_dir>/node`); blobs in a bucket every node shares have their
+//! records in the database (`media`).
 
 mod batch;
 mod error;
 mod export;
+mod media;
 mod read;
 mod schema;
 mod search;
@@ -69,8 +72,10 @@ pub(crate) struct Pg {
     vacuuming: AtomicBool,
     /// The node's search index (NIP-50), when `storage.search` is on.
     pub(crate) search: Option<Arc<search::PgSearch>>,
-    /// The node's media records (its blobs are files on its disk).
+    /// The node's media records (for blobs that are files on its disk).
     pub(crate) media: MediaRecords,
+    /// The records every node shares (for blobs in a bucket every node reaches).
+    pub(crate) shared_media: MediaRecords,
 }
 
 /// The backend's runtime, shut down without waiting when it is dropped: a store may be dropped
@@ -147,7 +152,9 @@ impl Pg {
         let (asks, asked) = mpsc::channel(seen::MAX_ASKED * 4);
         handle.spawn(seen::looker(pool.clone(), asked));
         let marks = AtomicU64::new(0);
-        Ok(Pg { _runtime: runtime, handle, pool, writes, asks, marks, closed, vacuuming, search, media })
+        let shared = media::SharedRecords { pool: pool.clone(), handle: handle.clone() };
+        let shared_media = MediaRecords::new(Arc::new(shared), true);
+        Ok(Pg { _runtime: runtime, handle, pool, writes, asks, marks, closed, vacuuming, search, media, shared_media })
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, and waits for it here.
@@ -398,7 +405,7 @@ impl Pg {
 fn open_media(node: &Path) -> Result<MediaRecords, StoreError> {
     let db = super::db::open_db(node, 8)?;
     let durable = Durable::open(node)?;
-    MediaRecords::open(&db, Some(Arc::new(durable)))
+    MediaRecords::local(&db, Some(Arc::new(durable)))
 }
 
 #[cfg(test)]

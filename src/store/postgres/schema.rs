@@ -17,7 +17,9 @@
 //! one recipient, who may delete it). Migration 3 added `hearth_put_plain`: a run of events that
 //! touch nothing but themselves (regular kinds, no deletion) stored by one statement, as set
 //! operations (the tombstones checked, the rows and their tags inserted, duplicates skipped by
-//! the id's unique index), each event's outcome in order.
+//! the id's unique index), each event's outcome in order. Migration 4 added `media`: one row per
+//! key's upload of a blob (`media.store = "s3"`: every node reads the same records), keyed by
+//! hash then owner, with an index by owner.
 
 use tokio_postgres::Client;
 
@@ -186,6 +188,17 @@ BEGIN
     RETURN outcomes;
 END
 $$;
+"#,
+    r#"
+CREATE TABLE media (
+    sha256     BYTEA NOT NULL,
+    owner      BYTEA NOT NULL,
+    size       BIGINT NOT NULL,
+    media_type TEXT NOT NULL,
+    uploaded   BIGINT NOT NULL,
+    PRIMARY KEY (sha256, owner)
+);
+CREATE INDEX media_owner ON media (owner, uploaded DESC, sha256);
 "#,
 ];
 

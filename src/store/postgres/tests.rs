@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::protocol::{Event, Keys, Kind};
+use crate::protocol::{Event, Keys, Kind, PubKey};
 use crate::store::tests::{Rng, ids, outcome, random_write, same_answers, signed};
 use crate::store::*;
 use crate::testing::postgres::Postgres;
@@ -306,4 +306,85 @@ async fn many_duplicate_checks_at_once_are_each_answered_for_their_own_id() {
     for (n, answer) in answers.into_iter().enumerate() {
         assert_eq!(answer.unwrap(), n % 2 == 0, "note {n}");
     }
+}
+
+/// The media records every node shares answer every read exactly as a node's own sled through
+/// the same changes: adds (a key's record written again replaces its old one), removals of one
+/// owner and of every owner, the total counted once per blob, pages, lists per owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_media_records_answer_exactly_as_a_nodes_own_through_the_same_changes() {
+    use crate::store::media::BlobRecord;
+    let (_pg, url) = server("media").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = open(&url, dir.path(), false);
+    let reference = Store::temporary().unwrap();
+    let (shared, own) = (pg.blob_records(true).clone(), reference.media().clone());
+    assert!(shared.is_shared() && !own.is_shared());
+    assert!(!pg.media().is_shared(), "blobs on a node's disk keep the node's own records");
+    let hashes: Vec<[u8; 32]> = (1..=5u8).map(|n| [n * 40; 32]).collect();
+    let owners: Vec<PubKey> = (1..=3).map(|n| Keys::test(n).public_key()).collect();
+    let mut rng = Rng(0x6d65_6469_6120);
+    for step in 0..200u64 {
+        let hash = hashes[rng.below(5) as usize];
+        let owner = owners[rng.below(3) as usize];
+        if rng.below(3) == 0 {
+            let who = if rng.below(4) == 0 { None } else { Some(owner) };
+            let (a, b) = (shared.remove(hash, who).await.unwrap(), own.remove(hash, who).await.unwrap());
+            assert_eq!(a, b, "remove at step {step}");
+        } else {
+            let record = BlobRecord {
+                sha256: hex::encode(hash),
+                owner,
+                size: 1000 + u64::from(hash[0]),
+                media_type: format!("image/x-{}", rng.below(3)),
+                uploaded: 1_700_000_000 + step,
+            };
+            let (a, b) = (shared.add(hash, record.clone()).await.unwrap(), own.add(hash, record).await.unwrap());
+            assert_eq!(a, b, "add at step {step}");
+        }
+        assert_eq!(shared.total_bytes().unwrap(), own.total_bytes().unwrap(), "total at step {step}");
+        assert_eq!(shared.hashes().unwrap(), own.hashes().unwrap(), "hashes at step {step}");
+        assert_eq!(shared.per_owner().unwrap(), own.per_owner().unwrap(), "per owner at step {step}");
+        for h in &hashes {
+            assert_eq!(shared.owners_of(h).unwrap(), own.owners_of(h).unwrap(), "owners at step {step}");
+        }
+        for o in &owners {
+            assert_eq!(shared.of_owner(o).unwrap(), own.of_owner(o).unwrap(), "of owner at step {step}");
+        }
+        for after in [None, Some(hashes[1]), Some([0xff; 32])] {
+            assert_eq!(shared.page(after, 2).unwrap(), own.page(after, 2).unwrap(), "page at step {step}");
+        }
+    }
+    assert!(shared.total_bytes().unwrap() > 0, "the walk ended with blobs to compare");
+}
+
+/// A blob's hold on one node keeps another node's hold of the same blob waiting (seen in
+/// `pg_locks`) until it is dropped; another blob's is not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blobs_hold_keeps_another_node_waiting_until_it_is_dropped() {
+    let (pg, url) = server("holds").await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (open(&url, dir_a.path(), false), open(&url, dir_b.path(), false));
+    let (on_a, on_b) = (a.blob_records(true).clone(), b.blob_records(true).clone());
+    let held = on_a.hold([7; 32]).await.unwrap();
+    let other = tokio::time::timeout(std::time::Duration::from_secs(10), on_b.hold([8; 32])).await;
+    drop(other.expect("another blob's hold waits for nothing").unwrap());
+    let waiting = tokio::spawn(async move { on_b.hold([7; 32]).await.map(drop) });
+    let client = pg.connect("holds").await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let row = client
+            .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", &[])
+            .await
+            .unwrap();
+        if row.get::<_, i64>(0) == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "node B never waited for the hold");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!waiting.is_finished(), "node B took a blob node A holds");
+    drop(held);
+    let taken = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await;
+    taken.expect("node B took the hold once A let go").unwrap().unwrap();
 }

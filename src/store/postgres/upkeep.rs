@@ -166,6 +166,11 @@ impl Pg {
         &self.media
     }
 
+    /// The media records every node shares.
+    pub(crate) fn shared_media(&self) -> Option<&MediaRecords> {
+        Some(&self.shared_media)
+    }
+
     /// The search index and its feed, when the store keeps one.
     pub(crate) fn search_parts(&self) -> Option<(&Arc<crate::search::SearchIndex>, &Arc<crate::search::Feed>)> {
         self.search.as_ref().map(|s| (&s.index, &s.feed))
