@@ -20,8 +20,10 @@
 //!   served, counted and matched toward a `limit` only for its author and its `p` recipients; the
 //!   plain `query`/`count`/`get` are the operator's view of everything.
 //! - **Settings and audit** documents are small, named and durable once saved.
-//! - **Media records** ([`Store::media`]): which key uploaded which blob (hash, size, type,
-//!   date), durable once written; a blob's owners and an owner's blobs are each one read.
+//! - **Media records** ([`Store::media`], [`Store::blob_records`]): which key uploaded which blob
+//!   (hash, size, type, date), durable once written; a blob's owners and an owner's blobs are
+//!   each one read; a blob's hold keeps every other holder of it waiting (the contract in full:
+//!   `media`'s).
 //! - **Compaction** gives back dead space while reads and writes go on; one at a time.
 //! - [`Store::close`] is the one stop: queued writes finish, everything is flushed.
 //!
@@ -33,8 +35,9 @@
 //! wait together share one transaction, and each is answered after its commit); writes of one
 //! replaceable address, or of an event and its deletion, are serialised across nodes; a query's
 //! [`Mark`] counts this node's acknowledged writes and the events other nodes stored as they
-//! reach it ([`Store::arrived`]); compaction is the database's vacuum; the media records are the
-//! node's own (its blobs are files on its disk); an unreachable server is
+//! reach it ([`Store::arrived`]); compaction is the database's vacuum; the media records of blobs
+//! on the node's disk are the node's own, those of blobs in a bucket every node shares are the
+//! database's (`media` table), read alike by every node; an unreachable server is
 //! [`StoreError::Unavailable`] until it is back (the pool reconnects).
 //!
 //! The folder, top to bottom (each floor imports only the floors below it; `tests/layers.rs`):
@@ -46,7 +49,7 @@
 //! embedded/    the embedded backend (sled, the event log, its indexes; its own floors inside)
 //! postgres/    the PostgreSQL backend           (the two never import each other)
 //! contract     the types both backends take and give: Tuning, PutOutcome, Mark, StoreStats, Export…
-//! media        this node's media records (its own sled, whichever backend holds the events)
+//! media        the media records' contract, and this node's own (its sled); the shared ones are postgres/'s
 //! db · error · progress   sled's database and a durable flush; the one error; a slow step's log
 //! format/      the bytes on disk: record, event log, segment, keys, buckets, moves, durable sync
 //! ```

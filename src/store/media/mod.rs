@@ -12,7 +12,7 @@
 //! - [`MediaRecords::hold`] keeps every other holder of the same blob waiting until it is
 //!   dropped, so a blob's first owner and its last are decided once.
 //!
-//! Two hold them: this node's own sled database ([`local`]: the embedded store's, and a
+//! Two hold them: this node's own sled database (`local`: the embedded store's, and a
 //! PostgreSQL node's whose blobs are on its own disk), and the PostgreSQL database every node
 //! shares (`store::postgres::media`, when the blobs are in a bucket every node shares). The
 //! shared one's reads wait for the database on the calling thread, as the store's plain reads do.

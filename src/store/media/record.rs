@@ -23,7 +23,7 @@ pub struct BlobRecord {
     pub uploaded: u64,
 }
 
-/// What [`MediaRecords::remove`] did.
+/// What [`super::MediaRecords::remove`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Removed {
     /// The key owned the blob (its record is gone now).
