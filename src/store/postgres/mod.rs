@@ -10,6 +10,7 @@
 //!   ├─► export (an export's snapshot and pages; waiting for the runtime from any thread)
 //!   ├─► media  (the media records every node shares, when the blobs are in one bucket)
 //!   ├─► search (NIP-50: the node's index of the shared events, and its read path)
+//!   ├─► lookup (the handle's reads: each blocking form, and the async ones on its own runtime)
 //!   ├─► read   (query, count, get, items: a filter scanned page by page and checked)
 //!   ├─► sql    (a filter as SQL; tag keys, address keys, lock keys)
 //!   ├─► schema (the migrations, applied at open)
@@ -26,6 +27,7 @@
 mod batch;
 mod error;
 mod export;
+mod lookup;
 mod media;
 mod read;
 mod schema;
@@ -48,7 +50,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::error::StoreError;
 use super::format::durable::Durable;
 use super::media::MediaRecords;
-use crate::protocol::{Event, EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent, Viewer};
+use crate::protocol::{Event, EventId, EventJson, Filter, PubKey, Timestamp, VerifiedEvent};
 use crate::search::Change;
 use export::block;
 
@@ -158,7 +160,10 @@ impl Pg {
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, and waits for it here.
-    fn blocking<T: Send + 'static, F>(&self, work: impl FnOnce(Object) -> F + Send + 'static) -> Result<T, StoreError>
+    pub(super) fn blocking<T: Send + 'static, F>(
+        &self,
+        work: impl FnOnce(Object) -> F + Send + 'static,
+    ) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, PgError>> + Send,
     {
@@ -166,7 +171,7 @@ impl Pg {
     }
 
     /// [`Pg::blocking`] of work that fails with any error the store's callers can be given.
-    fn blocking_with<T: Send + 'static, E, F>(
+    pub(super) fn blocking_with<T: Send + 'static, E, F>(
         &self,
         work: impl FnOnce(Object) -> F + Send + 'static,
     ) -> Result<T, StoreError>
@@ -180,7 +185,10 @@ impl Pg {
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, awaited from any runtime.
-    async fn run<T: Send + 'static, F>(&self, work: impl FnOnce(Object) -> F + Send + 'static) -> Result<T, StoreError>
+    pub(super) async fn run<T: Send + 'static, F>(
+        &self,
+        work: impl FnOnce(Object) -> F + Send + 'static,
+    ) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, PgError>> + Send,
     {
@@ -251,56 +259,6 @@ impl Pg {
         {
             search.send(changes);
         }
-    }
-
-    pub(crate) fn query_as(
-        &self,
-        filters: &[Filter],
-        now: Timestamp,
-        viewer: &Viewer,
-    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        let (filters, viewer) = (filters.to_vec(), viewer.clone());
-        if filters.iter().any(|f| f.search.is_some()) {
-            let search = self.search.clone().ok_or(StoreError::SearchOff)?;
-            let events =
-                self.blocking_with(move |c| async move { search::query(&search, &c, &filters, now, &viewer).await })?;
-            // The index runs up to a commit behind: a subscription is sent every live event after.
-            return Ok((events, Mark::default()));
-        }
-        let mark = self.mark();
-        let events = self.blocking(move |c| async move { read::query(&**c, &filters, now, &viewer).await })?;
-        Ok((events, mark))
-    }
-
-    pub(crate) fn count_as(&self, filters: &[Filter], now: Timestamp, viewer: &Viewer) -> Result<u64, StoreError> {
-        let (filters, viewer) = (filters.to_vec(), viewer.clone());
-        if filters.iter().any(|f| f.search.is_some()) {
-            let search = self.search.clone().ok_or(StoreError::SearchOff)?;
-            return self
-                .blocking_with(move |c| async move { search::count(&search, &c, &filters, now, &viewer).await });
-        }
-        self.blocking(move |c| async move { read::count(&**c, &filters, now, &viewer).await })
-    }
-
-    pub(crate) fn get_as(
-        &self,
-        id: &EventId,
-        now: Timestamp,
-        viewer: &Viewer,
-    ) -> Result<Option<EventJson>, StoreError> {
-        let (id, viewer) = (*id, viewer.clone());
-        self.blocking(move |c| async move { read::get(&**c, &id, now, &viewer).await })
-    }
-
-    pub(crate) fn items(
-        &self,
-        filter: &Filter,
-        now: Timestamp,
-        viewer: &Viewer,
-        max: usize,
-    ) -> Result<Option<Vec<(Timestamp, EventId)>>, StoreError> {
-        let (filter, viewer) = (filter.clone(), viewer.clone());
-        self.blocking(move |c| async move { read::items(&**c, &filter, now, &viewer, max).await })
     }
 
     /// The events this database stored at or after `since` (Unix seconds, its own clock), in
