@@ -47,7 +47,7 @@ pub(super) async fn scan<C: GenericClient>(
     loop {
         let size = want.saturating_sub(hits.len()).clamp(16, PAGE);
         let sql = sql::page(filter, now, after, i64::try_from(size).unwrap_or(i64::MAX));
-        let rows = client.query(&sql.text, &sql.args()).await?;
+        let rows = client.query_typed(&sql.text, &sql.typed()).await?;
         let full = rows.len() == size;
         for row in &rows {
             let Some(hit) = checked(row, filter, viewer)? else {
@@ -146,7 +146,7 @@ pub(super) async fn count<C: GenericClient>(
         let mut sql = Sql::default();
         let conditions: Vec<String> = filters.iter().map(|f| sql::condition(&mut sql, f, now)).collect();
         let text = format!("SELECT count(*) FROM events e WHERE {}", conditions.join(" OR "));
-        let row = client.query_one(&text, &sql.args()).await?;
+        let row = client.query_typed_one(&text, &sql.typed()).await?;
         return Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
     }
     let mut seen = HashSet::new();

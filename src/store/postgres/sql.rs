@@ -1,6 +1,8 @@
 //! A NIP-01 filter as SQL: the conditions, their parameters, and how a scan pages.
 //!
-//! Owns [`Sql`] (a statement's text and its parameters as they are bound), the tag value as the
+//! Owns [`Sql`] (a statement's text and its parameters as they are bound, each with its type, so
+//! that a page is one round trip: parsed, bound and run together, planned with its values in
+//! hand, never prepared first), the tag value as the
 //! `tags` table keys it ([`tag_key`]), and the statements a filter reads with: a page of its
 //! newest matches ([`page`], driven by the `tags_value` index when the filter names tag values,
 //! else by an `events` index), and the condition alone ([`condition`], for a count). The read
@@ -8,7 +10,7 @@
 //! these conditions may select more than the filter, never less.
 
 use sha2::{Digest, Sha256};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::protocol::{EventId, Filter, Timestamp};
 
@@ -19,19 +21,44 @@ pub(super) const LONG_VALUE: usize = 256;
 #[derive(Default)]
 pub(super) struct Sql {
     pub(super) text: String,
-    pub(super) params: Vec<Box<dyn ToSql + Sync + Send>>,
+    pub(super) params: Vec<(Box<dyn ToSql + Sync + Send>, Type)>,
+}
+
+/// A value a filter binds, with the PostgreSQL type it is bound as.
+pub(super) trait Bound: ToSql + Sync + Send + Clone + 'static {
+    /// Its type.
+    const TYPE: Type;
+}
+
+impl Bound for i64 {
+    const TYPE: Type = Type::INT8;
+}
+impl Bound for i32 {
+    const TYPE: Type = Type::INT4;
+}
+impl Bound for String {
+    const TYPE: Type = Type::TEXT;
+}
+impl Bound for Vec<u8> {
+    const TYPE: Type = Type::BYTEA;
+}
+impl Bound for Vec<i32> {
+    const TYPE: Type = Type::INT4_ARRAY;
+}
+impl Bound for Vec<Vec<u8>> {
+    const TYPE: Type = Type::BYTEA_ARRAY;
 }
 
 impl Sql {
     /// Binds a parameter; its placeholder.
-    fn bind(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
-        self.params.push(Box::new(value));
+    fn bind<T: Bound>(&mut self, value: T) -> String {
+        self.params.push((Box::new(value), T::TYPE));
         format!("${}", self.params.len())
     }
 
-    /// The parameters as the driver takes them.
-    pub(super) fn args(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect()
+    /// The parameters with their types (`query_typed`: one round trip).
+    pub(super) fn typed(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        self.params.iter().map(|(p, t)| (p.as_ref() as &(dyn ToSql + Sync), t.clone())).collect()
     }
 }
 
@@ -88,7 +115,10 @@ fn conditions(sql: &mut Sql, filter: &Filter, now: Timestamp, skip: Option<char>
 /// `column` equal to one of `values`: one value bound alone (the planner then reads one range
 /// of an index, in its order: `= ANY` of an array it cannot see makes it sort), several as an
 /// array.
-fn one_of<T: ToSql + Sync + Send + Clone + 'static>(sql: &mut Sql, column: &str, values: Vec<T>) -> String {
+fn one_of<T: Bound>(sql: &mut Sql, column: &str, values: Vec<T>) -> String
+where
+    Vec<T>: Bound,
+{
     match values.as_slice() {
         [one] => format!("{column} = {}", sql.bind(one.clone())),
         _ => format!("{column} = ANY({})", sql.bind(values)),

@@ -180,9 +180,9 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
     client.batch_execute("ANALYZE").await.unwrap();
     let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
     let sql = super::sql::page(&f, Timestamp(2_000_000_000), None, 5);
-    let args = sql.args();
+    let explain = format!("EXPLAIN {}", sql.text);
     let plan: Vec<String> =
-        client.query(&format!("EXPLAIN {}", sql.text), &args).await.unwrap().iter().map(|r| r.get(0)).collect();
+        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
     let plan = plan.join("\n");
     assert!(
         plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
