@@ -3,7 +3,8 @@
 //! for two nodes, a real PostgreSQL: every node serves, lists, bills and deletes the same blobs;
 //! a bucket that goes away is answered 503 with nothing recorded; `hearth check` reads every
 //! object back and `--repair` sets a damaged one aside; a backup carries the blobs out of the
-//! bucket and a restore puts them back in. The access key's secret shows in no log and no answer.
+//! bucket and a restore puts them back in; `hearth migrate --to postgres` moves their records
+//! into the table every node reads. The access key's secret shows in no log and no answer.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -321,7 +322,8 @@ async fn check_reads_every_object_and_a_backup_carries_the_bucket_out_and_back()
     }
     let on_disk = tempfile::tempdir().unwrap();
     let disk_env = vec![("HEARTH_ADMIN__TOKEN".to_string(), "t".to_string())];
-    for (place, env) in [(on_disk.path(), disk_env), (&dir.path().join("again"), env.clone())] {
+    let again = dir.path().join("again");
+    for (place, env) in [(on_disk.path(), disk_env), (&again, env.clone())] {
         std::fs::create_dir_all(place).unwrap();
         let out = cli(place, &env, &["restore", backup.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -330,6 +332,23 @@ async fn check_reads_every_object_and_a_backup_carries_the_bucket_out_and_back()
         assert_eq!(relay.get(&bad_hash, None).await, (StatusCode::OK, bad.clone()));
     }
     assert_eq!(objects(&s3).await.len(), 2, "the restore put both objects back");
+
+    // `hearth migrate --to postgres` moves the records into the shared table: a node on the
+    // database serves the bucket's blobs and lists them, as every node of it would.
+    install_postgres();
+    let pg = hearth::testing::postgres::Postgres::start(false).await.unwrap();
+    let mut on_pg = env.clone();
+    on_pg.push(("HEARTH_STORAGE__POSTGRES_URL".into(), pg.database("relay").await.unwrap()));
+    let out = cli(&again, &on_pg, &["migrate", "--to", "postgres"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let moved: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(moved["media"], 2, "{moved}");
+    on_pg.push(("HEARTH_STORAGE__BACKEND".into(), "postgres".into()));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let relay = node(elsewhere.path(), &on_pg).await;
+    assert_eq!(relay.get(&good_hash, None).await, (StatusCode::OK, good));
+    assert_eq!(relay.media().await.0["used_bytes"], 500_000);
+    assert_eq!(relay.listed(&alice).await.as_array().map(Vec::len), Some(2));
 }
 
 /// Runs `hearth <args>` on `dir/data` with `env`.
