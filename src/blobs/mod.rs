@@ -91,7 +91,11 @@ impl Blobs {
         std::fs::create_dir_all(&tmp)?;
         let place = match config.store {
             MediaStore::Disk => Place::Disk,
-            MediaStore::S3 => Place::Bucket(Bucket::new(config)?),
+            MediaStore::S3 => {
+                let bucket = Bucket::new(config)?;
+                tracing::info!(bucket = bucket.name(), "media: blobs are objects in this bucket");
+                Place::Bucket(bucket)
+            }
         };
         let records = store.blob_records(matches!(place, Place::Bucket(_))).clone();
         if matches!(place, Place::Disk) {
@@ -194,6 +198,12 @@ impl Blobs {
         let owners = self.records.owners_of(&hash.0)?;
         let new = owners.is_empty();
         if new && !self.fits(size)? {
+            // Filled up since the put: the object no record names goes again (the blob is held).
+            if let Place::Bucket(bucket) = &self.place
+                && let Err(e) = bucket.delete(&hash).await
+            {
+                tracing::warn!(blob = %hash, error = %e, "an object no record names is left; hearth check --repair removes it");
+            }
             return Err(BlobError::Full);
         }
         match &self.place {
