@@ -181,19 +181,19 @@ impl Blobs {
         media_type: &str,
         now: Timestamp,
     ) -> Result<(BlobRecord, bool), BlobError> {
-        let _one = self.changing.lock().await;
         let hash = received.hash;
         let size = received.size;
         if let Place::Bucket(bucket) = &self.place
             && self.records.owners_of(&hash.0)?.is_empty()
         {
-            // The slow put before the hold, so that other nodes' changes of the blob need not
-            // wait for it; made good under the hold below.
+            // The slow put before this node's turn and the blob's hold, so that other uploads
+            // and other nodes' changes of the blob need not wait for it; made good below.
             if !self.fits(size)? {
                 return Err(BlobError::Full);
             }
             bucket.put(&hash, received.path(), size).await?;
         }
+        let _one = self.changing.lock().await;
         let _held = self.records.hold(hash.0).await?;
         let owners = self.records.owners_of(&hash.0)?;
         let new = owners.is_empty();
