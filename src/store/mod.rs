@@ -101,11 +101,6 @@ macro_rules! dispatch {
 }
 use dispatch;
 
-/// Whether any of `filters` is a NIP-50 search (whose index reads block).
-fn searches(filters: &[Filter]) -> bool {
-    filters.iter().any(|f| f.search.is_some())
-}
-
 /// Handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -309,25 +304,25 @@ impl Store {
         self.len() == 0
     }
 
-    /// [`Store::query_as`] off the async reactor: PostgreSQL's awaited on its own runtime (a
-    /// search's, and the embedded store's, on the blocking pool).
+    /// [`Store::query_as`] off the async reactor: awaited where the backend's reads await
+    /// (PostgreSQL's, on its own runtime), else on the blocking pool (the embedded store's).
     pub async fn query_async(
         &self,
         filters: Vec<Filter>,
         now: Timestamp,
         viewer: Viewer,
     ) -> Result<(Vec<EventJson>, Mark), StoreError> {
-        match &self.backend {
-            Backend::Postgres(pg) if !searches(&filters) => pg.query_async(filters, now, viewer).await,
-            _ => self.off_reactor(move |s| s.query_as(&filters, now, &viewer)).await,
+        match dispatch!(&self.backend, b => b.query_async(&filters, now, &viewer).await) {
+            Some(answer) => answer,
+            None => self.off_reactor(move |s| s.query_as(&filters, now, &viewer)).await,
         }
     }
 
     /// [`Store::count_as`] off the async reactor, as [`Store::query_async`].
     pub async fn count_async(&self, filters: Vec<Filter>, now: Timestamp, viewer: Viewer) -> Result<u64, StoreError> {
-        match &self.backend {
-            Backend::Postgres(pg) if !searches(&filters) => pg.count_async(filters, now, viewer).await,
-            _ => self.off_reactor(move |s| s.count_as(&filters, now, &viewer)).await,
+        match dispatch!(&self.backend, b => b.count_async(&filters, now, &viewer).await) {
+            Some(answer) => answer,
+            None => self.off_reactor(move |s| s.count_as(&filters, now, &viewer)).await,
         }
     }
 
@@ -338,9 +333,9 @@ impl Store {
         now: Timestamp,
         viewer: Viewer,
     ) -> Result<Option<EventJson>, StoreError> {
-        match &self.backend {
-            Backend::Postgres(pg) => pg.get_async(id, now, viewer).await,
-            Backend::Embedded(_) => self.off_reactor(move |s| s.get_as(&id, now, &viewer)).await,
+        match dispatch!(&self.backend, b => b.get_async(&id, now, &viewer).await) {
+            Some(answer) => answer,
+            None => self.off_reactor(move |s| s.get_as(&id, now, &viewer)).await,
         }
     }
 

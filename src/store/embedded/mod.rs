@@ -189,6 +189,32 @@ impl Opened {
         self.reader.count(filters, now, viewer)
     }
 
+    /// `Store::query_async`: `None`, as every read here blocks (the store runs it on the
+    /// blocking pool).
+    pub(crate) async fn query_async(
+        &self,
+        _: &[Filter],
+        _: Timestamp,
+        _: &Viewer,
+    ) -> Option<Result<(Vec<EventJson>, Mark), StoreError>> {
+        None
+    }
+
+    /// `Store::count_async`: `None`, as [`Opened::query_async`].
+    pub(crate) async fn count_async(&self, _: &[Filter], _: Timestamp, _: &Viewer) -> Option<Result<u64, StoreError>> {
+        None
+    }
+
+    /// `Store::get_async`: `None`, as [`Opened::query_async`].
+    pub(crate) async fn get_async(
+        &self,
+        _: &EventId,
+        _: Timestamp,
+        _: &Viewer,
+    ) -> Option<Result<Option<EventJson>, StoreError>> {
+        None
+    }
+
     /// `Store::count_by_author`.
     pub(crate) fn count_by_author(&self, author: &PubKey) -> Result<usize, StoreError> {
         self.view().index.len(&Key::Author(*author))

@@ -61,36 +61,50 @@ impl Pg {
         self.blocking(move |c| async move { read::items(&**c, &filter, now, &viewer, max).await })
     }
 
-    /// [`Pg::query_as`] of filters without a search, awaited on the backend's runtime (a
-    /// search's read blocks: the store runs it on the blocking pool).
+    /// [`Pg::query_as`] awaited on the backend's runtime; `None` for a search (its index's reads
+    /// block: the store runs it on the blocking pool).
     pub(crate) async fn query_async(
         &self,
-        filters: Vec<Filter>,
+        filters: &[Filter],
         now: Timestamp,
-        viewer: Viewer,
-    ) -> Result<(Vec<EventJson>, Mark), StoreError> {
+        viewer: &Viewer,
+    ) -> Option<Result<(Vec<EventJson>, Mark), StoreError>> {
+        if searches(filters) {
+            return None;
+        }
+        let (filters, viewer) = (filters.to_vec(), viewer.clone());
         let mark = self.mark();
-        let events = self.run(move |c| async move { read::query(&**c, &filters, now, &viewer).await }).await?;
-        Ok((events, mark))
+        let events = self.run(move |c| async move { read::query(&**c, &filters, now, &viewer).await }).await;
+        Some(events.map(|events| (events, mark)))
     }
 
-    /// [`Pg::count_as`] of filters without a search, awaited on the backend's runtime.
+    /// [`Pg::count_as`] awaited on the backend's runtime; `None` for a search.
     pub(crate) async fn count_async(
         &self,
-        filters: Vec<Filter>,
+        filters: &[Filter],
         now: Timestamp,
-        viewer: Viewer,
-    ) -> Result<u64, StoreError> {
-        self.run(move |c| async move { read::count(&**c, &filters, now, &viewer).await }).await
+        viewer: &Viewer,
+    ) -> Option<Result<u64, StoreError>> {
+        if searches(filters) {
+            return None;
+        }
+        let (filters, viewer) = (filters.to_vec(), viewer.clone());
+        Some(self.run(move |c| async move { read::count(&**c, &filters, now, &viewer).await }).await)
     }
 
     /// [`Pg::get_as`] awaited on the backend's runtime.
     pub(crate) async fn get_async(
         &self,
-        id: EventId,
+        id: &EventId,
         now: Timestamp,
-        viewer: Viewer,
-    ) -> Result<Option<EventJson>, StoreError> {
-        self.run(move |c| async move { read::get(&**c, &id, now, &viewer).await }).await
+        viewer: &Viewer,
+    ) -> Option<Result<Option<EventJson>, StoreError>> {
+        let (id, viewer) = (*id, viewer.clone());
+        Some(self.run(move |c| async move { read::get(&**c, &id, now, &viewer).await }).await)
     }
+}
+
+/// Whether any of `filters` is a NIP-50 search.
+fn searches(filters: &[Filter]) -> bool {
+    filters.iter().any(|f| f.search.is_some())
 }
