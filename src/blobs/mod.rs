@@ -278,7 +278,8 @@ impl Blobs {
                 let runtime = tokio::runtime::Handle::try_current()
                     .map_err(|e| BlobError::Io(std::io::Error::other(e.to_string())))?;
                 let bytes = runtime.block_on(bucket.read(hash, 0, size))?;
-                read::blocking(bytes.ok_or_else(|| BlobError::Io(std::io::ErrorKind::NotFound.into()))?)
+                let bytes = bytes.ok_or_else(|| BlobError::Io(std::io::ErrorKind::NotFound.into()))?;
+                Ok(read::blocking(bytes, runtime))
             }
         }
     }

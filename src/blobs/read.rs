@@ -47,11 +47,8 @@ pub(super) async fn file(path: &Path, start: u64, length: u64) -> Result<Option<
     Ok(Some(Box::pin(stream)))
 }
 
-/// `bytes` as a blocking reader, for code on a blocking thread of the relay's runtime (a backup,
+/// `bytes` as a blocking reader on `runtime`, for code on one of its blocking threads (a backup,
 /// an export).
-pub(super) fn blocking(bytes: ByteStream) -> Result<Box<dyn std::io::Read + Send>, BlobError> {
-    let runtime =
-        tokio::runtime::Handle::try_current().map_err(|e| BlobError::Io(std::io::Error::other(e.to_string())))?;
-    let reader = tokio_util::io::StreamReader::new(bytes);
-    Ok(Box::new(tokio_util::io::SyncIoBridge::new_with_handle(reader, runtime)))
+pub(super) fn blocking(bytes: ByteStream, runtime: tokio::runtime::Handle) -> Box<dyn std::io::Read + Send> {
+    Box::new(tokio_util::io::SyncIoBridge::new_with_handle(tokio_util::io::StreamReader::new(bytes), runtime))
 }

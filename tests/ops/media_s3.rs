@@ -7,7 +7,7 @@
 //! into the table every node reads. The access key's secret shows in no log and no answer.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
@@ -267,6 +267,23 @@ async fn two_nodes_on_one_bucket_serve_list_bill_and_delete_the_same_blobs() {
     assert_eq!(b.get(&third_hash, None).await, (StatusCode::OK, third));
     assert_eq!(b.media().await.0["used_bytes"], 1000);
 
+    // A stranger's page uploaded through one node and opened through the other is data, never a
+    // page of the relay's origin: saved, not shown, and nothing in it may run.
+    let page = b"<html><script>fetch('/admin/v1/relay')</script></html>".to_vec();
+    let page_hash = BlobHash(Sha256::digest(&page).into());
+    let req = web()
+        .put(a.url("/upload"))
+        .header("authorization", upload_auth(&bob, &page))
+        .header("content-type", "text/html")
+        .body(page.clone());
+    assert_eq!(tokio::time::timeout(STEP, req.send()).await.unwrap().unwrap().status(), StatusCode::CREATED);
+    let opened = tokio::time::timeout(STEP, web_get(b.url(&format!("/{page_hash}")))).await.unwrap().unwrap();
+    assert_eq!(opened.status(), StatusCode::OK);
+    let headers = opened.headers();
+    assert!(headers["content-disposition"].to_str().unwrap().starts_with("attachment"), "{headers:?}");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert!(headers["content-security-policy"].to_str().unwrap().contains("sandbox"), "{headers:?}");
+
     // The secret: in neither node's log, nor in the admin API's answers.
     for text in [a.log(), b.log(), text_a, text_b] {
         assert!(!text.contains(garage.secret()), "the access key's secret was shown");
@@ -353,12 +370,7 @@ async fn check_reads_every_object_and_a_backup_carries_the_bucket_out_and_back()
 
 /// Runs `hearth <args>` on `dir/data` with `env`.
 fn cli(dir: &Path, env: &[(String, String)], args: &[&str]) -> std::process::Output {
-    let mut command: Command = hearth();
-    command
-        .current_dir(dir)
-        .env("HEARTH_STORAGE__DATA_DIR", dir.join("data"))
-        .env("HEARTH_SERVER__BIND", "127.0.0.1:0")
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .args(args);
+    let mut command = crate::datadir::hearth(&dir.join("data"));
+    command.current_dir(dir).envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))).args(args);
     command.output().unwrap()
 }

@@ -1,6 +1,7 @@
 //! The PostgreSQL backend's waiting from any thread, and its exports.
 //!
-//! Owns [`block`] (a future run on the backend's runtime, waited for on this thread) and an
+//! Owns [`block`] (a future run on the backend's runtime, waited for on this thread; with a pooled
+//! connection, [`block_on_pool`]) and an
 //! export's snapshot and pages: the rows an export takes are fixed in a repeatable-read
 //! transaction, then their JSON is fetched in pages in that same transaction, which ends when the
 //! export is dropped.
@@ -27,6 +28,22 @@ pub(super) fn block<T: Send + 'static>(
         let _ = tx.send(future.await);
     });
     rx.recv().map_err(|_| PgError::Stopped)
+}
+
+/// Runs `work` with a connection of `pool` on `handle`'s runtime, and waits for it on this
+/// thread: the backend's blocking forms, and the shared media records'.
+pub(super) fn block_on_pool<T: Send + 'static, E, F>(
+    handle: &Handle,
+    pool: &deadpool_postgres::Pool,
+    work: impl FnOnce(Object) -> F + Send + 'static,
+) -> Result<T, StoreError>
+where
+    F: Future<Output = Result<T, E>> + Send,
+    E: From<PgError> + Into<StoreError> + Send + 'static,
+{
+    let pool = pool.clone();
+    let work = async move { work(pool.get().await.map_err(PgError::from)?).await };
+    block(handle, work)?.map_err(Into::into)
 }
 
 /// Opens the snapshot of an export of `filter` at `now` on `client`: the rows it takes, oldest

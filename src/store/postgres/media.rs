@@ -13,7 +13,7 @@ use tokio::runtime::Handle;
 use tokio_postgres::types::ToSql;
 
 use super::error::PgError;
-use super::export::block;
+use super::export::block_on_pool;
 use crate::protocol::PubKey;
 use crate::store::error::StoreError;
 use crate::store::media::{BlobRecord, MediaBackend, Removed};
@@ -55,8 +55,7 @@ impl SharedRecords {
     where
         F: std::future::Future<Output = Result<T, StoreError>> + Send,
     {
-        let pool = self.pool.clone();
-        block(&self.handle, async move { work(pool.get().await.map_err(PgError::from)?).await })?
+        block_on_pool(&self.handle, &self.pool, work)
     }
 
     /// The rows `select` gives for `args`.

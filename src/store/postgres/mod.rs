@@ -179,9 +179,7 @@ impl Pg {
         F: Future<Output = Result<T, E>> + Send,
         E: From<PgError> + Into<StoreError> + Send + 'static,
     {
-        let pool = self.pool.clone();
-        let work = async move { work(pool.get().await.map_err(PgError::from)?).await };
-        block(&self.handle, work)?.map_err(Into::into)
+        export::block_on_pool(&self.handle, &self.pool, work)
     }
 
     /// Runs `work` with a pooled connection on the backend's runtime, awaited from any runtime.
