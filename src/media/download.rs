@@ -70,15 +70,12 @@ pub async fn blob(
     let wanted = range(ctx.header("range"), size)?;
     let (start, end) = wanted.unwrap_or((0, size.saturating_sub(1)));
     let length = if size == 0 { 0 } else { end - start + 1 };
-    let body = if head {
-        full(bytes::Bytes::new())
-    } else {
-        let Some(bytes) = app.blobs.read(&hash, start, length).await? else {
-            tracing::error!(blob = %hash, "a recorded blob's bytes cannot be found; run hearth check");
-            return Err(MediaError::NotFound("blob not found".into()));
-        };
-        StreamBody::new(bytes.map_ok(Frame::data)).boxed()
+    // A HEAD reads nothing, but still finds the bytes there, as a GET would.
+    let Some(bytes) = app.blobs.read(&hash, start, if head { 0 } else { length }).await? else {
+        tracing::error!(blob = %hash, "a recorded blob's bytes cannot be found; run hearth check");
+        return Err(MediaError::NotFound("blob not found".into()));
     };
+    let body = if head { full(bytes::Bytes::new()) } else { StreamBody::new(bytes.map_ok(Frame::data)).boxed() };
     let mut response = Response::new(body);
     *response.status_mut() = if wanted.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
     let headers = response.headers_mut();
