@@ -7,8 +7,7 @@
 //! `Café` and `cafe` are one term.
 
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, LowerCaser, PreTokenizedStream, PreTokenizedString, RemoveLongFilter, TextAnalyzer, Token,
-    Tokenizer,
+    AsciiFoldingFilter, LowerCaser, RemoveLongFilter, TextAnalyzer, Token, TokenStream, Tokenizer,
 };
 use unicode_segmentation::UnicodeSegmentation;
 
@@ -20,7 +19,7 @@ const LONGEST_TERM: usize = 64;
 
 /// The analyzer, to register under [`NAME`].
 pub fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(Words)
+    TextAnalyzer::builder(Words::default())
         .filter(RemoveLongFilter::limit(LONGEST_TERM))
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
@@ -38,30 +37,60 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
-/// Unicode words, CJK runs as overlapping pairs.
-#[derive(Clone, Copy, Debug, Default)]
-struct Words;
+/// Unicode words, CJK runs as overlapping pairs. It keeps the spans of the text it last split, so
+/// that indexing a document allocates nothing per word.
+#[derive(Clone, Debug, Default)]
+struct Words {
+    spans: Vec<(usize, usize)>,
+}
+
+/// The words of one text: each span in turn as a token, written into one reused token.
+struct WordStream<'a> {
+    text: &'a str,
+    spans: std::slice::Iter<'a, (usize, usize)>,
+    token: Token,
+}
+
+impl TokenStream for WordStream<'_> {
+    fn advance(&mut self) -> bool {
+        let Some(&(from, to)) = self.spans.next() else { return false };
+        self.token.text.clear();
+        self.token.text.push_str(&self.text[from..to]);
+        self.token.offset_from = from;
+        self.token.offset_to = to;
+        // Token::default()'s position is usize::MAX: the first word is at 0.
+        self.token.position = self.token.position.wrapping_add(1);
+        true
+    }
+
+    fn token(&self) -> &Token {
+        &self.token
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.token
+    }
+}
 
 impl Tokenizer for Words {
-    type TokenStream<'a> = PreTokenizedStream;
+    type TokenStream<'a> = WordStream<'a>;
 
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> PreTokenizedStream {
-        let mut tokens = Vec::new();
-        let mut push = |from: usize, to: usize| {
-            let position = tokens.len();
-            tokens.push(Token {
-                offset_from: from,
-                offset_to: to,
-                position,
-                text: text[from..to].to_string(),
-                position_length: 1,
-            });
-        };
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordStream<'a> {
+        let spans = &mut self.spans;
+        spans.clear();
+        let mut push = |from: usize, to: usize| spans.push((from, to));
         // UAX #29 makes each Han or kana character a word of its own: adjacent ones are joined
         // back into their run first.
         let mut run: Option<(usize, usize)> = None;
         for (at, word) in text.unicode_word_indices() {
             let end = at + word.len();
+            if word.is_ascii() {
+                if let Some((from, to)) = run.take() {
+                    split_cjk(&text[from..to], from, &mut push);
+                }
+                push(at, end);
+                continue;
+            }
             let all_cjk = word.chars().all(is_cjk);
             match run {
                 Some((from, to)) if all_cjk && to == at => run = Some((from, end)),
@@ -80,7 +109,7 @@ impl Tokenizer for Words {
         if let Some((from, to)) = run {
             split_cjk(&text[from..to], from, &mut push);
         }
-        PreTokenizedStream::from(PreTokenizedString { text: text.to_string(), tokens })
+        WordStream { text, spans: self.spans.iter(), token: Token::default() }
     }
 }
 

@@ -24,7 +24,7 @@ const POSITION_EVERY: Duration = Duration::from_secs(30);
 /// Changes queued at most while the index is in step: past it the store's writer waits for the
 /// feed (memory stays bounded when indexing is slower than storing). Not while a rebuild runs:
 /// the relay goes on storing, and the queue is the rebuild's to catch up.
-const MAX_BACKLOG: usize = 20_000;
+const MAX_BACKLOG: usize = 8_000;
 /// After a commit failed (a full disk), how long before its error is logged again.
 const QUIET_FOR: Duration = Duration::from_secs(60);
 
@@ -172,7 +172,7 @@ impl Feed {
     }
 
     /// Queues a write group's changes, and the store's position after it; waits first while
-    /// the index is in step and more than 20,000 changes are queued (the store's writer, whose
+    /// the index is in step and more than 8,000 changes are queued (the store's writer, whose
     /// memory this bounds).
     pub fn send(&self, changes: Vec<Change>, at: Option<Position>) {
         if changes.is_empty() && at.is_none() {

@@ -1,15 +1,27 @@
 //! The search index itself: a tantivy index of events' text, and what it holds.
 //!
 //! Owns the schema (the id, kind, author and `created_at` of each event beside its text, so a
-//! search is narrowed by a filter's other fields inside the index), adding an event (as an
-//! upsert: one document per id whatever is sent twice), removing one, and commits, each carrying
-//! the [`Position`] of the store it is complete up to. Queries are `query`'s.
+//! search is narrowed by a filter's other fields inside the index), adding an event, removing
+//! one, and commits, each carrying the [`Position`] of the store it is complete up to. Queries
+//! are `query`'s.
+//!
+//! What each document costs is the search's tax on the store (docs/src/search.md): only the text
+//! has positions and norms (BM25 and phrases need them); the id is four 8-byte columns read by
+//! document number, neither a stored document nor a term (a term per event made each segment's
+//! term dictionary mostly ids); `created_at` is a column only (tantivy answers a range of a column
+//! from the column). So a removal is a scan of the id columns: the removals of a commit are
+//! gathered and made one scan at the commit ([`SearchIndex::remove`]).
 
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions};
-use tantivy::{Index, IndexReader, IndexWriter, TantivyDocument, Term};
+use tantivy::columnar::ColumnValues;
+use tantivy::query::doc_predicate_query::{DocPredicateQuery, FunctionPredicate};
+use tantivy::schema::{
+    BytesOptions, FAST, Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::{DocId, Index, IndexReader, IndexWriter, SegmentReader, TantivyDocument};
 
 use super::analyzer;
 use crate::protocol::{Event, EventId, Kind};
@@ -20,7 +32,7 @@ const TEXT_TAGS: [&str; 4] = ["title", "summary", "subject", "t"];
 
 /// Bumped whenever the schema or the analyzer changes what a query finds: an index on disk of
 /// another version is rebuilt.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The least memory tantivy's writer takes per indexing thread (its own floor, not exported).
 pub const MIN_MEMORY_BYTES: usize = 15_000_000;
@@ -59,7 +71,8 @@ struct Payload {
 /// The fields of the index.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Fields {
-    pub(super) id: Field,
+    /// The id's four eight-byte parts, big-endian, first to last: columns.
+    pub(super) id: [Field; 4],
     pub(super) kind: Field,
     pub(super) pubkey: Field,
     pub(super) created_at: Field,
@@ -71,6 +84,8 @@ pub(super) struct Fields {
 pub struct SearchIndex {
     index: Index,
     writer: Mutex<IndexWriter>,
+    /// Events removed since the last commit, to be deleted at it in one scan.
+    removing: Mutex<HashSet<EventId>>,
     pub(super) reader: IndexReader,
     pub(super) fields: Fields,
     /// The kinds it is to hold (see [`SearchIndex::holding`]), sorted.
@@ -85,16 +100,67 @@ impl std::fmt::Debug for SearchIndex {
 
 fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
-    let id = builder.add_bytes_field("id", STORED | INDEXED);
-    let kind = builder.add_u64_field("kind", INDEXED);
-    let pubkey = builder.add_bytes_field("pubkey", INDEXED);
-    let created_at = builder.add_u64_field("created_at", FAST | INDEXED);
+    // Terms without norms: only the text is scored.
+    let term = NumericOptions::default().set_indexed();
+    let id = ID_COLUMNS.map(|name| builder.add_u64_field(name, FAST));
+    let kind = builder.add_u64_field("kind", term);
+    let pubkey = builder.add_bytes_field("pubkey", BytesOptions::default().set_indexed());
+    let created_at = builder.add_u64_field("created_at", FAST);
     let indexing = TextFieldIndexing::default()
         .set_tokenizer(analyzer::NAME)
         .set_index_option(IndexRecordOption::WithFreqsAndPositions);
     let text = builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing));
-    let language = builder.add_bytes_field("language", INDEXED);
+    let language = builder.add_bytes_field("language", BytesOptions::default().set_indexed());
     (builder.build(), Fields { id, kind, pubkey, created_at, text, language })
+}
+
+/// The names of the id's four columns, first to last.
+const ID_COLUMNS: [&str; 4] = ["id", "id1", "id2", "id3"];
+
+/// The id's eight-byte parts, first to last.
+fn id_parts(id: &EventId) -> [u64; 4] {
+    let mut parts = [0; 4];
+    for (part, bytes) in parts.iter_mut().zip(id.0.chunks_exact(8)) {
+        let mut eight = [0; 8];
+        eight.copy_from_slice(bytes);
+        *part = u64::from_be_bytes(eight);
+    }
+    parts
+}
+
+/// The documents of the events `ids`: a scan of each segment's id columns (its first part
+/// compared first).
+pub(super) fn ids_query(ids: HashSet<EventId>) -> DocPredicateQuery {
+    let firsts: Arc<HashSet<u64>> = Arc::new(ids.iter().map(|id| id_parts(id)[0]).collect());
+    let ids = Arc::new(ids);
+    FunctionPredicate::from(move |segment: &SegmentReader| {
+        let columns = IdColumns::of(segment)?;
+        let (firsts, ids) = (firsts.clone(), ids.clone());
+        Ok(move |doc: DocId| firsts.contains(&columns.0[0].get_val(doc)) && ids.contains(&columns.id(doc)))
+    })
+    .into()
+}
+
+/// A segment's id columns, to read a document's id by its number.
+pub(super) struct IdColumns([Arc<dyn ColumnValues<u64>>; 4]);
+
+impl IdColumns {
+    /// `segment`'s id columns.
+    pub(super) fn of(segment: &SegmentReader) -> tantivy::Result<IdColumns> {
+        let fast = segment.fast_fields();
+        let [a, b, c, d] = ID_COLUMNS;
+        let column = |name: &str| Ok::<_, tantivy::TantivyError>(fast.u64(name)?.first_or_default_col(0));
+        Ok(IdColumns([column(a)?, column(b)?, column(c)?, column(d)?]))
+    }
+
+    /// The id of document `doc`.
+    pub(super) fn id(&self, doc: DocId) -> EventId {
+        let mut id = [0; 32];
+        for (bytes, column) in id.chunks_exact_mut(8).zip(&self.0) {
+            bytes.copy_from_slice(&column.get_val(doc).to_be_bytes());
+        }
+        EventId(id)
+    }
 }
 
 /// The languages `event` is labelled with (NIP-32: `["l", "en", "ISO-639-1"]`), lowercase; no
@@ -156,7 +222,8 @@ impl SearchIndex {
         // needs a second one (docs/src/search.md).
         let writer = index.writer_with_num_threads(1, memory_bytes.max(MIN_MEMORY_BYTES))?;
         let reader = index.reader_builder().reload_policy(tantivy::ReloadPolicy::Manual).try_into()?;
-        Ok(SearchIndex { index, writer: Mutex::new(writer), reader, fields, kinds: Vec::new() })
+        let removing = Mutex::new(HashSet::new());
+        Ok(SearchIndex { index, writer: Mutex::new(writer), removing, reader, fields, kinds: Vec::new() })
     }
 
     /// The index as one of the events of `kinds`: its commits record them, and
@@ -173,8 +240,14 @@ impl SearchIndex {
     /// each stored event once (a delete per add would double what each commit applies), and a
     /// reader that met an id twice keeps the first.
     pub fn add(&self, event: &Event) -> Result<(), SearchError> {
+        // Removed, then added again before the commit: the removal goes first, as it came.
+        if self.removals().contains(&event.id) {
+            self.delete_removed()?;
+        }
         let mut doc = TantivyDocument::default();
-        doc.add_bytes(self.fields.id, event.id.0.as_slice());
+        for (field, part) in self.fields.id.into_iter().zip(id_parts(&event.id)) {
+            doc.add_u64(field, part);
+        }
         doc.add_u64(self.fields.kind, u64::from(event.kind.0));
         doc.add_bytes(self.fields.pubkey, event.pubkey.0.as_slice());
         doc.add_u64(self.fields.created_at, event.created_at.0);
@@ -186,13 +259,24 @@ impl SearchIndex {
         Ok(())
     }
 
-    /// Removes the event `id` (at the next commit).
+    /// Removes the event `id` at the next commit (every removal until then in one scan of the id
+    /// columns).
     pub fn remove(&self, id: &EventId) {
-        self.writer().delete_term(Term::from_field_bytes(self.fields.id, &id.0));
+        self.removals().insert(*id);
+    }
+
+    /// The removals gathered so far, handed to the writer as one deletion.
+    fn delete_removed(&self) -> Result<(), SearchError> {
+        let ids = std::mem::take(&mut *self.removals());
+        if !ids.is_empty() {
+            self.writer().delete_query(Box::new(ids_query(ids)))?;
+        }
+        Ok(())
     }
 
     /// Removes every document (at the next commit): a rebuild's start.
     pub fn clear(&self) -> Result<(), SearchError> {
+        self.removals().clear();
         self.writer().delete_all_documents()?;
         Ok(())
     }
@@ -201,6 +285,7 @@ impl SearchIndex {
     pub fn commit(&self, position: Position) -> Result<(), SearchError> {
         let payload = serde_json::to_string(&Payload { version: VERSION, position, kinds: self.kinds.clone() })
             .map_err(|e| SearchError::Directory(e.to_string()))?;
+        self.delete_removed()?;
         {
             let mut writer = self.writer();
             let mut prepared = writer.prepare_commit()?;
@@ -221,6 +306,10 @@ impl SearchIndex {
 
     fn writer(&self) -> std::sync::MutexGuard<'_, IndexWriter> {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn removals(&self) -> std::sync::MutexGuard<'_, HashSet<EventId>> {
+        self.removing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Events in the index (committed).

@@ -6,18 +6,19 @@
 //! `ids`, `kinds`, `authors`, `since` and `until` inside the index (its tag conditions are the
 //! store's to check), ranking (BM25, ties newest first), and [`matches`].
 
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
 use tantivy::collector::{DocSetCollector, TopDocs};
 use tantivy::index::SegmentId;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, PhraseQuery, Query, RangeQuery, RegexQuery, TermQuery};
-use tantivy::schema::{IndexRecordOption, Value};
-use tantivy::{DocAddress, DocId, Score, Searcher, SegmentReader, TantivyDocument, Term};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocAddress, DocId, Score, Searcher, SegmentReader, Term};
 
 use super::analyzer::terms;
-use super::index::{SearchError, SearchIndex, languages_of, text_of};
+use super::index::{IdColumns, SearchError, SearchIndex, ids_query, languages_of, text_of};
 use crate::protocol::search::{Part, SearchQuery};
 use crate::protocol::{Event, EventId, Filter, Timestamp};
 
@@ -66,9 +67,16 @@ impl SearchIndex {
         let ranked: Vec<(Score, u64, DocAddress)> = if out.is_empty() {
             let top = TopDocs::with_limit(wanted.saturating_add(TIE_SLACK)).order_by_score();
             let mut ranked = Vec::new();
+            let mut times = HashMap::new();
             for (score, address) in searcher.search(built.required.as_ref(), &top)? {
-                let column = searcher.segment_reader(address.segment_ord).fast_fields().u64("created_at")?;
-                ranked.push((score, column.first_or_default_col(0).get_val(address.doc_id), address));
+                let column = match times.entry(address.segment_ord) {
+                    Entry::Occupied(column) => column.into_mut(),
+                    Entry::Vacant(slot) => {
+                        let fast = searcher.segment_reader(address.segment_ord).fast_fields();
+                        slot.insert(fast.u64("created_at")?.first_or_default_col(0))
+                    }
+                };
+                ranked.push((score, column.get_val(address.doc_id), address));
             }
             ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
             ranked
@@ -85,13 +93,12 @@ impl SearchIndex {
             top.into_iter().map(|((score, at), address)| (score, at, address)).collect()
         };
         let mut found = Vec::with_capacity(ranked.len().min(take));
+        let mut ids = Ids::new(&searcher);
         for (score, at, address) in ranked.into_iter().skip(skip) {
             if score == Score::NEG_INFINITY || found.len() == take {
                 break;
             }
-            if let Some(id) = self.id_at(&searcher, address)? {
-                found.push(Found { id, score, created_at: Timestamp(at) });
-            }
+            found.push(Found { id: ids.at(address)?, score, created_at: Timestamp(at) });
         }
         Ok(found)
     }
@@ -101,22 +108,15 @@ impl SearchIndex {
         let Some(built) = self.build(query, filter)? else { return Ok(Vec::new()) };
         let searcher = self.reader.searcher();
         let out = excluded(&searcher, &built)?;
-        let mut ids = Vec::new();
+        let mut found = Vec::new();
+        let mut ids = Ids::new(&searcher);
         for address in searcher.search(built.required.as_ref(), &DocSetCollector)? {
             let segment = searcher.segment_reader(address.segment_ord).segment_id();
-            if !out.contains(&(segment, address.doc_id))
-                && let Some(id) = self.id_at(&searcher, address)?
-            {
-                ids.push(id);
+            if !out.contains(&(segment, address.doc_id)) {
+                found.push(ids.at(address)?);
             }
         }
-        Ok(ids)
-    }
-
-    fn id_at(&self, searcher: &Searcher, address: DocAddress) -> Result<Option<EventId>, SearchError> {
-        let doc: TantivyDocument = searcher.doc(address)?;
-        let id = doc.get_first(self.fields.id).and_then(|v| v.as_bytes()).and_then(|b| <[u8; 32]>::try_from(b).ok());
-        Ok(id.map(EventId))
+        Ok(found)
     }
 
     /// `query` as tantivy's, narrowed by `filter`; None when nothing required has a term (only
@@ -141,7 +141,8 @@ impl SearchIndex {
             Box::new(ConstScoreQuery::new(Box::new(BooleanQuery::new(should.collect())), 0.0))
         };
         if let Some(ids) = &filter.ids {
-            clauses.push((Occur::Must, any_of(ids.iter().map(|id| Term::from_field_bytes(f.id, &id.0)).collect())));
+            let ids = ids_query(ids.iter().copied().collect());
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(Box::new(ids), 0.0))));
         }
         if let Some(kinds) = &filter.kinds {
             let kinds = kinds.iter().map(|k| Term::from_field_u64(f.kind, u64::from(k.0)));
@@ -192,6 +193,27 @@ impl SearchIndex {
                 Some(Box::new(BooleanQuery::new(clauses)))
             }
         })
+    }
+}
+
+/// The ids of documents a search found, read from their segments' columns.
+struct Ids<'a> {
+    searcher: &'a Searcher,
+    /// Each segment's columns, opened when first read.
+    segments: HashMap<u32, IdColumns>,
+}
+
+impl<'a> Ids<'a> {
+    fn new(searcher: &'a Searcher) -> Ids<'a> {
+        Ids { searcher, segments: HashMap::new() }
+    }
+
+    fn at(&mut self, address: DocAddress) -> Result<EventId, SearchError> {
+        let columns = match self.segments.entry(address.segment_ord) {
+            Entry::Occupied(columns) => columns.into_mut(),
+            Entry::Vacant(slot) => slot.insert(IdColumns::of(self.searcher.segment_reader(address.segment_ord))?),
+        };
+        Ok(columns.id(address.doc_id))
     }
 }
 

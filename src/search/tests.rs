@@ -159,3 +159,24 @@ fn the_filters_fields_narrow_without_changing_the_ranking() {
     assert_eq!(all.first().map(|f| f.id), Some(events[1].id));
     assert_eq!(all.last().map(|f| f.id), Some(article.id));
 }
+
+#[test]
+fn ids_narrow_exactly_and_a_removal_then_an_add_before_the_commit_keeps_the_event() {
+    let (index, events) = corpus();
+    let q = parse("meetup", 256).unwrap();
+    let ids = Filter { ids: Some(vec![events[1].id, events[3].id]), ..Filter::default() };
+    let found: Vec<_> = index.search(&q, &ids, 0, 10).unwrap().iter().map(|f| f.id).collect();
+    assert_eq!(found, [events[1].id]);
+    assert_eq!(index.all(&q, &ids).unwrap(), [events[1].id]);
+    // Taken down, then restored, within one commit interval: it stays.
+    index.remove(&events[1].id);
+    index.add(&events[1]).unwrap();
+    // Removed (and not added back) in the same interval: it goes, whichever came first.
+    index.add(&events[5]).unwrap();
+    index.remove(&events[0].id);
+    index.commit(Position::default()).unwrap();
+    let found: Vec<_> = index.search(&q, &Filter::default(), 0, 10).unwrap().iter().map(|f| f.id).collect();
+    assert!(found.contains(&events[1].id), "{found:?}");
+    assert!(!found.contains(&events[0].id), "{found:?}");
+    assert_eq!(index.len(), 6);
+}

@@ -177,12 +177,15 @@ enum Cmd {
     },
     /// NIP-50 on release relays: --file (generated with real-looking text, --events events, when
     /// it does not exist) ingested with the search index on and off, the index rebuilt
-    /// (`hearth search-reindex`), two-word queries timed warm; disk and RSS of each.
+    /// (`hearth search-reindex`), two-word queries timed warm; disk and RSS of each, fan-out to
+    /// 500 subscribers on each. The ingests alternate in --pairs pairs; the ratio is their median.
     Search {
         #[arg(long, default_value_t = 1_000_000)]
         events: usize,
         #[arg(long, default_value = "search-events.jsonl")]
         file: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        pairs: usize,
     },
     /// The Redis limiter backend beside the memory one: admission p50/p99 in-process, the
     /// admissions per second one Redis sustains, and the 4 × 256 ingest of --file (generated with
@@ -262,7 +265,7 @@ async fn main() -> ExitCode {
         Cmd::Scale { events, file } => drive::scale(events, &file).await,
         Cmd::Compact { events, file, delay_ms } => drive::compact_under_ingest(events, &file, delay_ms).await,
         Cmd::Sync { events, file } => drive::sync(events, &file).await,
-        Cmd::Search { events, file } => drive::search(events, &file).await,
+        Cmd::Search { events, file, pairs } => drive::search(events, &file, pairs).await,
         Cmd::Cluster { events, file } => drive::cluster(events, &file).await,
         Cmd::Postgres { events, file } => drive::postgres(events, &file).await,
         Cmd::Crash { kills, seed, power_cut, postgres, start_deadline_secs } => {

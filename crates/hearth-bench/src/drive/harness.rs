@@ -152,6 +152,29 @@ impl Spawned {
         proc_status_kb(&self.child.id().to_string(), "VmHWM:") as f64 / 1024.0
     }
 
+    /// Waits (at most `limit`) until the relay is at rest: under 5 % of a core over half a second
+    /// (a store's flush and the search index's merges after an ingest run on behind it).
+    pub(super) fn settle(&self, limit: Duration) {
+        let cpu_ticks = || {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+            // The fields after the command's closing parenthesis: utime and stime are 12th and 13th.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<u64> = after.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+            fields.get(11).zip(fields.get(12)).map_or(0, |(u, s)| u + s)
+        };
+        let deadline = std::time::Instant::now() + limit;
+        let mut before = cpu_ticks();
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = cpu_ticks();
+            // 100 ticks a second: under 5 % of a core over half a second is under 2.5 ticks.
+            if now.saturating_sub(before) < 3 {
+                return;
+            }
+            before = now;
+        }
+    }
+
     /// Resident memory now, in kB.
     pub(super) fn rss_kb(&self) -> u64 {
         proc_status_kb(&self.child.id().to_string(), "VmRSS:")

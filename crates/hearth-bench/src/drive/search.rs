@@ -1,7 +1,8 @@
 //! `search`: NIP-50 at one store size on release relays: the ingest of one file with the search
-//! index on beside off (same file, same run: the ratio is the figure), the disk and the peak RSS
-//! the index adds, its build rate (`hearth search-reindex` of the store ingested without it), and
-//! two-word queries' latency on a warm relay.
+//! index on beside off (same file, same run, alternating pairs: the median ratio is the figure),
+//! the disk and the peak RSS the index adds, live fan-out to 500 subscribers on each, its build
+//! rate (`hearth search-reindex` of the store ingested without it), and two-word queries' latency
+//! on a warm relay.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,28 +22,75 @@ const TIMED_QUERIES: usize = 400;
 /// does), as a person looking for a note types.
 const QUERY_WORDS: std::ops::Range<usize> = 30..WORDS.len();
 
+/// One ingest of the file into a fresh relay.
+struct Run {
+    rate: f64,
+    stored: u64,
+    peak_mb: f64,
+}
+
 /// See the module doc; `file` is generated (words, [`gen_text_file`]) with `events` events when
-/// it does not exist.
-pub(crate) async fn search(events: usize, file: &Path) -> Res<Vec<Report>> {
+/// it does not exist. The ingests run in `pairs` pairs, off and on in alternating order (off on,
+/// on off, off on, …), and the ratio is the median of the pairs' (one pair moves with the
+/// machine's minute); after the last ingest of each, 500 subscribers' fan-out on that relay.
+pub(crate) async fn search(events: usize, file: &Path, pairs: usize) -> Res<Vec<Report>> {
     let mut reports = Vec::new();
     if !file.exists() {
         reports.push(gen_text_file(events, file)?);
     }
-    let mut ingest_with = async |name: &str, env: &[(&str, &str)]| -> Res<(f64, u64, f64, std::path::PathBuf)> {
-        let on = Spawned::start(name, env)?;
-        let ingested = ingest(&on.relay, file, 4, 256).await?;
-        let rate = ingested.json["events_per_sec"].as_f64().unwrap_or(0.0);
-        let stored = ingested.json["ok_true"].as_u64().unwrap_or(0);
+    let pairs = pairs.max(1);
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let (mut off_dir, mut on_dir) = (None, None);
+    let (mut fanout_off, mut fanout_on) = (None, None);
+    for round in 0..pairs * 2 {
+        // off on | on off | off on …
+        let with_index = (round % 2 == 1) != (round / 2 % 2 == 1);
+        let (name, env): (&str, &[(&str, &str)]) =
+            if with_index { ("search-on", &[]) } else { ("search-off", &[("HEARTH_STORAGE__SEARCH", "false")]) };
+        let relay = Spawned::start(name, env)?;
+        let ingested = ingest(&relay.relay, file, 4, 256).await?;
+        let run = Run {
+            rate: ingested.json["events_per_sec"].as_f64().unwrap_or(0.0),
+            stored: ingested.json["ok_true"].as_u64().unwrap_or(0),
+            peak_mb: relay.peak_rss_mb(),
+        };
         reports.push(ingested);
-        let peak = on.peak_rss_mb();
-        Ok((rate, stored, peak, on.stop_keeping()))
+        let last = round + 2 >= pairs * 2;
+        if last {
+            relay.settle(Duration::from_secs(60));
+            let fanned = fanout(&relay.relay, 500, 200, 100).await?;
+            let p99 = fanned.json["p99_ms"].as_f64().unwrap_or(f64::NAN);
+            reports.push(fanned);
+            *(if with_index { &mut fanout_on } else { &mut fanout_off }) = Some(p99);
+        }
+        let dir = relay.stop_keeping();
+        let (runs, kept) = if with_index { (&mut on, &mut on_dir) } else { (&mut off, &mut off_dir) };
+        runs.push(run);
+        // The first store without the index is rebuilt below; the last with it is queried.
+        if kept.is_none() || with_index {
+            if let Some(old) = kept.replace(dir) {
+                let _ = std::fs::remove_dir_all(old);
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    let (Some(off_dir), Some(on_dir)) = (off_dir, on_dir) else { return Err("no runs".into()) };
+    let mut ratios: Vec<f64> = off.iter().zip(&on).map(|(off, on)| on.rate / off.rate.max(1e-9)).collect();
+    ratios.sort_by(f64::total_cmp);
+    let ratio = ratios[ratios.len() / 2];
+    let median = |runs: &[Run], of: fn(&Run) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(of).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
     };
-    let (rate_off, stored, peak_off, off_dir) =
-        ingest_with("search-off", &[("HEARTH_STORAGE__SEARCH", "false")]).await?;
-    let (rate_on, _, peak_on, on_dir) = ingest_with("search-on", &[]).await?;
+    let (rate_off, rate_on) = (median(&off, |r| r.rate), median(&on, |r| r.rate));
+    let (peak_off, peak_on) = (median(&off, |r| r.peak_mb), median(&on, |r| r.peak_mb));
+    let stored = on.iter().map(|r| r.stored).min().unwrap_or(0);
     let disk_off = dir_size(&off_dir.join("data"));
     let disk_on = dir_size(&on_dir.join("data"));
     let index_bytes = dir_size(&on_dir.join("data").join("search"));
+    let index_per_event = index_bytes as f64 / stored.max(1) as f64;
 
     let (built, build_peak_mb, _) = run_hearth(&off_dir, &["search-reindex"], &[])?;
     let _ = std::fs::remove_dir_all(&off_dir);
@@ -55,19 +103,28 @@ pub(crate) async fn search(events: usize, file: &Path) -> Res<Vec<Report>> {
     let rss_after_mb = relay.rss_kb() as f64 / 1024.0;
     relay.stop();
     let (p50, p99) = (percentile_ms(&mut samples, 50.0), percentile_ms(&mut samples, 99.0));
-    let ratio = rate_on / rate_off.max(1e-9);
+    let (fanout_off, fanout_on) = (fanout_off.unwrap_or(f64::NAN), fanout_on.unwrap_or(f64::NAN));
+    let pair_ratios: Vec<String> =
+        off.iter().zip(&on).map(|(f, n)| format!("{:.2}", n.rate / f.rate.max(1e-9))).collect();
     reports.push(Report {
-        json: json!({"cmd": "search", "events": stored, "ingest_off_per_sec": rate_off, "ingest_on_per_sec": rate_on,
+        json: json!({"cmd": "search", "events": stored, "pairs": pairs,
+            "ingest_off_per_sec": off.iter().map(|r| r.rate).collect::<Vec<_>>(),
+            "ingest_on_per_sec": on.iter().map(|r| r.rate).collect::<Vec<_>>(),
             "ingest_on_over_off": ratio, "peak_ingest_rss_off_mb": peak_off, "peak_ingest_rss_on_mb": peak_on,
+            "fanout_p99_off_ms": fanout_off, "fanout_p99_on_ms": fanout_on,
             "disk_off_bytes": disk_off, "disk_on_bytes": disk_on, "index_bytes": index_bytes,
+            "index_bytes_per_event": index_per_event,
             "build_events": indexed, "build_per_sec": build_rate, "build_peak_rss_mb": build_peak_mb,
             "rss_before_queries_mb": rss_before_mb, "rss_after_queries_mb": rss_after_mb,
             "two_word_p50_ms": p50, "two_word_p99_ms": p99, "mean_results": found}),
         summary: format!(
-            "search {stored} events: ingest {rate_on:.0}/s with the index, {rate_off:.0}/s without ({ratio:.2} x); \
-             peak RSS {peak_on:.0} vs {peak_off:.0} MB; disk {disk_on} vs {disk_off} B (index {index_bytes} B); \
-             rebuild {build_rate:.0} events/s, peak RSS {build_peak_mb:.0} MB; two-word queries p50 {p50:.2} / \
-             p99 {p99:.2} ms ({found:.1} results each), RSS {rss_before_mb:.0} → {rss_after_mb:.0} MB"
+            "search {stored} events: ingest {rate_on:.0}/s with the index, {rate_off:.0}/s without (medians); \
+             on ÷ off, the median of {pairs} pairs: {ratio:.2} x ({}); peak RSS {peak_on:.0} vs {peak_off:.0} MB; \
+             fan-out to 500 p99 {fanout_on:.2} vs {fanout_off:.2} ms; disk {disk_on} vs {disk_off} B (index \
+             {index_bytes} B, {index_per_event:.0} B an event); rebuild {build_rate:.0} events/s, peak RSS \
+             {build_peak_mb:.0} MB; two-word queries p50 {p50:.2} / p99 {p99:.2} ms ({found:.1} results each), \
+             RSS {rss_before_mb:.0} → {rss_after_mb:.0} MB",
+            pair_ratios.join(", ")
         ),
     });
     Ok(reports)
