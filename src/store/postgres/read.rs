@@ -1,8 +1,8 @@
 //! The PostgreSQL backend's reads: queries, counts, single events, NIP-77 items, exports.
 //!
 //! Owns scanning a filter page by page, newest first ([`scan`]), and checking every row as the
-//! embedded backend checks a candidate: the whole filter again (a long tag value is keyed by its
-//! hash), not expired, and the viewer's read rules (private kinds, withheld groups, held events)
+//! embedded backend checks a candidate: its id, author and kind decoded, and the viewer's read
+//! rules (private kinds, withheld groups, held events)
 //! — so a row the viewer may not read is neither served nor counted toward a `limit`. A count
 //! whose filters can match nothing a viewer is refused is one `count(*)`; any other is counted
 //! from the rows it would serve.
@@ -89,7 +89,9 @@ fn checked(row: &Row, filter: &Filter, viewer: &Viewer) -> Result<Option<Hit>, P
         return Ok(None);
     }
     let json: String = row.try_get(5)?;
-    if !filter.tags.is_empty() || viewer.needs_tags(kind, &pubkey) {
+    // The statement applied the filter's tag conditions exactly (`sql::page`): the JSON is read
+    // only when the viewer's rules need the tags.
+    if viewer.needs_tags(kind, &pubkey) {
         let event = match Event::from_json(&json) {
             Ok(event) => event,
             Err(e) => {

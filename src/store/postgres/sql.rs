@@ -5,9 +5,9 @@
 //! hand, never prepared first), the tag value as the
 //! `tags` table keys it ([`tag_key`]), and the statements a filter reads with: a page of its
 //! newest matches ([`page`], driven by the `tags_value` index when the filter names tag values,
-//! else by an `events` index), and the condition alone ([`condition`], for a count). The read
-//! path checks every row it gets against the whole filter again (a long value's hash, say), so
-//! these conditions may select more than the filter, never less.
+//! else by an `events` index), and the condition alone ([`condition`], for a count). The
+//! conditions are the filter exactly, tags included (a long value is keyed by its SHA-256, as it
+//! was stored): the read path does not parse a row's JSON to check its tags again.
 
 use sha2::{Digest, Sha256};
 use tokio_postgres::types::{ToSql, Type};
