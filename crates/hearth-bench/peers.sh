@@ -3,7 +3,9 @@
 # started on a free port with a scratch directory, then the same workloads against each, one
 # relay at a time (so none shares the cores with another):
 #   - hearth-bench: ingest 4 x 256 of one pre-signed file, the query mix (2,000 queries), a
-#     fan-out (200 subscribers x 200 events at 100/s);
+#     fan-out (200 subscribers x 200 events at 100/s), a chat (`hearth-bench chat`: 50 NIP-28
+#     rooms of 200 messages, 500 members in 4 rooms each opening them at once, then 1,000
+#     messages at 50/s timed to every member of their room);
 #   - nostr-bench 0.4.0 (third party): `event` and `req`, 50 clients each, 20 s each;
 #   - disk per event after hearth-bench's workloads, peak RSS (VmHWM) after everything.
 # Relays: hearth on sled and on PostgreSQL (a server of the script's own, fsync on), and
@@ -58,18 +60,20 @@ nostr_bench() {
 measure() {
   local name=$1 pid=$2 url=$3 dir=$4 elsewhere=${5:-}
   echo "== $name" >&2
-  local ingest query fanout event req rss disk
+  local ingest query fanout chat event req rss disk
   # A workload that fails is reported as null, and the others still run.
   ingest=$("$BENCH" ingest --relay "$url" --file "$file" --conns 4 --inflight "${INFLIGHT:-256}" 2>/dev/null | tail -1 || true)
   query=$("$BENCH" query --relay "$url" --file "$file" --queries 2000 2>/dev/null | tail -1 || true)
   fanout=$("$BENCH" fanout --relay "$url" --subs 200 --events 200 --rate 100 2>/dev/null | tail -1 || true)
-  # The disk the file's events take (and the fan-out's 200), before nostr-bench adds its own.
+  # The disk the file's events take (and the fan-out's 200), before the chat and nostr-bench add
+  # their own.
   disk=$(du -sk "$dir" | cut -f1)
   [ -n "$elsewhere" ] && disk=$((disk + $($elsewhere) / 1024))
+  chat=$("$BENCH" chat --relay "$url" 2>/dev/null | tail -1 || true)
   event=$(nostr_bench event "$url")
   req=$(nostr_bench req "$url")
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  python3 - "$name" "$EVENTS" "$rss" "$disk" "$ingest" "$query" "$fanout" "$event" "$req" <<'PY'
+  python3 - "$name" "$EVENTS" "$rss" "$disk" "$ingest" "$query" "$fanout" "$chat" "$event" "$req" <<'PY'
 import json, sys
 name, events, rss, disk, *parts = sys.argv[1:]
 def parse(text):
@@ -77,7 +81,7 @@ def parse(text):
         return json.loads(text)
     except ValueError:
         return text or None
-ingest, query, fanout, event, req = map(parse, parts)
+ingest, query, fanout, chat, event, req = map(parse, parts)
 def rate(line):
     # nostr-bench's last report: its totals since the start.
     if not isinstance(line, dict):
@@ -89,7 +93,7 @@ def rate(line):
 event, req = rate(event), rate(req)
 print(json.dumps({"relay": name, "events": int(events), "peak_rss_mb": round(int(rss) / 1024, 1),
                   "disk_bytes_per_event": round(int(disk) * 1024 / int(events)),
-                  "ingest": ingest, "query": query, "fanout": fanout,
+                  "ingest": ingest, "query": query, "fanout": fanout, "chat": chat,
                   "nostr_bench_event": event, "nostr_bench_req": req}))
 PY
   kill "$pid"; wait "$pid" 2>/dev/null || true

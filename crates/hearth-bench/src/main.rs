@@ -71,6 +71,25 @@ enum Cmd {
         pings: usize,
     },
     /// S subscribers, then E events at R per second; delivery latency and completeness.
+    /// A public chat's busy hour on any relay (NIP-28 rooms: every relay serves them): rooms
+    /// with history, members opening their rooms at once (REQ to EOSE), then live messages timed
+    /// to every member of their room.
+    Chat {
+        #[arg(long)]
+        relay: String,
+        #[arg(long, default_value_t = 50)]
+        channels: usize,
+        #[arg(long, default_value_t = 500)]
+        members: usize,
+        #[arg(long, default_value_t = 4)]
+        rooms_each: usize,
+        #[arg(long, default_value_t = 200)]
+        history: usize,
+        #[arg(long, default_value_t = 1000)]
+        messages: usize,
+        #[arg(long, default_value_t = 50)]
+        rate: u64,
+    },
     Fanout {
         #[arg(long)]
         relay: String,
@@ -250,6 +269,10 @@ async fn main() -> ExitCode {
         }
         Cmd::Query { relay, file, queries, warm } => {
             drive::query(&relay, &file, queries, warm.as_deref()).await.map(|r| vec![r])
+        }
+        Cmd::Chat { relay, channels, members, rooms_each, history, messages, rate } => {
+            let chat = drive::Chat { channels, members, rooms_each, history, messages, rate };
+            drive::chat(&relay, chat).await.map(|r| vec![r])
         }
         Cmd::Rtt { relay, pings } => drive::rtt(&relay, pings).await.map(|r| vec![r]),
         Cmd::Fanout { relay, subs, events, rate } => drive::fanout(&relay, subs, events, rate).await.map(|r| vec![r]),

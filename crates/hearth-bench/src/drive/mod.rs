@@ -4,9 +4,11 @@
 //! holds idle connections on one, `harness` starts release binaries and reads their memory,
 //! `suites` runs the workloads together, `scale` measures one store size from ingest to restarts,
 //! `crash` kills a relay while clients publish and checks what it acknowledged, `sync` times one
-//! NIP-77 round between two stores, `search` NIP-50's index beside the store.
+//! NIP-77 round between two stores, `search` NIP-50's index beside the store, `chat` a public
+//! chat's rooms on any relay.
 
 mod bounds;
+mod chat;
 mod cluster;
 mod crash;
 mod generate;
@@ -27,6 +29,7 @@ use generate::*;
 use harness::*;
 
 pub(crate) use bounds::{bound, limiter};
+pub(crate) use chat::{Chat, chat};
 pub(crate) use cluster::cluster;
 pub(crate) use crash::{Kills, crash};
 pub(crate) use generate::{gen_file, gen_file_with};
