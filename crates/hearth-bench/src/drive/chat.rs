@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::workloads::{IdOnly, delivery_times, send_paced};
+use super::workloads::{deliveries, delivery_times, send_paced};
 use super::*;
 use crate::stats::percentile_ms;
 use hearth::protocol::{Event, Keys, Kind, Timestamp};
@@ -89,18 +89,17 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
         let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<Vec<Duration>>();
         openers.push(opened_rx);
         receivers.push(tokio::spawn(async move {
-            let mut seen: Vec<(String, Instant)> = Vec::new();
             let mut asked: HashMap<String, Instant> = HashMap::new();
             for (k, room) in rooms.iter().enumerate() {
                 let frame = json!(["REQ", format!("r{k}"), {"kinds": [42], "#e": [room], "limit": ROOM_LIMIT}]);
                 asked.insert(format!("r{k}"), Instant::now());
                 if tx.send(Message::text(frame.to_string())).await.is_err() {
-                    return seen;
+                    return Vec::new();
                 }
             }
             let mut opened = Vec::new();
             while opened.len() < rooms.len() {
-                let Some(frame) = next_frame(&mut rx).await else { return seen };
+                let Some(frame) = next_frame(&mut rx).await else { return Vec::new() };
                 if frame[0] == "EOSE"
                     && let Some(at) = frame[1].as_str().and_then(|sub| asked.get(sub))
                 {
@@ -109,14 +108,7 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
             }
             let _ = opened_tx.send(opened);
             ready.add_permits(1);
-            while seen.len() < waiting {
-                let Some(text) = next_text(&mut rx).await else { break };
-                let at = Instant::now();
-                if let Ok(("EVENT", _, IdOnly { id })) = serde_json::from_str::<(&str, &str, IdOnly)>(&text) {
-                    seen.push((id.to_string(), at));
-                }
-            }
-            seen
+            deliveries(&mut rx, waiting).await
         }));
     }
     let mut opens = Vec::new();

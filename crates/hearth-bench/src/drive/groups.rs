@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 
 use super::sockets::hold;
 use super::sync::import;
-use super::workloads::{IdOnly, delivery_times, send_paced};
+use super::workloads::{deliveries, delivery_times, send_paced};
 use super::*;
 use crate::stats::percentile_ms;
 use hearth::protocol::{Event, Keys, Kind, Timestamp};
@@ -138,11 +138,10 @@ async fn chat(relay: &Spawned, groups: usize, members: usize, messages: usize, r
         // Message i goes to group i % groups, and to each subscription of it.
         let expected = MEMBERS_PER_SOCKET * (messages / groups.max(1) + usize::from(g < messages % groups.max(1)));
         receivers.push(tokio::spawn(async move {
-            let mut seen: Vec<(String, Instant)> = Vec::new();
             for member in 0..MEMBERS_PER_SOCKET {
                 let req = json!(["REQ", format!("m{member}"), {"kinds": [9], "#h": [group], "limit": 0}]);
                 if tx.send(Message::text(req.to_string())).await.is_err() {
-                    return seen;
+                    return Vec::new();
                 }
             }
             let mut eose = 0;
@@ -155,14 +154,7 @@ async fn chat(relay: &Spawned, groups: usize, members: usize, messages: usize, r
                 }
             }
             ready.add_permits(1);
-            while seen.len() < expected {
-                let Some(text) = next_text(&mut rx).await else { break };
-                let at = Instant::now();
-                if let Ok(("EVENT", _, IdOnly { id })) = serde_json::from_str::<(&str, &str, IdOnly)>(&text) {
-                    seen.push((id.to_string(), at));
-                }
-            }
-            seen
+            deliveries(&mut rx, expected).await
         }));
     }
     ready.acquire_many(receivers.len() as u32).await.map_err(err)?.forget();

@@ -337,10 +337,25 @@ pub(super) async fn delivery_times(
     Ok(latencies)
 }
 
+/// The next `n` events `rx` receives, each its id and when it came (fewer when the relay closes or
+/// goes quiet for `QUIET`). Only the id is parsed, borrowed: many subscribers' parsing must not be
+/// what is measured.
+pub(super) async fn deliveries(rx: &mut futures_util::stream::SplitStream<Ws>, n: usize) -> Vec<(String, Instant)> {
+    let mut seen = Vec::with_capacity(n);
+    while seen.len() < n {
+        let Some(text) = next_text(rx).await else { break };
+        let at = Instant::now();
+        if let Ok(("EVENT", _, IdOnly { id })) = serde_json::from_str::<(&str, &str, IdOnly)>(&text) {
+            seen.push((id.to_string(), at));
+        }
+    }
+    seen
+}
+
 /// The id of an event, the rest skipped.
 #[derive(serde::Deserialize)]
-pub(super) struct IdOnly<'a> {
-    pub(super) id: &'a str,
+struct IdOnly<'a> {
+    id: &'a str,
 }
 
 /// S subscribers, then E events at `rate`/s; measures delivery latency and completeness.
@@ -355,9 +370,8 @@ pub(crate) async fn fanout(relay: &str, subs: usize, events: usize, rate: u64) -
         let (mut tx, mut rx) = connect(relay).await?.split();
         let ready = ready.clone();
         receivers.push(tokio::spawn(async move {
-            let mut seen: Vec<(String, Instant)> = Vec::new();
             if tx.send(Message::text(json!(["REQ", "f", {"kinds": [1], "since": since}]).to_string())).await.is_err() {
-                return seen;
+                return Vec::new();
             }
             while let Some(frame) = next_frame(&mut rx).await {
                 if frame[0] == "EOSE" {
@@ -365,15 +379,7 @@ pub(crate) async fn fanout(relay: &str, subs: usize, events: usize, rate: u64) -
                 }
             }
             ready.add_permits(1);
-            while seen.len() < events {
-                let Some(text) = next_text(&mut rx).await else { break };
-                let at = Instant::now();
-                // Only the id, borrowed: 500 subscribers' parsing must not be what is measured.
-                if let Ok(("EVENT", _, IdOnly { id })) = serde_json::from_str::<(&str, &str, IdOnly)>(&text) {
-                    seen.push((id.to_string(), at));
-                }
-            }
-            seen
+            deliveries(&mut rx, events).await
         }));
     }
     let all_ready = ready.acquire_many(subs as u32).await.map_err(err)?;
