@@ -265,11 +265,17 @@ impl SearchIndex {
         self.removals().insert(*id);
     }
 
-    /// The removals gathered so far, handed to the writer as one deletion.
+    /// The removals gathered so far, handed to the writer as one deletion (kept for the next try
+    /// if the writer refuses it).
     fn delete_removed(&self) -> Result<(), SearchError> {
         let ids = std::mem::take(&mut *self.removals());
-        if !ids.is_empty() {
-            self.writer().delete_query(Box::new(ids_query(ids)))?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let deleted = self.writer().delete_query(Box::new(ids_query(ids.clone())));
+        if let Err(e) = deleted {
+            self.removals().extend(ids);
+            return Err(e.into());
         }
         Ok(())
     }
