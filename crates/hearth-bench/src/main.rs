@@ -70,7 +70,6 @@ enum Cmd {
         #[arg(long, default_value_t = 2000)]
         pings: usize,
     },
-    /// S subscribers, then E events at R per second; delivery latency and completeness.
     /// A public chat's busy hour on any relay (NIP-28 rooms: every relay serves them): rooms
     /// with history, members opening their rooms at once (REQ to EOSE), then live messages timed
     /// to every member of their room.
@@ -90,6 +89,7 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         rate: u64,
     },
+    /// S subscribers, then E events at R per second; delivery latency and completeness.
     Fanout {
         #[arg(long)]
         relay: String,
