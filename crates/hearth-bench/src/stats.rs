@@ -1,4 +1,4 @@
-//! Latency percentiles and a tiny deterministic PRNG for workload generation.
+//! Latency percentiles, medians and a tiny deterministic PRNG for workload generation.
 
 use std::time::Duration;
 
@@ -10,6 +10,13 @@ pub fn percentile_ms(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort_unstable();
     let rank = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
     samples[rank.min(samples.len() - 1)].as_secs_f64() * 1000.0
+}
+
+/// The median of `values` (the upper one of an even count); 0 for none.
+pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.into_iter().collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// xorshift64*: reproducible workloads without a dependency.

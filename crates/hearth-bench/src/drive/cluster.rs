@@ -62,12 +62,7 @@ impl Redis {
 
     /// CPU seconds the server has used (user + system).
     fn cpu_secs(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-        let fields: Vec<&str> =
-            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-        (ticks(11) + ticks(12)) / 100.0
+        cpu_secs(self.child.id())
     }
 }
 

@@ -62,6 +62,16 @@ pub(super) fn proc_status_kb(pid: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds process `pid` has used (user + system), from `/proc/<pid>/stat`; 0 when unreadable.
+pub(super) fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// A release `hearth` started by the suite on a scratch directory.
 pub(super) struct Spawned {
     child: std::process::Child,
@@ -155,20 +165,13 @@ impl Spawned {
     /// Waits (at most `limit`) until the relay is at rest: under 5 % of a core over half a second
     /// (a store's flush and the search index's merges after an ingest run on behind it).
     pub(super) fn settle(&self, limit: Duration) {
-        let cpu_ticks = || {
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-            // The fields after the command's closing parenthesis: utime and stime are 12th and 13th.
-            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-            let fields: Vec<u64> = after.split_whitespace().filter_map(|f| f.parse().ok()).collect();
-            fields.get(11).zip(fields.get(12)).map_or(0, |(u, s)| u + s)
-        };
         let deadline = std::time::Instant::now() + limit;
-        let mut before = cpu_ticks();
+        let mut before = cpu_secs(self.child.id());
         while std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(500));
-            let now = cpu_ticks();
-            // 100 ticks a second: under 5 % of a core over half a second is under 2.5 ticks.
-            if now.saturating_sub(before) < 3 {
+            let now = cpu_secs(self.child.id());
+            // Under 5 % of a core over half a second: under 0.025 s (2.5 ticks of 10 ms).
+            if now - before < 0.025 {
                 return;
             }
             before = now;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::sync::run_hearth;
 use super::*;
-use crate::stats::{Rng, percentile_ms};
+use crate::stats::{Rng, median, percentile_ms};
 
 /// Queries before the timed ones: the index's files into the page cache.
 const WARM_QUERIES: usize = 100;
@@ -76,16 +76,9 @@ pub(crate) async fn search(events: usize, file: &Path, pairs: usize) -> Res<Vec<
         }
     }
     let (Some(off_dir), Some(on_dir)) = (off_dir, on_dir) else { return Err("no runs".into()) };
-    let mut ratios: Vec<f64> = off.iter().zip(&on).map(|(off, on)| on.rate / off.rate.max(1e-9)).collect();
-    ratios.sort_by(f64::total_cmp);
-    let ratio = ratios[ratios.len() / 2];
-    let median = |runs: &[Run], of: fn(&Run) -> f64| {
-        let mut values: Vec<f64> = runs.iter().map(of).collect();
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
-    let (rate_off, rate_on) = (median(&off, |r| r.rate), median(&on, |r| r.rate));
-    let (peak_off, peak_on) = (median(&off, |r| r.peak_mb), median(&on, |r| r.peak_mb));
+    let ratio = median(off.iter().zip(&on).map(|(off, on)| on.rate / off.rate.max(1e-9)));
+    let (rate_off, rate_on) = (median(off.iter().map(|r| r.rate)), median(on.iter().map(|r| r.rate)));
+    let (peak_off, peak_on) = (median(off.iter().map(|r| r.peak_mb)), median(on.iter().map(|r| r.peak_mb)));
     let stored = on.iter().map(|r| r.stored).min().unwrap_or(0);
     let disk_off = dir_size(&off_dir.join("data"));
     let disk_on = dir_size(&on_dir.join("data"));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
+use crate::stats::median;
 
 /// Pairs of ingests into fresh relays with the limiter on and off, in alternating order so that
 /// drift of a shared machine cancels; the ratio reported is the median of the pairs' ratios.
@@ -30,9 +31,7 @@ pub(super) async fn limiter_overhead(file: &Path) -> Res<Report> {
         off.push(rate_off);
         ratios.push(if rate_off > 0.0 { rate_on / rate_off } else { 0.0 });
     }
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
-    let ratio = sorted[PAIRS / 2];
+    let ratio = median(ratios.iter().copied());
     let list = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
     Ok(Report {
         json: json!({"cmd": "limiter_overhead", "on_per_sec": on, "off_per_sec": off, "ratios": ratios, "ratio": ratio}),
