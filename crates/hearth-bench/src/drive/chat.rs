@@ -2,7 +2,8 @@
 //! (hearth's own NIP-29 groups are measured by `groups`; no peer serves them). `channels` rooms
 //! with `history` messages each; `members` sockets, each a member of `rooms_each` rooms, opening
 //! them as a chat client does (`{"kinds": [42], "#e": [<room>], "limit": 50}` each, all at once,
-//! each timed from its REQ to its EOSE); then `messages` new messages at `rate`/s, each timed until
+//! each timed from its REQ to its EOSE; a room with no EOSE within 30 s is counted as not
+//! opened); then `messages` new messages at `rate`/s, each timed until
 //! every member of its room has it.
 
 use std::collections::HashMap;
@@ -76,6 +77,7 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
     // message of its rooms, its id and when it came (until all have come, or the relay is quiet
     // for `QUIET`).
     let ready = Arc::new(Semaphore::new(0));
+    let (started, started_rx) = tokio::sync::watch::channel(false);
     let in_room = |room: usize| (0..chat.messages).filter(|i| i % chat.channels == room).count();
     let mut receivers = Vec::new();
     let mut openers = Vec::new();
@@ -86,7 +88,7 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
         let waiting: usize = rooms.iter().map(|r| in_room(*r)).sum();
         expected += waiting;
         let rooms: Vec<String> = rooms.iter().map(|r| roots[*r].id.to_hex()).collect();
-        let ready = ready.clone();
+        let (ready, mut live) = (ready.clone(), started_rx.clone());
         let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<Vec<Duration>>();
         openers.push(opened_rx);
         receivers.push(tokio::spawn(async move {
@@ -98,9 +100,11 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
                     return Vec::new();
                 }
             }
+            // A room the relay never ends (no EOSE before it is quiet for `QUIET`) is left out of
+            // the rooms opened, and the member still listens.
             let mut opened = Vec::new();
             while opened.len() < rooms.len() {
-                let Some(frame) = next_frame(&mut rx).await else { return Vec::new() };
+                let Some(frame) = next_frame(&mut rx).await else { break };
                 if frame[0] == "EOSE"
                     && let Some(at) = frame[1].as_str().and_then(|sub| asked.get(sub))
                 {
@@ -109,18 +113,24 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
             }
             let _ = opened_tx.send(opened);
             ready.add_permits(1);
+            // Listened for from the first live message on (not while another member waits out
+            // a room the relay did not end).
+            if live.wait_for(|started| *started).await.is_err() {
+                return Vec::new();
+            }
             deliveries(&mut rx, waiting).await
         }));
     }
     let mut opens = Vec::new();
     for opened in openers {
-        opens.extend(opened.await.map_err(|_| "a member's rooms did not open (the relay closed or went quiet)")?);
+        opens.extend(opened.await.map_err(|_| "a member's socket ended before its rooms were asked for")?);
     }
     ready.acquire_many(chat.members as u32).await.map_err(err)?.forget();
 
     let live: Vec<Event> = (0..chat.messages)
         .map(|i| message(&people[i % people.len()], &roots[i % chat.channels], now, &format!("live {now} {i}")))
         .collect();
+    let _ = started.send(true);
     let sent_at = send_paced(relay, &live, chat.rate).await?;
     let mut latencies = delivery_times(receivers, &sent_at).await?;
     let delivered = latencies.len();
@@ -128,14 +138,15 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
     let (open_p50, open_p99) = (percentile_ms(&mut opens, 50.0), percentile_ms(&mut opens, 99.0));
     let (p50, p99) = (percentile_ms(&mut latencies, 50.0), percentile_ms(&mut latencies, 99.0));
     let Chat { channels, members, rooms_each, history, messages, rate } = chat;
+    let (opened, asked) = (opens.len(), members * rooms_each.min(channels));
     Ok(Report {
         json: json!({"cmd": "chat", "channels": channels, "members": members, "rooms_each": rooms_each,
             "history": history, "messages": messages, "rate": rate, "room_open_p50_ms": open_p50,
-            "room_open_p99_ms": open_p99, "rooms_opened": opens.len(), "delivery_p50_ms": p50,
+            "room_open_p99_ms": open_p99, "rooms_opened": opened, "rooms_asked": asked, "delivery_p50_ms": p50,
             "delivery_p99_ms": p99, "delivered": delivered, "expected": expected, "completeness": completeness}),
         summary: format!(
             "chat {channels} rooms x {history} messages, {members} members in {rooms_each} rooms each: a room opened \
-             (REQ to EOSE, limit {ROOM_LIMIT}) p50 {open_p50:.2} / p99 {open_p99:.2} ms; {messages} messages at \
+             (REQ to EOSE, limit {ROOM_LIMIT}) p50 {open_p50:.2} / p99 {open_p99:.2} ms, {opened} of {asked}; {messages} messages at \
              {rate}/s delivered p50 {p50:.2} / p99 {p99:.2} ms, {delivered} of {expected} ({:.1} %)",
             completeness * 100.0
         ),
