@@ -143,8 +143,8 @@ pub(super) fn page(filter: &Filter, now: Timestamp, after: Option<After>, size: 
         Some((letter, values)) => {
             let name = sql.bind(letter.to_string());
             let value = one_of(&mut sql, "t.value", values.iter().map(|v| tag_key(v)).collect());
-            // Joined on the id, which `tags_value` holds: the tag rows are read from the index
-            // alone (no visit to the `tags` table for each row's `seq`).
+            // Joined on the id, which `tags_value` holds: a tag row needs no visit to the `tags`
+            // table for its `seq` (an index-only scan where vacuum has marked the pages visible).
             (format!("tags t JOIN events e ON e.id = t.id WHERE t.name = {name} AND {value} AND"), "t")
         }
         None => ("events e WHERE".to_string(), "e"),

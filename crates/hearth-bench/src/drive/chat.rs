@@ -2,8 +2,8 @@
 //! (hearth's own NIP-29 groups are measured by `groups`; no peer serves them). `channels` rooms
 //! with `history` messages each; `members` sockets, each a member of `rooms_each` rooms, opening
 //! them as a chat client does (`{"kinds": [42], "#e": [<room>], "limit": 50}` each, all at once,
-//! each timed from its REQ to its EOSE; a room with no EOSE within 30 s is counted as not
-//! opened); then `messages` new messages at `rate`/s, each timed until
+//! each timed from its REQ to its EOSE; a room refused with CLOSED, or with no EOSE within 30 s,
+//! is counted as not opened); then `messages` new messages at `rate`/s, each timed until
 //! every member of its room has it.
 
 use std::collections::HashMap;
@@ -89,7 +89,7 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
         expected += waiting;
         let rooms: Vec<String> = rooms.iter().map(|r| roots[*r].id.to_hex()).collect();
         let (ready, mut live) = (ready.clone(), started_rx.clone());
-        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<Vec<Duration>>();
+        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<(Vec<Duration>, Vec<String>)>();
         openers.push(opened_rx);
         receivers.push(tokio::spawn(async move {
             let mut asked: HashMap<String, Instant> = HashMap::new();
@@ -100,18 +100,19 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
                     return Vec::new();
                 }
             }
-            // A room the relay never ends (no EOSE before it is quiet for `QUIET`) is left out of
-            // the rooms opened, and the member still listens.
-            let mut opened = Vec::new();
-            while opened.len() < rooms.len() {
+            // A room the relay refuses (CLOSED) or never ends (no EOSE before it is quiet for
+            // `QUIET`) is left out of the rooms opened, and the member still listens.
+            let (mut opened, mut refused) = (Vec::new(), Vec::new());
+            while opened.len() + refused.len() < rooms.len() {
                 let Some(frame) = next_frame(&mut rx).await else { break };
-                if frame[0] == "EOSE"
-                    && let Some(at) = frame[1].as_str().and_then(|sub| asked.get(sub))
-                {
-                    opened.push(at.elapsed());
+                let Some(at) = frame[1].as_str().and_then(|sub| asked.get(sub)) else { continue };
+                match frame[0].as_str() {
+                    Some("EOSE") => opened.push(at.elapsed()),
+                    Some("CLOSED") => refused.push(frame[2].as_str().unwrap_or_default().to_string()),
+                    _ => {}
                 }
             }
-            let _ = opened_tx.send(opened);
+            let _ = opened_tx.send((opened, refused));
             ready.add_permits(1);
             // Listened for from the first live message on (not while another member waits out
             // a room the relay did not end).
@@ -121,9 +122,11 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
             deliveries(&mut rx, waiting).await
         }));
     }
-    let mut opens = Vec::new();
+    let (mut opens, mut refusals) = (Vec::new(), Vec::new());
     for opened in openers {
-        opens.extend(opened.await.map_err(|_| "a member's socket ended before its rooms were asked for")?);
+        let (times, refused) = opened.await.map_err(|_| "a member's socket ended before its rooms were asked for")?;
+        opens.extend(times);
+        refusals.extend(refused);
     }
     ready.acquire_many(chat.members as u32).await.map_err(err)?.forget();
 
@@ -142,12 +145,14 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
     Ok(Report {
         json: json!({"cmd": "chat", "channels": channels, "members": members, "rooms_each": rooms_each,
             "history": history, "messages": messages, "rate": rate, "room_open_p50_ms": open_p50,
-            "room_open_p99_ms": open_p99, "rooms_opened": opened, "rooms_asked": asked, "delivery_p50_ms": p50,
+            "room_open_p99_ms": open_p99, "rooms_opened": opened, "rooms_asked": asked,
+            "rooms_refused": refusals.len(), "first_refusal": refusals.first(), "delivery_p50_ms": p50,
             "delivery_p99_ms": p99, "delivered": delivered, "expected": expected, "completeness": completeness}),
         summary: format!(
             "chat {channels} rooms x {history} messages, {members} members in {rooms_each} rooms each: a room opened \
-             (REQ to EOSE, limit {ROOM_LIMIT}) p50 {open_p50:.2} / p99 {open_p99:.2} ms, {opened} of {asked}; {messages} messages at \
+             (REQ to EOSE, limit {ROOM_LIMIT}) p50 {open_p50:.2} / p99 {open_p99:.2} ms, {opened} of {asked} ({} refused); {messages} messages at \
              {rate}/s delivered p50 {p50:.2} / p99 {p99:.2} ms, {delivered} of {expected} ({:.1} %)",
+            refusals.len(),
             completeness * 100.0
         ),
     })

@@ -76,10 +76,12 @@ pub(super) async fn connect(url: &str) -> Res<Ws> {
     Ok(ws)
 }
 
-/// The next text frame (skipping pings), or None at the end / after `QUIET`.
+/// The next text frame (skipping pings), or None at the end / after `QUIET` without one (a
+/// relay's pings do not extend it).
 pub(super) async fn next_text(rx: &mut futures_util::stream::SplitStream<Ws>) -> Option<String> {
+    let quiet_at = tokio::time::Instant::now() + QUIET;
     loop {
-        match tokio::time::timeout(QUIET, rx.next()).await {
+        match tokio::time::timeout_at(quiet_at, rx.next()).await {
             Ok(Some(Ok(Message::Text(t)))) => return Some(t.as_str().to_string()),
             Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
             Ok(Some(Ok(_))) => {}
