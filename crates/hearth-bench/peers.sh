@@ -14,8 +14,9 @@
 # benchmark needs raised (connections and subscriptions per IP, rate limits); see the book's
 # performance chapter for what each one's OK means (not every relay syncs to disk before it).
 #   crates/hearth-bench/peers.sh [EVENTS [RELAY…]]   EVENTS defaults to 200000, the relays to all
-#                                            five; prints one JSON line a relay on stdout,
-#                                            progress on stderr.
+#                                            five; prints one JSON line a relay on stdout
+#                                            (a workload that failed is null, its last error
+#                                            line under "failures"), progress on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 EVENTS=${1:-200000}
@@ -61,21 +62,22 @@ measure() {
   local name=$1 pid=$2 url=$3 dir=$4 elsewhere=${5:-}
   echo "== $name" >&2
   local ingest query fanout chat event req rss disk
-  # A workload that fails is reported as null, and the others still run.
-  ingest=$("$BENCH" ingest --relay "$url" --file "$file" --conns 4 --inflight "${INFLIGHT:-256}" 2>/dev/null | tail -1 || true)
-  query=$("$BENCH" query --relay "$url" --file "$file" --queries 2000 2>/dev/null | tail -1 || true)
-  fanout=$("$BENCH" fanout --relay "$url" --subs 200 --events 200 --rate 100 2>/dev/null | tail -1 || true)
+  # A workload that fails is reported as null (its error in "failures"), and the others still run.
+  local errs=$work/$name.stderr; mkdir -p "$errs"
+  ingest=$("$BENCH" ingest --relay "$url" --file "$file" --conns 4 --inflight "${INFLIGHT:-256}" 2>"$errs/ingest" | tail -1 || true)
+  query=$("$BENCH" query --relay "$url" --file "$file" --queries 2000 2>"$errs/query" | tail -1 || true)
+  fanout=$("$BENCH" fanout --relay "$url" --subs 200 --events 200 --rate 100 2>"$errs/fanout" | tail -1 || true)
   # The disk the file's events take (and the fan-out's 200), before the chat and nostr-bench add
   # their own.
   disk=$(du -sk "$dir" | cut -f1)
   [ -n "$elsewhere" ] && disk=$((disk + $($elsewhere) / 1024))
-  chat=$("$BENCH" chat --relay "$url" 2>/dev/null | tail -1 || true)
+  chat=$("$BENCH" chat --relay "$url" 2>"$errs/chat" | tail -1 || true)
   event=$(nostr_bench event "$url")
   req=$(nostr_bench req "$url")
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  python3 - "$name" "$EVENTS" "$rss" "$disk" "$ingest" "$query" "$fanout" "$chat" "$event" "$req" <<'PY'
+  python3 - "$name" "$EVENTS" "$rss" "$disk" "$errs" "$ingest" "$query" "$fanout" "$chat" "$event" "$req" <<'PY'
 import json, sys
-name, events, rss, disk, *parts = sys.argv[1:]
+name, events, rss, disk, errs, *parts = sys.argv[1:]
 def parse(text):
     try:
         return json.loads(text)
@@ -91,10 +93,16 @@ def rate(line):
     return {"per_sec": round(stats.get("complete", 0) / secs) if secs else None,
             "errors": stats.get("error"), "avg_ms": stats.get("success_time", {}).get("avg")}
 event, req = rate(event), rate(req)
+# What a failed workload said last on stderr.
+def last_line(workload):
+    lines = open(f"{errs}/{workload}", errors="replace").read().strip().splitlines()
+    return lines[-1] if lines else None
+named = {"ingest": ingest, "query": query, "fanout": fanout, "chat": chat}
+failures = {w: last_line(w) for w, got in named.items() if not isinstance(got, dict)}
 print(json.dumps({"relay": name, "events": int(events), "peak_rss_mb": round(int(rss) / 1024, 1),
                   "disk_bytes_per_event": round(int(disk) * 1024 / int(events)),
                   "ingest": ingest, "query": query, "fanout": fanout, "chat": chat,
-                  "nostr_bench_event": event, "nostr_bench_req": req}))
+                  "nostr_bench_event": event, "nostr_bench_req": req, "failures": failures}))
 PY
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }

@@ -123,7 +123,12 @@ test('a members-write space: a member groups.create allows is offered "Create ro
     // JSON body it reads verbatim; hearth's X-Reason says the same).
     const big = join(scratch, 'scan.png');
     writeFileSync(big, png(120, 120, null));
-    const refused = carol.page.waitForResponse((r) => r.url() === `https://${place.host}/upload` && r.request().method() === 'PUT');
+    // Flotilla reads and hashes the picture before its PUT: on a loaded 2-core machine that has
+    // taken over 30 s (the upload's own deadline is the test's).
+    const refused = carol.page.waitForResponse(
+      (r) => r.url() === `https://${place.host}/upload` && r.request().method() === 'PUT',
+      { timeout: 90_000 },
+    );
     const [chooser] = await Promise.all([
       carol.page.waitForEvent('filechooser'),
       carol.page.getByRole('button', { name: 'Add an image' }).click(),

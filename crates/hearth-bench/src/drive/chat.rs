@@ -37,6 +37,9 @@ pub(crate) struct Chat {
     pub rate: u64,
 }
 
+/// Messages a second the history is stored at (not what is measured).
+const HISTORY_RATE: u64 = 1_000;
+
 /// The history a room's newcomer is sent.
 const ROOM_LIMIT: u64 = 50;
 
@@ -70,8 +73,9 @@ pub(crate) async fn chat(relay: &str, chat: Chat) -> Res<Report> {
             stored.push(message(&people[(c + i) % people.len()], root, at, &format!("history {c} {i}")));
         }
     }
-    // At a pace every relay takes on one connection (one drops a publisher faster than its broadcast).
-    send_paced(relay, &stored, 5_000).await?;
+    // At a pace every relay takes on one connection (chorus drops a publisher faster than its
+    // broadcast drains: at 5,000/s it did).
+    send_paced(relay, &stored, HISTORY_RATE).await?;
 
     // Each member's socket: its rooms opened at once, each timed to its EOSE; then every live
     // message of its rooms, its id and when it came (until all have come, or the relay is quiet

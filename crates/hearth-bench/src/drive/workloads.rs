@@ -238,19 +238,29 @@ pub(crate) async fn query(relay: &str, file: &Path, n: usize, warm_dir: Option<&
     let (mut tx, mut rx) = connect(relay).await?.split();
     let mut latencies: HashMap<&str, Vec<Duration>> = HashMap::new();
     let mut mismatches = 0;
+    // Per shape: how many the relay refused, and its first refusal's frame.
+    let (mut refusals, mut refused): (HashMap<&str, usize>, HashMap<&str, String>) = (HashMap::new(), HashMap::new());
     for (i, ((shape, filter), expected)) in mix.iter().zip(expected).enumerate() {
         let sub = format!("q{i}");
         let started = Instant::now();
         tx.send(Message::text(json!(["REQ", sub, filter]).to_string())).await.map_err(err)?;
         let mut got = 0;
-        loop {
+        let answered = loop {
             let text = next_text(&mut rx).await.ok_or("relay went quiet during a query")?;
             match verb_of(&text, &sub)? {
                 Some("EVENT") => got += 1,
-                Some("EOSE") => break,
-                Some("CLOSED") => return Err(format!("query refused: {text}")),
+                Some("EOSE") => break true,
+                // Refused (a relay's own rule, e.g. a filter it will not scan): counted, not timed.
+                Some("CLOSED") => {
+                    refused.entry(shape).or_insert_with(|| text.clone());
+                    *refusals.entry(shape).or_default() += 1;
+                    break false;
+                }
                 _ => {}
             }
+        };
+        if !answered {
+            continue;
         }
         latencies.entry(shape).or_default().push(started.elapsed());
         if got != expected {
@@ -268,10 +278,13 @@ pub(crate) async fn query(relay: &str, file: &Path, n: usize, warm_dir: Option<&
         all.extend(samples.iter().copied());
     }
     let (p50, p99) = (percentile_ms(&mut all, 50.0), percentile_ms(&mut all, 99.0));
-    summary.push_str(&format!(" all p50 {p50:.2}/p99 {p99:.2} ms; count mismatches {mismatches}"));
+    let refused_total: usize = refusals.values().sum();
+    summary.push_str(&format!(
+        " all p50 {p50:.2}/p99 {p99:.2} ms; count mismatches {mismatches}; refused {refused_total}"
+    ));
     Ok(Report {
         json: json!({"cmd": "query", "queries": n, "p50_ms": p50, "p99_ms": p99, "shapes": per_shape,
-            "mismatches": mismatches, "warmed_bytes": warmed}),
+            "mismatches": mismatches, "refused": refusals, "first_refusals": refused, "warmed_bytes": warmed}),
         summary,
     })
 }
