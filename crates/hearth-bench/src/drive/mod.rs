@@ -60,6 +60,14 @@ pub(crate) struct Report {
     pub summary: String,
 }
 
+impl Report {
+    /// A latency report's `p50_ms` and `p99_ms` (0 where missing).
+    pub(crate) fn p50_p99(&self) -> (f64, f64) {
+        let ms = |field: &str| self.json[field].as_f64().unwrap_or(0.0);
+        (ms("p50_ms"), ms("p99_ms"))
+    }
+}
+
 pub(super) type Res<T> = Result<T, String>;
 pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 

@@ -32,7 +32,7 @@ async fn one_backend(name: &str, env: &[(&str, &str)], file: &Path, reports: &mu
     let rate = ingested.json["events_per_sec"].as_f64().unwrap_or(0.0);
     reports.push(ingested);
     let queried = query(&relay.relay, file, 2000, None).await?;
-    let (p50, p99) = (queried.json["p50_ms"].as_f64().unwrap_or(0.0), queried.json["p99_ms"].as_f64().unwrap_or(0.0));
+    let (p50, p99) = queried.p50_p99();
     reports.push(queried);
     reports.push(fanout(&relay.relay, 200, 200, 100).await?);
     relay.stop();
@@ -123,8 +123,7 @@ pub(crate) async fn postgres(events: usize, file: &Path) -> Res<Vec<Report>> {
     let relay = Spawned::start("pg-one-clustered", &on_pg)?;
     let queried = query(&relay.relay, file, 2000, None).await?;
     relay.stop();
-    let (in_order_p50, in_order_p99) =
-        (queried.json["p50_ms"].as_f64().unwrap_or(0.0), queried.json["p99_ms"].as_f64().unwrap_or(0.0));
+    let (in_order_p50, in_order_p99) = queried.p50_p99();
     reports.push(queried);
 
     let redis = Redis::start()?;

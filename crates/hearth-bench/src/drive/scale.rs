@@ -40,7 +40,7 @@ pub(crate) async fn scale(events: usize, file: &Path) -> Res<Vec<Report>> {
 
     let (clean_ms, on) = start_timed(data).await?;
     let queried = query(&on.relay, file, 400, Some(&on.data.join("data"))).await?;
-    let (p50, p99) = (queried.json["p50_ms"].as_f64().unwrap_or(0.0), queried.json["p99_ms"].as_f64().unwrap_or(0.0));
+    let (p50, p99) = queried.p50_p99();
     reports.push(queried);
     let rss_mb = on.rss_kb() as f64 / 1024.0;
     let (crash_ms, on) = start_timed(on.kill_keeping()).await?;

@@ -61,20 +61,16 @@ pub(crate) async fn vanish(events: usize, theirs: usize, file: &Path) -> Res<Vec
     if ok[2] != true {
         return Err(format!("the request to vanish was refused: {ok}"));
     }
-    let p99 = |r: &Report| r.json["p99_ms"].as_f64().unwrap_or(0.0);
-    let p50 = |r: &Report| r.json["p50_ms"].as_f64().unwrap_or(0.0);
+    let ((without_p50, without_p99), (during_p50, during_p99)) = (without.p50_p99(), during.p50_p99());
     let secs = took.as_secs_f64();
     reports.push(Report {
         json: json!({"cmd": "vanish", "events": events, "theirs": theirs, "vanish_secs": secs,
-            "removed_per_sec": theirs as f64 / secs, "query_p50_ms_without": p50(&without), "query_p99_ms_without": p99(&without),
-            "query_p50_ms_during": p50(&during), "query_p99_ms_during": p99(&during)}),
+            "removed_per_sec": theirs as f64 / secs, "query_p50_ms_without": without_p50, "query_p99_ms_without": without_p99,
+            "query_p50_ms_during": during_p50, "query_p99_ms_during": during_p99}),
         summary: format!(
-            "vanish: {theirs} events of one key among {events} gone in {secs:.1} s ({:.0}/s); the query mix p50/p99 {:.2}/{:.2} ms without, {:.2}/{:.2} ms during",
-            theirs as f64 / secs,
-            p50(&without),
-            p99(&without),
-            p50(&during),
-            p99(&during)
+            "vanish: {theirs} events of one key among {events} gone in {secs:.1} s ({:.0}/s); the query mix p50/p99 \
+             {without_p50:.2}/{without_p99:.2} ms without, {during_p50:.2}/{during_p99:.2} ms during",
+            theirs as f64 / secs
         ),
     });
     Ok(reports)
