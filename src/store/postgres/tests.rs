@@ -179,11 +179,7 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
     let client = pg.connect("tags").await.unwrap();
     client.batch_execute("ANALYZE").await.unwrap();
     let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
-    let sql = super::sql::page(&f, Timestamp(2_000_000_000), None, 5);
-    let explain = format!("EXPLAIN {}", sql.text);
-    let plan: Vec<String> =
-        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
-    let plan = plan.join("\n");
+    let plan = plan(&client, &f, 5).await;
     assert!(
         plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
         "{plan}"
@@ -212,11 +208,7 @@ async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each
         store.put(signed(&k, 5000 + n, 42, &[&["e", &rooms[(n % 4) as usize], "", "root"]])).await.unwrap();
     }
     let f: Filter = serde_json::from_str(&format!(r##"{{"kinds":[42],"#e":["{}"],"limit":50}}"##, rooms[1])).unwrap();
-    let sql = super::sql::page(&f, Timestamp(2_000_000_000), None, 50);
-    let explain = format!("EXPLAIN {}", sql.text);
-    let plan: Vec<String> =
-        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
-    let plan = plan.join("\n");
+    let plan = plan(&client, &f, 50).await;
     assert!(plan.contains("using tags_value"), "{plan}");
     assert!(plan.contains("using events_id_key"), "each tag row's event found by its id: {plan}");
     assert!(!plan.contains("events_kind"), "{plan}");
@@ -228,6 +220,15 @@ async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each
         .map(|n| signed(&k, 5000 + n, 42, &[&["e", &rooms[1], "", "root"]]).id)
         .collect();
     assert_eq!(found, want, "the room's newest 50, newest first");
+}
+
+/// The plan PostgreSQL makes for the first page of `filter`, `size` rows.
+async fn plan(client: &tokio_postgres::Client, filter: &Filter, size: i64) -> String {
+    let sql = super::sql::page(filter, Timestamp(2_000_000_000), None, size);
+    let explain = format!("EXPLAIN {}", sql.text);
+    let lines: Vec<String> =
+        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
+    lines.join("\n")
 }
 
 fn f_json(p: &str) -> String {
