@@ -1,6 +1,7 @@
 //! The PostgreSQL backend against the contract: the same writes as the embedded store, the same
 //! answers; two handles on one database (two nodes) writing one address, or an event and its
-//! deletion, at once; long tag values; a `#p` filter with a `limit` read from one index range.
+//! deletion, at once; long tag values; a `#p` filter with a `limit` read from one index range; a
+//! room of a kind the statistics have not seen read by its tag, each event by its id.
 
 use std::sync::Arc;
 
