@@ -127,14 +127,15 @@ hearth() {
 
 runs hearth-sled && hearth hearth-sled ""
 
-# hearth on PostgreSQL: a server of this run's own (fsync on, 512 MB of shared buffers).
+# hearth on PostgreSQL: a server of this run's own (fsync on, 512 MB of shared buffers, 8 GB of WAL
+# between checkpoints, as the book's cluster chapter sets up a busy relay's).
 if runs hearth-postgres; then
 bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PGDATA_DIR=$work/pg/data; mkdir -p "$work/pg"; chown postgres "$work/pg"
 runuser -u postgres -- "$bin/initdb" -A trust -U hearth -E UTF8 --locale=C -D "$PGDATA_DIR" >/dev/null
 pgport=$(free_port)
 runuser -u postgres -- "$bin/pg_ctl" -D "$PGDATA_DIR" -l "$work/pg/log" \
-  -o "-p $pgport -k $work/pg -c shared_buffers=512MB -c fsync=on" start >/dev/null
+  -o "-p $pgport -k $work/pg -c shared_buffers=512MB -c max_wal_size=8GB -c fsync=on" start >/dev/null
 wait_port "$pgport"
 psql -h 127.0.0.1 -p "$pgport" -U hearth postgres -qc "CREATE DATABASE peers" >/dev/null
 pgsize() { psql -h 127.0.0.1 -p "$pgport" -U hearth peers -Atc "SELECT pg_database_size('peers')"; }

@@ -1,7 +1,8 @@
 //! The PostgreSQL backend against the contract: the same writes as the embedded store, the same
-//! answers; two handles on one database (two nodes) writing one address, or an event and its
-//! deletion, at once; long tag values; a `#p` filter with a `limit` read from one index range; a
-//! room of a kind the statistics have not seen read by its tag, each event by its id.
+//! answers, and `tags` holding exactly the stored events' tags; two handles on one database (two
+//! nodes) writing one address, or an event and its deletion, at once; long tag values; a `#p`
+//! filter with a `limit` read from one index range; a room of a kind the statistics have not
+//! seen read by its tag, each event by its id.
 
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ fn open(url: &str, dir: &Path, search: bool) -> Store {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_answers_exactly_as_the_embedded_store_through_the_same_writes() {
-    let (_pg, url) = server("contract").await;
+    let (server, url) = server("contract").await;
     let dir = tempfile::tempdir().unwrap();
     let mut pg = open(&url, dir.path(), false);
     let reference = Store::temporary().unwrap();
@@ -88,6 +89,19 @@ async fn postgres_answers_exactly_as_the_embedded_store_through_the_same_writes(
     a.sort();
     b.sort();
     assert_eq!(a, b);
+    // `tags` holds the stored events' tags exactly: none of a removed, deleted, superseded or
+    // expired event is left behind (migration 5's trigger), none is missing.
+    let client = server.connect("contract").await.unwrap();
+    let mut tag_rows = 0;
+    for row in client.query("SELECT json FROM events", &[]).await.unwrap() {
+        let tags = Event::from_json(row.get(0)).unwrap().tags;
+        let named = tags.iter().filter(|t| t.len() > 1 && t[0].chars().count() == 1);
+        tag_rows += named.map(|t| (&t[0], &t[1])).collect::<std::collections::HashSet<_>>().len();
+    }
+    let count =
+        "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = t.seq)) FROM tags t";
+    let row = client.query_one(count, &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0) as usize, row.get::<_, i64>(1)), (tag_rows, 0), "tag rows, of no event");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,8 @@
 //! node to two, beside one node's rate over all of them); and
 //! the cross-node delivery latency (a note published on node A, timed until a subscriber on node
 //! B has it, one at a time: p50/p99). Starts its own PostgreSQL (`hearth::testing::postgres`,
-//! fsync on, 512 MB of shared buffers) and `redis-server` on free ports in scratch directories.
+//! fsync on, 512 MB of shared buffers, 8 GB of `max_wal_size`) and `redis-server` on free ports
+//! in scratch directories.
 
 use std::path::Path;
 use std::time::Instant;
