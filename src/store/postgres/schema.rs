@@ -22,7 +22,7 @@
 //! hash then owner, with an index by owner. Migration 5 replaced the foreign key from `tags` to
 //! `events` by a trigger: a statement that deletes events deletes their tags (as the key's
 //! `ON DELETE CASCADE` did), and a tag row is no longer checked against `events` as it is
-//! inserted (one lookup and one row lock a tag, about a seventh of the server's work a put at 1M
+//! inserted (one lookup and one row lock a tag, about a seventh of the server's work a put at 400k
 //! events): tags are only ever inserted by `hearth_put` and `hearth_put_plain`, beside their
 //! event, with the `seq` its insert returned.
 
