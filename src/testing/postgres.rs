@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// How long the server may take to accept connections.
 const READY: Duration = Duration::from_secs(60);
 
+/// A test's server's `shared_buffers`, MiB (a benchmark asks for more: [`Postgres::start_tuned`]).
+const TEST_BUFFERS_MB: u32 = 16;
+
 /// A PostgreSQL server for a test; stopped when dropped.
 pub struct Postgres {
     port: u16,
@@ -54,7 +57,7 @@ impl Postgres {
     /// Starts a server with fsync on (a durability test's) or off (every other test's: a test
     /// database lives no longer than its process).
     pub async fn start(fsync: bool) -> Result<Postgres, String> {
-        Postgres::start_tuned(fsync, 16).await
+        Postgres::start_tuned(fsync, TEST_BUFFERS_MB).await
     }
 
     /// [`Postgres::start`] with `shared_buffers` of `buffers_mb` MiB (a benchmark's: a test's
@@ -68,13 +71,13 @@ impl Postgres {
     /// listening on all of its addresses and reached at `host`, one of them (a partition
     /// test's).
     pub async fn start_in_namespace(netns: &str, host: &str) -> Result<Postgres, String> {
-        Postgres::start_in(None, false, 16, Some((netns.to_string(), host.to_string()))).await
+        Postgres::start_in(None, false, TEST_BUFFERS_MB, Some((netns.to_string(), host.to_string()))).await
     }
 
     /// [`Postgres::start`] with its data in `parent/pgdata` (a power-cut test's lossy disk),
     /// fsync on.
     pub async fn start_on(parent: &Path) -> Result<Postgres, String> {
-        Postgres::start_in(Some(parent), true, 16, None).await
+        Postgres::start_in(Some(parent), true, TEST_BUFFERS_MB, None).await
     }
 
     async fn start_in(
@@ -230,11 +233,12 @@ fn serve(
 }
 
 /// The `max_wal_size` of a server with `buffers_mb` of shared buffers: a benchmark's (more than a
-/// test's 16) is set up as the book's cluster chapter sets up a busy relay's, 8 GB, so that its
-/// checkpoints come by time, not every gigabyte of WAL (each rewrites whole pages into the WAL
-/// again: 8.9 GB of WAL for 1M events against 3.0 GB); a test's keeps PostgreSQL's 1 GB.
+/// test's [`TEST_BUFFERS_MB`]) is set up as the book's cluster chapter sets up a busy relay's,
+/// 8 GB, so that its checkpoints come by time, not every gigabyte of WAL (each rewrites whole
+/// pages into the WAL again: 8.9 GB of WAL for 1M events against 3.0 GB); a test's keeps
+/// PostgreSQL's 1 GB.
 fn wal_for(buffers_mb: u32) -> &'static str {
-    if buffers_mb > 16 { "8GB" } else { "1GB" }
+    if buffers_mb > TEST_BUFFERS_MB { "8GB" } else { "1GB" }
 }
 
 /// Finds the programs and runs `initdb` once.
