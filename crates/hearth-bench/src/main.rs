@@ -222,6 +222,10 @@ enum Cmd {
         events: usize,
         #[arg(long, default_value = "postgres-events.jsonl")]
         file: PathBuf,
+        /// The server's `shared_buffers`, in MB (the cluster chapter's advice for a busy relay
+        /// is a quarter of the machine's memory).
+        #[arg(long, default_value_t = 512)]
+        pg_buffers_mb: u32,
     },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
     /// clients publish notes, profile versions and deletions (a third of the kills a moment
@@ -290,7 +294,7 @@ async fn main() -> ExitCode {
         Cmd::Sync { events, file } => drive::sync(events, &file).await,
         Cmd::Search { events, file, pairs } => drive::search(events, &file, pairs).await,
         Cmd::Cluster { events, file } => drive::cluster(events, &file).await,
-        Cmd::Postgres { events, file } => drive::postgres(events, &file).await,
+        Cmd::Postgres { events, file, pg_buffers_mb } => drive::postgres(events, &file, pg_buffers_mb).await,
         Cmd::Crash { kills, seed, power_cut, postgres, start_deadline_secs } => {
             let start_deadline = std::time::Duration::from_secs(start_deadline_secs);
             drive::crash(drive::Kills { kills, seed, power_cut, postgres, start_deadline }).await

@@ -5,8 +5,8 @@
 //! node to two, beside one node's rate over all of them); and
 //! the cross-node delivery latency (a note published on node A, timed until a subscriber on node
 //! B has it, one at a time: p50/p99). Starts its own PostgreSQL (`hearth::testing::postgres`,
-//! fsync on, 512 MB of shared buffers, 8 GB of `max_wal_size`) and `redis-server` on free ports
-//! in scratch directories.
+//! fsync on, 512 MB of shared buffers unless `--pg-buffers-mb` says otherwise, 8 GB of
+//! `max_wal_size`) and `redis-server` on free ports in scratch directories.
 
 use std::path::Path;
 use std::time::Instant;
@@ -100,8 +100,9 @@ async fn crossings(a: &str, b: &str) -> Res<(f64, f64)> {
     Ok((percentile_ms(&mut samples, 50.0), percentile_ms(&mut samples, 99.0)))
 }
 
-/// See the module doc; `file` is generated with `events` events when it does not exist.
-pub(crate) async fn postgres(events: usize, file: &Path) -> Res<Vec<Report>> {
+/// See the module doc; `file` is generated with `events` events when it does not exist; the
+/// server has `buffers_mb` of shared buffers.
+pub(crate) async fn postgres(events: usize, file: &Path, buffers_mb: u32) -> Res<Vec<Report>> {
     let mut reports = Vec::new();
     if !file.exists() {
         reports.push(gen_file(events, file)?);
@@ -111,7 +112,7 @@ pub(crate) async fn postgres(events: usize, file: &Path) -> Res<Vec<Report>> {
         return Err("PostgreSQL is missing and tests/postgres/install.sh could not install it".into());
     }
     let (sled_rate, sled_p50, sled_p99) = one_backend("pg-sled", &[], file, &mut reports).await?;
-    let pg = Postgres::start_tuned(true, 512).await?;
+    let pg = Postgres::start_tuned(true, buffers_mb).await?;
     let one = pg.database("one").await?;
     let on_pg = [("HEARTH_STORAGE__BACKEND", "postgres"), ("HEARTH_STORAGE__POSTGRES_URL", one.as_str())];
     let (pg_rate, pg_p50, pg_p99) = one_backend("pg-one", &on_pg, file, &mut reports).await?;
@@ -155,7 +156,7 @@ pub(crate) async fn postgres(events: usize, file: &Path) -> Res<Vec<Report>> {
     b.stop();
     let grows = two_rate / one_rate.max(1e-9);
     reports.push(Report {
-        json: json!({"cmd": "postgres", "events": events, "ingest_sled_per_sec": sled_rate, "ingest_postgres_per_sec": pg_rate,
+        json: json!({"cmd": "postgres", "events": events, "pg_buffers_mb": buffers_mb, "ingest_sled_per_sec": sled_rate, "ingest_postgres_per_sec": pg_rate,
             "ingest_postgres_over_sled": pg_rate / sled_rate.max(1e-9), "ingest_two_nodes_per_sec": two_rate,
             "ingest_one_node_same_events_per_sec": one_rate, "two_nodes_over_one": grows, "query_sled_p50_ms": sled_p50, "query_sled_p99_ms": sled_p99,
             "query_postgres_p50_ms": pg_p50, "query_postgres_p99_ms": pg_p99,
