@@ -223,8 +223,8 @@ enum Cmd {
         #[arg(long, default_value = "postgres-events.jsonl")]
         file: PathBuf,
         /// The server's `shared_buffers`, in MB (the cluster chapter's advice for a busy relay
-        /// is a quarter of the machine's memory).
-        #[arg(long, default_value_t = 512)]
+        /// is a quarter of the machine's memory); at least 64, above a test server's.
+        #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(64..))]
         pg_buffers_mb: u32,
     },
     /// Kills the `hearth` beside this binary with SIGKILL at seeded random moments while three
