@@ -61,8 +61,9 @@ use meta::Meta;
 pub(crate) type OldInputs = (Vec<Arc<Segment>>, Arc<Moves>, u64, u64);
 
 /// Events the in-memory index holds before they are written out as a segment: bounds the memory
-/// it takes (a few hundred bytes an event) and the log a start-up reads back (its records).
-pub const MEM_EVENTS: usize = 65_536;
+/// it takes (a few hundred bytes an event: about 15 MB at this size, docs/src/performance.md) and
+/// the log a start-up reads back (its records).
+pub const MEM_EVENTS: usize = 32_768;
 
 /// The indexes of every stored event.
 pub(crate) struct Indexes {
