@@ -1,8 +1,11 @@
 //! The PostgreSQL backend against the contract: the same writes as the embedded store, the same
 //! answers, and `tags` holding exactly the stored events' tags; two handles on one database (two
-//! nodes) writing one address, or an event and its deletion, at once; long tag values; a `#p`
-//! filter with a `limit` read from one index range; a room of a kind the statistics have not
-//! seen read by its tag, each event by its id.
+//! nodes) writing one address, or an event and its deletion, at once; batches; shared media
+//! records. How it reads: a long tag value found exactly; a `#p` filter with a `limit` from one
+//! range of `tags_value`; a room of a kind the statistics have not seen by its tag, each event by
+//! its id; a read of many pages resuming inside a second in id order, each page from its bound in
+//! the index; a database of schema 5 migrated to the time-ordered indexes without the trailing
+//! `id`, its answers unchanged.
 
 use std::sync::Arc;
 
@@ -11,6 +14,8 @@ use crate::store::tests::{Rng, ids, outcome, random_write, same_answers, signed}
 use crate::store::*;
 use crate::testing::postgres::Postgres;
 use std::path::Path;
+
+use super::sql::{self, After};
 
 /// Installs Debian's PostgreSQL when it is missing (`tests/postgres/install.sh`).
 fn install() {
@@ -170,83 +175,6 @@ async fn an_event_and_its_deletion_racing_on_two_nodes_always_end_deleted() {
     let forged = vec![vec!["e".to_string(), note.id.to_hex()]];
     a.put(crate::protocol::verify::verify(mallory.sign(Timestamp(3001), Kind(5), forged, "")).unwrap()).await.unwrap();
     assert!(b.contains(&note.id).await.unwrap(), "another key's deletion removed it");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one_index_range() {
-    let (pg, url) = server("tags").await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&url, dir.path(), false);
-    let k = Keys::test(12);
-    let long = "x".repeat(10_000);
-    let other = format!("{}y", "x".repeat(9_999));
-    let found = signed(&k, 1000, 1, &[&["t", &long]]);
-    store.put(found.clone()).await.unwrap();
-    store.put(signed(&k, 1001, 1, &[&["t", &other]])).await.unwrap();
-    let filter = serde_json::json!({"#t": [long]}).to_string();
-    assert_eq!(ids(&store, &filter), vec![found.id]);
-    // Enough rows that the planner prefers an index; the plan of a #p read with a limit.
-    let someone = Keys::test(13).public_key().to_hex();
-    for n in 0..2000u64 {
-        let p = if n % 100 == 0 { someone.clone() } else { Keys::test((n % 200) as u8 + 20).public_key().to_hex() };
-        store.put(signed(&k, 2000 + n, 1, &[&["p", &p]])).await.unwrap();
-    }
-    let client = pg.connect("tags").await.unwrap();
-    client.batch_execute("ANALYZE").await.unwrap();
-    let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
-    let plan = plan(&client, &f, 5).await;
-    assert!(
-        plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
-        "{plan}"
-    );
-    assert!(!plan.contains("Sort"), "the rows come in index order, no sort: {plan}");
-    assert_eq!(ids(&store, &f_json(&someone)).len(), 5);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each_event_by_id() {
-    // A chat's first messages: kind 42 and `#e` values the statistics have never seen, so the
-    // planner counts one row of each. It once walked `events_kind` for every tag row (the whole
-    // kind, 1,237 rows a probe at 1M: 56 ms a room where 2 would do); each tag row's event must
-    // be fetched by its id.
-    let (pg, url) = server("rooms").await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&url, dir.path(), false);
-    let k = Keys::test(14);
-    for n in 0..2000u64 {
-        store.put(signed(&k, 1000 + n, 1, &[&["t", "chat"]])).await.unwrap();
-    }
-    let client = pg.connect("rooms").await.unwrap();
-    client.batch_execute("ANALYZE").await.unwrap();
-    let rooms: Vec<String> = (0..4u8).map(|n| Keys::test(30 + n).public_key().to_hex()).collect();
-    let mut in_room = Vec::new();
-    for n in 0..400u64 {
-        let message = signed(&k, 5000 + n, 42, &[&["e", &rooms[(n % 4) as usize], "", "root"]]);
-        if n % 4 == 1 {
-            in_room.push(message.id);
-        }
-        store.put(message).await.unwrap();
-    }
-    let room = format!(r##"{{"kinds":[42],"#e":["{}"],"limit":50}}"##, rooms[1]);
-    let plan = plan(&client, &serde_json::from_str(&room).unwrap(), 50).await;
-    assert!(plan.contains("using tags_value"), "{plan}");
-    assert!(plan.contains("using events_id_key"), "each tag row's event found by its id: {plan}");
-    assert!(!plan.contains("events_kind"), "{plan}");
-    let want: Vec<EventId> = in_room.into_iter().rev().take(50).collect();
-    assert_eq!(ids(&store, &room), want, "the room's newest 50, newest first");
-}
-
-/// The plan PostgreSQL makes for the first page of `filter`, `size` rows.
-async fn plan(client: &tokio_postgres::Client, filter: &Filter, size: i64) -> String {
-    let sql = super::sql::page(filter, Timestamp(2_000_000_000), None, size);
-    let explain = format!("EXPLAIN {}", sql.text);
-    let lines: Vec<String> =
-        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
-    lines.join("\n")
-}
-
-fn f_json(p: &str) -> String {
-    format!(r##"{{"#p":["{p}"],"limit":5}}"##)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,4 +368,177 @@ async fn a_blobs_hold_keeps_another_node_waiting_until_it_is_dropped() {
     drop(held);
     let taken = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await;
     taken.expect("node B took the hold once A let go").unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one_index_range() {
+    let (pg, url) = server("tags").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let k = Keys::test(12);
+    let long = "x".repeat(10_000);
+    let other = format!("{}y", "x".repeat(9_999));
+    let found = signed(&k, 1000, 1, &[&["t", &long]]);
+    store.put(found.clone()).await.unwrap();
+    store.put(signed(&k, 1001, 1, &[&["t", &other]])).await.unwrap();
+    let filter = serde_json::json!({"#t": [long]}).to_string();
+    assert_eq!(ids(&store, &filter), vec![found.id]);
+    // Enough rows that the planner prefers an index; the plan of a #p read with a limit.
+    let someone = Keys::test(13).public_key().to_hex();
+    for n in 0..2000u64 {
+        let p = if n % 100 == 0 { someone.clone() } else { Keys::test((n % 200) as u8 + 20).public_key().to_hex() };
+        store.put(signed(&k, 2000 + n, 1, &[&["p", &p]])).await.unwrap();
+    }
+    let client = pg.connect("tags").await.unwrap();
+    client.batch_execute("ANALYZE").await.unwrap();
+    let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
+    let plan = plan(&client, &f, None, 5).await;
+    assert!(
+        plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort"), "the rows come in index order, no sort: {plan}");
+    assert_eq!(ids(&store, &f_json(&someone)).len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each_event_by_id() {
+    // A chat's first messages: kind 42 and `#e` values the statistics have never seen, so the
+    // planner counts one row of each. It once walked `events_kind` for every tag row (the whole
+    // kind, 1,237 rows a probe at 1M: 56 ms a room where 2 would do); each tag row's event must
+    // be fetched by its id.
+    let (pg, url) = server("rooms").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let k = Keys::test(14);
+    for n in 0..2000u64 {
+        store.put(signed(&k, 1000 + n, 1, &[&["t", "chat"]])).await.unwrap();
+    }
+    let client = pg.connect("rooms").await.unwrap();
+    client.batch_execute("ANALYZE").await.unwrap();
+    let rooms: Vec<String> = (0..4u8).map(|n| Keys::test(30 + n).public_key().to_hex()).collect();
+    let mut in_room = Vec::new();
+    for n in 0..400u64 {
+        let message = signed(&k, 5000 + n, 42, &[&["e", &rooms[(n % 4) as usize], "", "root"]]);
+        if n % 4 == 1 {
+            in_room.push(message.id);
+        }
+        store.put(message).await.unwrap();
+    }
+    let room = format!(r##"{{"kinds":[42],"#e":["{}"],"limit":50}}"##, rooms[1]);
+    let plan = plan(&client, &serde_json::from_str(&room).unwrap(), None, 50).await;
+    assert!(plan.contains("using tags_value"), "{plan}");
+    assert!(plan.contains("using events_id_key"), "each tag row's event found by its id: {plan}");
+    assert!(!plan.contains("events_kind"), "{plan}");
+    let want: Vec<EventId> = in_room.into_iter().rev().take(50).collect();
+    assert_eq!(ids(&store, &room), want, "the room's newest 50, newest first");
+}
+
+/// The plan PostgreSQL makes for the page of `filter` of `size` rows after `after`.
+async fn plan(client: &tokio_postgres::Client, filter: &Filter, after: Option<After>, size: i64) -> String {
+    let sql = sql::page(filter, Timestamp(2_000_000_000), after, size);
+    let explain = format!("EXPLAIN {}", sql.text);
+    let lines: Vec<String> =
+        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
+    lines.join("\n")
+}
+
+fn f_json(p: &str) -> String {
+    format!(r##"{{"#p":["{p}"],"limit":5}}"##)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_many_pages_resumes_inside_a_second_in_id_order_from_its_bound_in_the_index() {
+    let (pg, url) = server("pages").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let reference = Store::temporary().unwrap();
+    let authors: Vec<Keys> = (40..43).map(Keys::test).collect();
+    // 1,200 events in three seconds (a page of 500 ends inside a second), then 800 over 200.
+    for n in 0..2000u64 {
+        let at = if n < 1200 { 10_000 + n / 400 } else { 10_100 + (n - 1200) / 4 };
+        let parity = if n % 2 == 0 { "even" } else { "odd" };
+        let event = signed(&authors[(n % 3) as usize], at, 1, &[&["t", parity], &["r", &n.to_string()]]);
+        store.put(event.clone()).await.unwrap();
+        reference.put(event).await.unwrap();
+    }
+    let author = authors[1].public_key().to_hex();
+    for filter in [
+        r#"{"kinds":[1]}"#.to_string(),
+        r#"{"since":10000,"until":10002}"#.to_string(),
+        format!(r#"{{"authors":["{author}"]}}"#),
+        r##"{"#t":["even"]}"##.to_string(),
+        r#"{"kinds":[1],"limit":1100}"#.to_string(),
+    ] {
+        let (got, want) = (ids(&store, &filter), ids(&reference, &filter));
+        assert!(got.len() > 500, "{filter}: more than a page");
+        assert_eq!(got, want, "{filter}: the embedded store's events, in its order");
+    }
+    // A resumed page starts at its bound: `created_at <=` is a condition of the index scan, not a
+    // filter over every newer row.
+    let client = pg.connect("pages").await.unwrap();
+    client.batch_execute("ANALYZE").await.unwrap();
+    let window: Filter = serde_json::from_str(r#"{"since":10100}"#).unwrap();
+    let after = (Timestamp(10_150), EventId([0; 32]));
+    let plan = plan(&client, &window, Some(after), 500).await;
+    let cond = plan.lines().find(|l| l.contains("Index Cond")).unwrap_or_default();
+    assert!(plan.contains("using events_time") && cond.contains("created_at <="), "{plan}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_schema_5_gets_the_time_ordered_indexes_without_the_id_and_answers_alike() {
+    let (pg, url) = server("schema5").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let (alice, bob) = (Keys::test(44), Keys::test(45));
+    for n in 0..60u64 {
+        let who = if n % 2 == 0 { &alice } else { &bob };
+        store.put(signed(who, 20_000 + n / 6, 1 + (n % 2) as u16, &[&["r", &n.to_string()]])).await.unwrap();
+    }
+    let alice_hex = alice.public_key().to_hex();
+    let filters = [
+        r#"{"limit":25}"#.to_string(),
+        format!(r#"{{"authors":["{alice_hex}"],"limit":7}}"#),
+        r#"{"kinds":[2],"until":20005}"#.to_string(),
+        format!(r#"{{"authors":["{alice_hex}"],"kinds":[1]}}"#),
+    ];
+    let before: Vec<Vec<EventId>> = filters.iter().map(|f| ids(&store, f)).collect();
+    store.shutdown().await.unwrap();
+    drop(store);
+    // Back to what schema 5 had.
+    let client = pg.connect("schema5").await.unwrap();
+    client
+        .batch_execute(
+            "DROP INDEX events_time, events_author, events_kind, events_author_kind;
+             CREATE INDEX events_time ON events (created_at DESC, id);
+             CREATE INDEX events_author ON events (pubkey, created_at DESC, id);
+             CREATE INDEX events_kind ON events (kind, created_at DESC, id);
+             CREATE INDEX events_author_kind ON events (pubkey, kind, created_at DESC, id);
+             DELETE FROM hearth_schema WHERE version = 6;",
+        )
+        .await
+        .unwrap();
+    let store = open(&url, dir.path(), false);
+    let defs: Vec<String> = client
+        .query("SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'events\\_%' ORDER BY indexname", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .filter(|d: &String| d.contains("created_at DESC"))
+        .collect();
+    assert_eq!(
+        defs,
+        [
+            "CREATE INDEX events_author ON public.events USING btree (pubkey, created_at DESC)",
+            "CREATE INDEX events_author_kind ON public.events USING btree (pubkey, kind, created_at DESC)",
+            "CREATE INDEX events_kind ON public.events USING btree (kind, created_at DESC)",
+            "CREATE INDEX events_time ON public.events USING btree (created_at DESC)",
+        ]
+    );
+    let version: i32 = client.query_one("SELECT max(version) FROM hearth_schema", &[]).await.unwrap().get(0);
+    assert_eq!(version, 6);
+    let after: Vec<Vec<EventId>> = filters.iter().map(|f| ids(&store, f)).collect();
+    assert_eq!(after, before);
+    assert_eq!(before.iter().map(Vec::len).collect::<Vec<_>>(), [25, 7, 18, 30]);
 }
