@@ -178,6 +178,83 @@ async fn an_event_and_its_deletion_racing_on_two_nodes_always_end_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one_index_range() {
+    let (pg, url) = server("tags").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let k = Keys::test(12);
+    let long = "x".repeat(10_000);
+    let other = format!("{}y", "x".repeat(9_999));
+    let found = signed(&k, 1000, 1, &[&["t", &long]]);
+    store.put(found.clone()).await.unwrap();
+    store.put(signed(&k, 1001, 1, &[&["t", &other]])).await.unwrap();
+    let filter = serde_json::json!({"#t": [long]}).to_string();
+    assert_eq!(ids(&store, &filter), vec![found.id]);
+    // Enough rows that the planner prefers an index; the plan of a #p read with a limit.
+    let someone = Keys::test(13).public_key().to_hex();
+    for n in 0..2000u64 {
+        let p = if n % 100 == 0 { someone.clone() } else { Keys::test((n % 200) as u8 + 20).public_key().to_hex() };
+        store.put(signed(&k, 2000 + n, 1, &[&["p", &p]])).await.unwrap();
+    }
+    let client = pg.connect("tags").await.unwrap();
+    client.batch_execute("ANALYZE").await.unwrap();
+    let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
+    let plan = plan(&client, &f, None, 5).await;
+    assert!(
+        plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort"), "the rows come in index order, no sort: {plan}");
+    assert_eq!(ids(&store, &f_json(&someone)).len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each_event_by_id() {
+    // A chat's first messages: kind 42 and `#e` values the statistics have never seen, so the
+    // planner counts one row of each. It once walked `events_kind` for every tag row (the whole
+    // kind, 1,237 rows a probe at 1M: 56 ms a room where 2 would do); each tag row's event must
+    // be fetched by its id.
+    let (pg, url) = server("rooms").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&url, dir.path(), false);
+    let k = Keys::test(14);
+    for n in 0..2000u64 {
+        store.put(signed(&k, 1000 + n, 1, &[&["t", "chat"]])).await.unwrap();
+    }
+    let client = pg.connect("rooms").await.unwrap();
+    client.batch_execute("ANALYZE").await.unwrap();
+    let rooms: Vec<String> = (0..4u8).map(|n| Keys::test(30 + n).public_key().to_hex()).collect();
+    let mut in_room = Vec::new();
+    for n in 0..400u64 {
+        let message = signed(&k, 5000 + n, 42, &[&["e", &rooms[(n % 4) as usize], "", "root"]]);
+        if n % 4 == 1 {
+            in_room.push(message.id);
+        }
+        store.put(message).await.unwrap();
+    }
+    let room = format!(r##"{{"kinds":[42],"#e":["{}"],"limit":50}}"##, rooms[1]);
+    let plan = plan(&client, &serde_json::from_str(&room).unwrap(), None, 50).await;
+    assert!(plan.contains("using tags_value"), "{plan}");
+    assert!(plan.contains("using events_id_key"), "each tag row's event found by its id: {plan}");
+    assert!(!plan.contains("events_kind"), "{plan}");
+    let want: Vec<EventId> = in_room.into_iter().rev().take(50).collect();
+    assert_eq!(ids(&store, &room), want, "the room's newest 50, newest first");
+}
+
+/// The plan PostgreSQL makes for the page of `filter` of `size` rows after `after`.
+async fn plan(client: &tokio_postgres::Client, filter: &Filter, after: Option<After>, size: i64) -> String {
+    let sql = sql::page(filter, Timestamp(2_000_000_000), after, size);
+    let explain = format!("EXPLAIN {}", sql.text);
+    let lines: Vec<String> =
+        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
+    lines.join("\n")
+}
+
+fn f_json(p: &str) -> String {
+    format!(r##"{{"#p":["{p}"],"limit":5}}"##)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_commits_to_the_disk_whatever_the_database_default() {
     let (pg, url) = server("durable").await;
     // The database's own default does not wait for the disk at commit…
@@ -368,83 +445,6 @@ async fn a_blobs_hold_keeps_another_node_waiting_until_it_is_dropped() {
     drop(held);
     let taken = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await;
     taken.expect("node B took the hold once A let go").unwrap().unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one_index_range() {
-    let (pg, url) = server("tags").await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&url, dir.path(), false);
-    let k = Keys::test(12);
-    let long = "x".repeat(10_000);
-    let other = format!("{}y", "x".repeat(9_999));
-    let found = signed(&k, 1000, 1, &[&["t", &long]]);
-    store.put(found.clone()).await.unwrap();
-    store.put(signed(&k, 1001, 1, &[&["t", &other]])).await.unwrap();
-    let filter = serde_json::json!({"#t": [long]}).to_string();
-    assert_eq!(ids(&store, &filter), vec![found.id]);
-    // Enough rows that the planner prefers an index; the plan of a #p read with a limit.
-    let someone = Keys::test(13).public_key().to_hex();
-    for n in 0..2000u64 {
-        let p = if n % 100 == 0 { someone.clone() } else { Keys::test((n % 200) as u8 + 20).public_key().to_hex() };
-        store.put(signed(&k, 2000 + n, 1, &[&["p", &p]])).await.unwrap();
-    }
-    let client = pg.connect("tags").await.unwrap();
-    client.batch_execute("ANALYZE").await.unwrap();
-    let f: Filter = serde_json::from_str(&format!(r##"{{"#p":["{someone}"],"limit":5}}"##)).unwrap();
-    let plan = plan(&client, &f, None, 5).await;
-    assert!(
-        plan.contains("Index Scan using tags_value") || plan.contains("Index Only Scan using tags_value"),
-        "{plan}"
-    );
-    assert!(!plan.contains("Sort"), "the rows come in index order, no sort: {plan}");
-    assert_eq!(ids(&store, &f_json(&someone)).len(), 5);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each_event_by_id() {
-    // A chat's first messages: kind 42 and `#e` values the statistics have never seen, so the
-    // planner counts one row of each. It once walked `events_kind` for every tag row (the whole
-    // kind, 1,237 rows a probe at 1M: 56 ms a room where 2 would do); each tag row's event must
-    // be fetched by its id.
-    let (pg, url) = server("rooms").await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&url, dir.path(), false);
-    let k = Keys::test(14);
-    for n in 0..2000u64 {
-        store.put(signed(&k, 1000 + n, 1, &[&["t", "chat"]])).await.unwrap();
-    }
-    let client = pg.connect("rooms").await.unwrap();
-    client.batch_execute("ANALYZE").await.unwrap();
-    let rooms: Vec<String> = (0..4u8).map(|n| Keys::test(30 + n).public_key().to_hex()).collect();
-    let mut in_room = Vec::new();
-    for n in 0..400u64 {
-        let message = signed(&k, 5000 + n, 42, &[&["e", &rooms[(n % 4) as usize], "", "root"]]);
-        if n % 4 == 1 {
-            in_room.push(message.id);
-        }
-        store.put(message).await.unwrap();
-    }
-    let room = format!(r##"{{"kinds":[42],"#e":["{}"],"limit":50}}"##, rooms[1]);
-    let plan = plan(&client, &serde_json::from_str(&room).unwrap(), None, 50).await;
-    assert!(plan.contains("using tags_value"), "{plan}");
-    assert!(plan.contains("using events_id_key"), "each tag row's event found by its id: {plan}");
-    assert!(!plan.contains("events_kind"), "{plan}");
-    let want: Vec<EventId> = in_room.into_iter().rev().take(50).collect();
-    assert_eq!(ids(&store, &room), want, "the room's newest 50, newest first");
-}
-
-/// The plan PostgreSQL makes for the page of `filter` of `size` rows after `after`.
-async fn plan(client: &tokio_postgres::Client, filter: &Filter, after: Option<After>, size: i64) -> String {
-    let sql = sql::page(filter, Timestamp(2_000_000_000), after, size);
-    let explain = format!("EXPLAIN {}", sql.text);
-    let lines: Vec<String> =
-        client.query_typed(&explain, &sql.typed()).await.unwrap().iter().map(|r| r.get(0)).collect();
-    lines.join("\n")
-}
-
-fn f_json(p: &str) -> String {
-    format!(r##"{{"#p":["{p}"],"limit":5}}"##)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
