@@ -3,9 +3,10 @@
 //! nodes) writing one address, or an event and its deletion, at once; batches; shared media
 //! records. How it reads: a long tag value found exactly; a `#p` filter with a `limit` from one
 //! range of `tags_value`; a room of a kind the statistics have not seen by its tag, each event by
-//! its id; a read of many pages resuming inside a second in id order, each page from its bound in
-//! the index, a feed's page in index order (no sort); a database of schema 5 migrated to the
-//! author indexes without the trailing `id`, its answers unchanged.
+//! its `seq`; a read of many pages resuming inside a second in id order, each page from its bound
+//! in the index, a feed's page in index order (no sort); a database of schema 5 migrated to the
+//! author indexes without the trailing `id` and to `tags_value` carrying `seq`, its answers
+//! unchanged.
 
 use std::sync::Arc;
 
@@ -209,11 +210,11 @@ async fn a_long_tag_value_is_found_exactly_and_a_p_filter_with_a_limit_reads_one
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each_event_by_id() {
+async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each_event_by_seq() {
     // A chat's first messages: kind 42 and `#e` values the statistics have never seen, so the
     // planner counts one row of each. It once walked `events_kind` for every tag row (the whole
     // kind, 1,237 rows a probe at 1M: 56 ms a room where 2 would do); each tag row's event must
-    // be fetched by its id.
+    // be fetched by its `seq` (the primary key), which `tags_value` carries.
     let (pg, url) = server("rooms").await;
     let dir = tempfile::tempdir().unwrap();
     let store = open(&url, dir.path(), false);
@@ -235,8 +236,13 @@ async fn a_room_of_a_kind_new_since_the_last_analyze_is_read_by_its_tag_and_each
     let room = format!(r##"{{"kinds":[42],"#e":["{}"],"limit":50}}"##, rooms[1]);
     let plan = plan(&client, &serde_json::from_str(&room).unwrap(), None, 50).await;
     assert!(plan.contains("using tags_value"), "{plan}");
-    assert!(plan.contains("using events_id_key"), "each tag row's event found by its id: {plan}");
+    assert!(plan.contains("Index Scan using events_pkey"), "each tag row's event found by its seq: {plan}");
+    assert!(!plan.contains("events_id_key"), "{plan}");
     assert!(!plan.contains("events_kind"), "{plan}");
+    // Once vacuum has marked the pages visible, the seq comes from the index alone.
+    client.batch_execute("VACUUM ANALYZE tags").await.unwrap();
+    let plan = self::plan(&client, &serde_json::from_str(&room).unwrap(), None, 50).await;
+    assert!(plan.contains("Index Only Scan using tags_value"), "{plan}");
     let want: Vec<EventId> = in_room.into_iter().rev().take(50).collect();
     assert_eq!(ids(&store, &room), want, "the room's newest 50, newest first");
 }
@@ -493,7 +499,7 @@ async fn a_read_of_many_pages_resumes_inside_a_second_in_id_order_from_its_bound
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_of_schema_5_gets_the_author_indexes_without_the_id_and_answers_alike() {
+async fn a_database_of_schema_5_gets_the_latest_indexes_and_answers_alike() {
     let (pg, url) = server("schema5").await;
     let dir = tempfile::tempdir().unwrap();
     let store = open(&url, dir.path(), false);
@@ -508,24 +514,27 @@ async fn a_database_of_schema_5_gets_the_author_indexes_without_the_id_and_answe
         format!(r#"{{"authors":["{alice_hex}"],"limit":7}}"#),
         r#"{"kinds":[2],"until":20005}"#.to_string(),
         format!(r#"{{"authors":["{alice_hex}"],"kinds":[1]}}"#),
+        r##"{"kinds":[2],"#r":["7","13","41"],"limit":2}"##.to_string(),
     ];
     let before: Vec<Vec<EventId>> = filters.iter().map(|f| ids(&store, f)).collect();
     store.shutdown().await.unwrap();
     drop(store);
-    // Back to what schema 5 had.
+    // Back to what schema 5 had (and 6, for `tags_value`).
     let client = pg.connect("schema5").await.unwrap();
     client
         .batch_execute(
             "DROP INDEX events_author, events_author_kind;
              CREATE INDEX events_author ON events (pubkey, created_at DESC, id);
              CREATE INDEX events_author_kind ON events (pubkey, kind, created_at DESC, id);
-             DELETE FROM hearth_schema WHERE version = 6;",
+             DROP INDEX tags_value;
+             CREATE INDEX tags_value ON tags (name, value, created_at DESC, id);
+             DELETE FROM hearth_schema WHERE version >= 6;",
         )
         .await
         .unwrap();
     let store = open(&url, dir.path(), false);
     let defs: Vec<String> = client
-        .query("SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'events\\_%' ORDER BY indexname", &[])
+        .query("SELECT indexdef FROM pg_indexes WHERE tablename IN ('events', 'tags') ORDER BY indexname", &[])
         .await
         .unwrap()
         .iter()
@@ -539,11 +548,12 @@ async fn a_database_of_schema_5_gets_the_author_indexes_without_the_id_and_answe
             "CREATE INDEX events_author_kind ON public.events USING btree (pubkey, kind, created_at DESC)",
             "CREATE INDEX events_kind ON public.events USING btree (kind, created_at DESC, id)",
             "CREATE INDEX events_time ON public.events USING btree (created_at DESC, id)",
+            "CREATE INDEX tags_value ON public.tags USING btree (name, value, created_at DESC, id) INCLUDE (seq)",
         ]
     );
     let version: i32 = client.query_one("SELECT max(version) FROM hearth_schema", &[]).await.unwrap().get(0);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     let after: Vec<Vec<EventId>> = filters.iter().map(|f| ids(&store, f)).collect();
     assert_eq!(after, before);
-    assert_eq!(before.iter().map(Vec::len).collect::<Vec<_>>(), [25, 7, 18, 30]);
+    assert_eq!(before.iter().map(Vec::len).collect::<Vec<_>>(), [25, 7, 18, 30, 2]);
 }
